@@ -1,0 +1,137 @@
+#define _POSIX_C_SOURCE 200809L
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { HEADER_BYTES = 256, FORMAT_VERSION = 1, NUM_CKPT_FIELDS = 10 };
+
+/* The files are little-endian; so is every machine spbench builds on. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "spbench file formats assume little-endian hosts");
+
+static int failf(char *err, size_t errlen, const char *what, const char *path)
+{
+    snprintf(err, errlen, "%s '%s': %s", what, path, errno ? strerror(errno) : "bad file");
+    return -1;
+}
+
+static int write_all(FILE *f, const void *p, size_t bytes) { return fwrite(p, 1, bytes, f) == bytes ? 0 : -1; }
+static int read_all(FILE *f, void *p, size_t bytes) { return fread(p, 1, bytes, f) == bytes ? 0 : -1; }
+
+static void header_start(unsigned char *h, const char magic[8])
+{
+    memset(h, 0, HEADER_BYTES);
+    memcpy(h, magic, 8);
+    uint32_t version = FORMAT_VERSION, hb = HEADER_BYTES;
+    memcpy(h + 8, &version, 4);
+    memcpy(h + 12, &hb, 4);
+}
+
+/* Writes to path.tmp and renames, so a reader never sees half a file. */
+static FILE *open_tmp(const char *path, char *tmp, size_t tmplen)
+{
+    snprintf(tmp, tmplen, "%s.tmp", path);
+    return fopen(tmp, "wb");
+}
+
+static int finish_tmp(FILE *f, const char *tmp, const char *path, int write_failed, char *err, size_t errlen)
+{
+    errno = 0;
+    if (fclose(f) != 0 || write_failed) {
+        remove(tmp);
+        return failf(err, errlen, "cannot write", path);
+    }
+    if (rename(tmp, path) != 0) return failf(err, errlen, "cannot rename into", path);
+    return 0;
+}
+
+int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *g, const spb_adamw *opt,
+                        long step, char *err, size_t errlen)
+{
+    unsigned char h[HEADER_BYTES];
+    header_start(h, "SPBCKPT");
+    int64_t f[NUM_CKPT_FIELDS] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, cfg->seq_length, step, g->num_params,
+                                  opt != NULL};
+    memcpy(h + 16, f, sizeof f);
+    uint64_t seed = cfg->seed;
+    memcpy(h + 96, &seed, 8);
+    char tmp[SPB_PATH_MAX + 8];
+    errno = 0;
+    FILE *fp = open_tmp(path, tmp, sizeof tmp);
+    if (!fp) return failf(err, errlen, "cannot create", tmp);
+    size_t n = (size_t)g->num_params;
+    int bad = write_all(fp, h, sizeof h) || write_all(fp, g->params, n * sizeof(float));
+    if (opt) bad = bad || write_all(fp, opt->m, n * sizeof(float)) || write_all(fp, opt->v, n * sizeof(float));
+    return finish_tmp(fp, tmp, path, bad, err, errlen);
+}
+
+int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb_adamw *opt, long *step,
+                        char *err, size_t errlen)
+{
+    errno = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return failf(err, errlen, "cannot open checkpoint", path);
+    unsigned char h[HEADER_BYTES];
+    int rc = -1;
+    uint32_t version = 0;
+    int64_t f[NUM_CKPT_FIELDS];
+    if (read_all(fp, h, sizeof h) || memcmp(h, "SPBCKPT", 8)) {
+        snprintf(err, errlen, "'%s' is not an spbench checkpoint", path);
+        goto out;
+    }
+    memcpy(&version, h + 8, 4);
+    if (version != FORMAT_VERSION) {
+        snprintf(err, errlen, "'%s': checkpoint version %u, this build reads %d", path, version, FORMAT_VERSION);
+        goto out;
+    }
+    memcpy(f, h + 16, sizeof f);
+    int64_t want[7] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, g->num_params};
+    int64_t got[7] = {f[0], f[1], f[2], f[3], f[4], f[5], f[8]};
+    static const char *names[7] = {"num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size",
+                                   "vocab-size", "max-position-embeddings", "parameter count"};
+    for (int i = 0; i < 7; i++)
+        if (want[i] != got[i]) {
+            snprintf(err, errlen, "checkpoint '%s' has %s %lld, the run has %lld", path, names[i], (long long)got[i],
+                     (long long)want[i]);
+            goto out;
+        }
+    (void)cfg;
+    size_t n = (size_t)g->num_params;
+    if (read_all(fp, g->params, n * sizeof(float))) {
+        snprintf(err, errlen, "checkpoint '%s' is truncated", path);
+        goto out;
+    }
+    if (opt && f[9]) {
+        if (read_all(fp, opt->m, n * sizeof(float)) || read_all(fp, opt->v, n * sizeof(float))) {
+            snprintf(err, errlen, "checkpoint '%s' is truncated in its optimizer state", path);
+            goto out;
+        }
+        opt->step = f[7];
+    }
+    *step = f[7];
+    rc = 0;
+out:
+    fclose(fp);
+    return rc;
+}
+
+int spb_dump_write(const char *path, int B, int T, int V, const int *inputs, const int *targets, double loss,
+                   const float *grads, long num_params, char *err, size_t errlen)
+{
+    unsigned char h[HEADER_BYTES];
+    header_start(h, "SPBDUMP");
+    int64_t f[4] = {B, T, V, num_params};
+    memcpy(h + 16, f, sizeof f);
+    memcpy(h + 48, &loss, 8);
+    char tmp[SPB_PATH_MAX + 8];
+    errno = 0;
+    FILE *fp = open_tmp(path, tmp, sizeof tmp);
+    if (!fp) return failf(err, errlen, "cannot create", tmp);
+    size_t bt = (size_t)B * T;
+    _Static_assert(sizeof(int) == 4, "int32 tokens");
+    int bad = write_all(fp, h, sizeof h) || write_all(fp, inputs, bt * 4) || write_all(fp, targets, bt * 4) ||
+              write_all(fp, grads, (size_t)num_params * sizeof(float));
+    return finish_tmp(fp, tmp, path, bad, err, errlen);
+}

@@ -1,0 +1,82 @@
+#include "comm.h"
+
+#include <limits.h>
+
+#include "checks.h"
+#include "timer.h"
+
+static spb_comm_record records[SPB_NUM_OPS][SPB_NUM_PHASES];
+
+double spb_comm_bus_factor(spb_comm_op op, int n)
+{
+    if (n <= 1) return 0.0;
+    switch (op) {
+    case SPB_OP_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case SPB_OP_ALLGATHER:
+    case SPB_OP_REDUCE_SCATTER:
+    case SPB_OP_ALLTOALL: return (double)(n - 1) / n;
+    case SPB_OP_SENDRECV: return 1.0;
+    default: return 0.0;
+    }
+}
+
+static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double payload, double seconds)
+{
+    int n = 1;
+    MPI_Comm_size(comm, &n);
+    spb_comm_record *r = &records[op][phase];
+    r->calls++;
+    r->payload_bytes += payload;
+    r->link_bytes += payload * spb_comm_bus_factor(op, n);
+    r->seconds += seconds;
+    spb_timer_add(SPB_T_COMM, seconds);
+}
+
+void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase)
+{
+    double t0 = spb_now();
+    /* MPI counts are int: reduce in chunks. */
+    const long chunk = 1L << 30;
+    for (long off = 0; off < n; off += chunk) {
+        int cnt = (int)(n - off < chunk ? n - off : chunk);
+        SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, comm));
+    }
+    record(SPB_OP_ALLREDUCE, phase, comm, 4.0 * (double)n, spb_now() - t0);
+}
+
+static void allreduce_f64(double *buf, int n, MPI_Op mop, MPI_Comm comm, spb_comm_phase phase)
+{
+    double t0 = spb_now();
+    SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, mop, comm));
+    record(SPB_OP_ALLREDUCE, phase, comm, 8.0 * n, spb_now() - t0);
+}
+
+void spb_allreduce_sum_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase)
+{
+    allreduce_f64(buf, n, MPI_SUM, comm, phase);
+}
+
+void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase)
+{
+    allreduce_f64(buf, n, MPI_MAX, comm, phase);
+}
+
+const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase) { return &records[op][phase]; }
+
+void spb_comm_reset(void)
+{
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = 0; p < SPB_NUM_PHASES; p++) records[o][p] = (spb_comm_record){0};
+}
+
+const char *spb_comm_op_name(spb_comm_op op)
+{
+    static const char *names[SPB_NUM_OPS] = {"allreduce", "allgather", "reduce_scatter", "alltoall", "sendrecv"};
+    return names[op];
+}
+
+const char *spb_comm_phase_name(spb_comm_phase phase)
+{
+    static const char *names[SPB_NUM_PHASES] = {"forward", "backward", "recompute", "zero", "grad_reduce", "other"};
+    return names[phase];
+}

@@ -1,0 +1,49 @@
+/* The communication accounting layer: every collective of the job goes
+ * through here and is recorded by operation and phase (calls, bytes this
+ * rank sends on its links under the standard ring/pairwise algorithm, time).
+ * Bandwidths follow nccl-tests: algbw = payload / time, busbw = algbw x the
+ * operation's bus factor (all-reduce 2(n-1)/n, allgather and reduce-scatter
+ * (n-1)/n, all-to-all (n-1)/n). */
+#ifndef SPB_COMM_H
+#define SPB_COMM_H
+
+#include <mpi.h>
+
+typedef enum spb_comm_phase {
+    SPB_PHASE_FORWARD = 0,
+    SPB_PHASE_BACKWARD,
+    SPB_PHASE_RECOMPUTE,
+    SPB_PHASE_ZERO,
+    SPB_PHASE_GRAD_REDUCE,
+    SPB_PHASE_OTHER, /* loss and norm reductions, set-up */
+    SPB_NUM_PHASES
+} spb_comm_phase;
+
+typedef enum spb_comm_op {
+    SPB_OP_ALLREDUCE = 0,
+    SPB_OP_ALLGATHER,
+    SPB_OP_REDUCE_SCATTER,
+    SPB_OP_ALLTOALL,
+    SPB_OP_SENDRECV,
+    SPB_NUM_OPS
+} spb_comm_op;
+
+typedef struct spb_comm_record {
+    long calls;
+    double payload_bytes; /* the buffer size the caller passed (nccl-tests "size") */
+    double link_bytes;    /* bytes this rank sends under the standard algorithm */
+    double seconds;
+} spb_comm_record;
+
+/* In-place sum over comm; fp32 buffers may exceed INT_MAX elements. */
+void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase);
+void spb_allreduce_sum_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);
+void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);
+
+const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase);
+void spb_comm_reset(void);
+double spb_comm_bus_factor(spb_comm_op op, int ranks);
+const char *spb_comm_op_name(spb_comm_op op);
+const char *spb_comm_phase_name(spb_comm_phase phase);
+
+#endif

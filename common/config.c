@@ -1,0 +1,276 @@
+#define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../strategies/strategy.h"
+#include "attention.h"
+
+typedef enum { OPT_INT, OPT_DOUBLE, OPT_U64, OPT_STRING, OPT_FLAG } opt_kind;
+
+typedef struct option_spec {
+    const char *name;
+    opt_kind kind;
+    size_t offset;
+    size_t size; /* strings: buffer size */
+    const char *help;
+} option_spec;
+
+#define OPT(name, kind, field, help) {name, kind, offsetof(spb_config, field), sizeof(((spb_config *)0)->field), help}
+
+static const option_spec options[] = {
+    OPT("num-layers", OPT_INT, num_layers, "transformer layers L"),
+    OPT("hidden-size", OPT_INT, hidden_size, "hidden size h"),
+    OPT("num-attention-heads", OPT_INT, num_heads, "attention heads (must divide hidden)"),
+    OPT("ffn-hidden-size", OPT_INT, ffn_hidden_size, "MLP width (default 4h)"),
+    OPT("vocab-size", OPT_INT, vocab_size, "vocabulary (default 256; --data needs >= 256)"),
+    OPT("seq-length", OPT_INT, seq_length, "sequence length N"),
+    OPT("max-position-embeddings", OPT_INT, max_position_embeddings, "position table size (default N)"),
+    OPT("init-method-std", OPT_DOUBLE, init_std, "std of weight initialisation (0.02)"),
+    OPT("micro-batch-size", OPT_INT, micro_batch_size, "sequences per rank per micro-step"),
+    OPT("global-batch-size", OPT_INT, global_batch_size, "sequences per iteration (default micro x data-parallel)"),
+    OPT("train-iters", OPT_INT, train_iters, "iterations"),
+    OPT("lr", OPT_DOUBLE, lr, "peak learning rate"),
+    OPT("min-lr", OPT_DOUBLE, min_lr, "final learning rate of the decay"),
+    OPT("lr-warmup-iters", OPT_INT, lr_warmup_iters, "linear warm-up iterations"),
+    OPT("lr-decay-style", OPT_STRING, lr_decay_style, "constant | linear | cosine"),
+    OPT("weight-decay", OPT_DOUBLE, weight_decay, "AdamW decoupled weight decay (matrices and embeddings only)"),
+    OPT("adam-beta1", OPT_DOUBLE, adam_beta1, "AdamW beta1"),
+    OPT("adam-beta2", OPT_DOUBLE, adam_beta2, "AdamW beta2"),
+    OPT("adam-eps", OPT_DOUBLE, adam_eps, "AdamW epsilon"),
+    OPT("clip-grad", OPT_DOUBLE, clip_grad, "clip the global gradient norm to this (0 = off)"),
+    OPT("seed", OPT_U64, seed, "seed of initialisation and synthetic data"),
+    OPT("sp-degree", OPT_INT, sp_degree, "sequence-parallel degree P (world = D x P)"),
+    OPT("strategy", OPT_STRING, strategy, "sequence-parallel strategy"),
+    OPT("zero-stage", OPT_INT, zero_stage, "ZeRO stage 0-3"),
+    OPT("attention", OPT_STRING, attention, "attention backend: flash | naive"),
+    OPT("device", OPT_STRING, device, "cpu"),
+    OPT("data", OPT_STRING, data, "byte-level text file (vocabulary 256); default synthetic tokens"),
+    OPT("results", OPT_STRING, results, "append a summary row to this CSV file"),
+    OPT("dump", OPT_STRING, dump, "write inputs, loss, gradients of iteration 1 to FILE (and FILE.ckpt)"),
+    OPT("save", OPT_STRING, save, "write a checkpoint (parameters + AdamW state) at the end"),
+    OPT("load", OPT_STRING, load, "start from this checkpoint"),
+    OPT("loss-log", OPT_STRING, loss_log, "write iteration,loss,lr,grad_norm,time_ms per iteration to this CSV"),
+    OPT("run-name", OPT_STRING, run_name, "label for the results row"),
+    OPT("log-interval", OPT_INT, log_interval, "print every this many iterations"),
+    OPT("timing-warmup", OPT_INT, timing_warmup, "iterations excluded from timing statistics"),
+    OPT("quiet", OPT_FLAG, quiet, "no per-iteration lines"),
+};
+enum { NUM_OPTIONS = sizeof(options) / sizeof(options[0]) };
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void spb_config_defaults(spb_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->num_layers = 2;
+    c->hidden_size = 64;
+    c->num_heads = 4;
+    c->vocab_size = 0; /* 256 unless set */
+    c->seq_length = 64;
+    c->init_std = 0.02;
+    c->micro_batch_size = 4;
+    c->train_iters = 10;
+    c->lr = 1e-3;
+    c->min_lr = 0.0;
+    strcpy(c->lr_decay_style, "constant");
+    c->weight_decay = 0.0;
+    c->adam_beta1 = 0.9;
+    c->adam_beta2 = 0.95;
+    c->adam_eps = 1e-8;
+    c->clip_grad = 1.0;
+    c->seed = 1234;
+    c->sp_degree = 1;
+    strcpy(c->strategy, "none");
+    strcpy(c->attention, "flash");
+    strcpy(c->device, "cpu");
+    c->log_interval = 1;
+    c->timing_warmup = 1;
+}
+
+static int parse_value(const option_spec *o, const char *text, spb_config *cfg, char *err, size_t errlen)
+{
+    void *field = (char *)cfg + o->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_INT: {
+        long v = strtol(text, &end, 10);
+        if (*text == '\0' || *end != '\0' || errno || v < INT_MIN || v > INT_MAX)
+            return fail(err, errlen, "--%s: '%s' is not an integer", o->name, text);
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case OPT_U64: {
+        if (text[0] == '-') return fail(err, errlen, "--%s: '%s' must be a non-negative integer", o->name, text);
+        unsigned long long v = strtoull(text, &end, 10);
+        if (*text == '\0' || *end != '\0' || errno)
+            return fail(err, errlen, "--%s: '%s' is not a non-negative integer", o->name, text);
+        *(uint64_t *)field = (uint64_t)v;
+        return 0;
+    }
+    case OPT_DOUBLE: {
+        double v = strtod(text, &end);
+        if (*text == '\0' || *end != '\0' || errno || !isfinite(v))
+            return fail(err, errlen, "--%s: '%s' is not a finite number", o->name, text);
+        *(double *)field = v;
+        return 0;
+    }
+    case OPT_STRING:
+        if (strlen(text) >= o->size) return fail(err, errlen, "--%s: value longer than %zu characters", o->name, o->size - 1);
+        strcpy((char *)field, text);
+        return 0;
+    case OPT_FLAG:
+        *(int *)field = 1;
+        return 0;
+    }
+    return fail(err, errlen, "internal: bad option kind");
+}
+
+int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t errlen)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
+        if (strncmp(arg, "--", 2) != 0) return fail(err, errlen, "unexpected argument '%s' (options start with --)", arg);
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const option_spec *o = NULL;
+        for (int k = 0; k < NUM_OPTIONS; k++)
+            if (strlen(options[k].name) == name_len && !strncmp(options[k].name, name, name_len)) o = &options[k];
+        if (!o) return fail(err, errlen, "unknown option '--%.*s' (see --help)", (int)name_len, name);
+        const char *value;
+        if (o->kind == OPT_FLAG) {
+            if (eq) return fail(err, errlen, "--%s takes no value", o->name);
+            value = "";
+        } else if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc) return fail(err, errlen, "--%s needs a value", o->name);
+            value = argv[++i];
+        }
+        if (parse_value(o, value, cfg, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+void spb_config_usage(FILE *out)
+{
+    fprintf(out, "usage: spbench [options]   (under mpirun: world = data-parallel D x sequence-parallel P)\n");
+    for (int k = 0; k < NUM_OPTIONS; k++)
+        fprintf(out, "  --%-26s %s\n", options[k].name, options[k].help);
+}
+
+int spb_config_dp_degree(const spb_config *cfg, int world_size) { return world_size / cfg->sp_degree; }
+
+int spb_config_accum_steps(const spb_config *cfg, int world_size)
+{
+    return cfg->global_batch_size / (cfg->micro_batch_size * spb_config_dp_degree(cfg, world_size));
+}
+
+static int check_positive(const char *name, long v, char *err, size_t errlen)
+{
+    if (v <= 0) return fail(err, errlen, "--%s must be positive (got %ld)", name, v);
+    return 0;
+}
+
+int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
+{
+    struct { const char *name; long v; } positive[] = {
+        {"num-layers", c->num_layers}, {"hidden-size", c->hidden_size},
+        {"num-attention-heads", c->num_heads}, {"seq-length", c->seq_length},
+        {"micro-batch-size", c->micro_batch_size}, {"sp-degree", c->sp_degree},
+        {"log-interval", c->log_interval},
+    };
+    for (size_t k = 0; k < sizeof positive / sizeof positive[0]; k++)
+        if (check_positive(positive[k].name, positive[k].v, err, errlen)) return -1;
+    if (c->train_iters < 0) return fail(err, errlen, "--train-iters must be >= 0 (got %d)", c->train_iters);
+    if (c->timing_warmup < 0) return fail(err, errlen, "--timing-warmup must be >= 0");
+    if (c->hidden_size % c->num_heads)
+        return fail(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d", c->hidden_size, c->num_heads);
+
+    if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
+    if (c->ffn_hidden_size < 0) return fail(err, errlen, "--ffn-hidden-size must be positive (got %d)", c->ffn_hidden_size);
+    if (c->vocab_size == 0) c->vocab_size = 256;
+    if (c->vocab_size < 0) return fail(err, errlen, "--vocab-size must be positive (got %d)", c->vocab_size);
+    if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
+    if (c->max_position_embeddings < 0) return fail(err, errlen, "--max-position-embeddings must be positive");
+    if (c->seq_length > c->max_position_embeddings)
+        return fail(err, errlen, "--seq-length %d exceeds the position table (--max-position-embeddings %d)",
+                    c->seq_length, c->max_position_embeddings);
+    if (c->data[0] && c->vocab_size < 256)
+        return fail(err, errlen, "--data is read as bytes and needs --vocab-size >= 256 (got %d)", c->vocab_size);
+
+    /* Sizes whose products index memory must fit comfortably in 64 bits and
+     * the per-tensor int dimensions. */
+    double params = (double)c->vocab_size * c->hidden_size +
+                    (double)c->num_layers * (4.0 * c->hidden_size * c->hidden_size + 2.0 * c->hidden_size * c->ffn_hidden_size);
+    if (params > 1e12) return fail(err, errlen, "model of %.3g parameters is beyond what spbench addresses", params);
+
+    if (c->lr < 0 || c->min_lr < 0) return fail(err, errlen, "--lr and --min-lr must be >= 0");
+    if (c->min_lr > c->lr) return fail(err, errlen, "--min-lr %g exceeds --lr %g", c->min_lr, c->lr);
+    if (c->lr_warmup_iters < 0) return fail(err, errlen, "--lr-warmup-iters must be >= 0");
+    if (strcmp(c->lr_decay_style, "constant") && strcmp(c->lr_decay_style, "linear") && strcmp(c->lr_decay_style, "cosine"))
+        return fail(err, errlen, "unknown --lr-decay-style '%s' (constant, linear, cosine)", c->lr_decay_style);
+    if (c->weight_decay < 0) return fail(err, errlen, "--weight-decay must be >= 0");
+    if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1) || !(c->adam_beta2 >= 0 && c->adam_beta2 < 1))
+        return fail(err, errlen, "--adam-beta1 and --adam-beta2 must be in [0, 1)");
+    if (c->adam_eps <= 0) return fail(err, errlen, "--adam-eps must be positive");
+    if (c->clip_grad < 0) return fail(err, errlen, "--clip-grad must be >= 0 (0 = off)");
+    if (c->init_std <= 0) return fail(err, errlen, "--init-method-std must be positive");
+
+    if (strcmp(c->device, "cpu"))
+        return fail(err, errlen, "unknown --device '%s' (this build has: cpu)", c->device);
+    if (!spb_attn_backend_by_name(c->attention))
+        return fail(err, errlen, "unknown --attention '%s' (flash, naive)", c->attention);
+    if (c->zero_stage < 0 || c->zero_stage > 3)
+        return fail(err, errlen, "--zero-stage must be 0, 1, 2 or 3 (got %d)", c->zero_stage);
+    if (c->zero_stage != 0)
+        return fail(err, errlen, "--zero-stage %d is not implemented yet (only 0)", c->zero_stage);
+
+    if (world_size % c->sp_degree)
+        return fail(err, errlen, "world size %d is not divisible by --sp-degree %d", world_size, c->sp_degree);
+    const spb_strategy *s = spb_strategy_by_name(c->strategy);
+    if (!s) {
+        char names[256];
+        spb_strategy_names(names, sizeof names);
+        return fail(err, errlen, "unknown --strategy '%s' (this build has: %s)", c->strategy, names);
+    }
+    if (s->validate && s->validate(c, world_size, err, errlen)) return -1;
+
+    int dp = spb_config_dp_degree(c, world_size);
+    if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp;
+    if (c->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
+    if (c->global_batch_size % (c->micro_batch_size * dp))
+        return fail(err, errlen, "--global-batch-size %d is not a multiple of micro-batch %d x data-parallel %d",
+                    c->global_batch_size, c->micro_batch_size, dp);
+
+    if (c->data[0]) {
+        struct stat st;
+        if (stat(c->data, &st) != 0) return fail(err, errlen, "--data '%s': %s", c->data, strerror(errno));
+        if (!S_ISREG(st.st_mode)) return fail(err, errlen, "--data '%s' is not a regular file", c->data);
+        if (access(c->data, R_OK) != 0) return fail(err, errlen, "--data '%s': %s", c->data, strerror(errno));
+        if (st.st_size < (off_t)c->seq_length + 1)
+            return fail(err, errlen, "--data '%s' has %lld bytes, fewer than --seq-length + 1 = %d",
+                        c->data, (long long)st.st_size, c->seq_length + 1);
+    }
+    if (c->load[0] && access(c->load, R_OK) != 0)
+        return fail(err, errlen, "--load '%s': %s", c->load, strerror(errno));
+    return 0;
+}

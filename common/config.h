@@ -1,0 +1,71 @@
+/* Run configuration: Megatron-style long options, validated before anything
+ * is allocated.  Every rank parses and validates the same argv; rank 0 prints
+ * the single error line, every rank exits non-zero. */
+#ifndef SPB_CONFIG_H
+#define SPB_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+enum { SPB_PATH_MAX = 1024, SPB_NAME_MAX = 32 };
+
+typedef struct spb_config {
+    /* model */
+    int num_layers;
+    int hidden_size;
+    int num_heads;
+    int ffn_hidden_size;        /* default 4 * hidden */
+    int vocab_size;             /* default 256 (bytes) */
+    int seq_length;
+    int max_position_embeddings; /* default seq_length */
+    double init_std;
+    /* batch */
+    int micro_batch_size;
+    int global_batch_size;      /* default micro * data-parallel degree */
+    /* optimiser */
+    int train_iters;
+    double lr, min_lr;
+    int lr_warmup_iters;
+    char lr_decay_style[SPB_NAME_MAX]; /* constant | cosine | linear */
+    double weight_decay, adam_beta1, adam_beta2, adam_eps;
+    double clip_grad;           /* 0 = off */
+    uint64_t seed;
+    /* parallelism */
+    int sp_degree;
+    char strategy[SPB_NAME_MAX];
+    int zero_stage;
+    char attention[SPB_NAME_MAX]; /* attention backend */
+    char device[SPB_NAME_MAX];
+    /* io */
+    char data[SPB_PATH_MAX];    /* byte-level text; empty = synthetic tokens */
+    char results[SPB_PATH_MAX]; /* CSV summary row appended */
+    char dump[SPB_PATH_MAX];
+    char save[SPB_PATH_MAX];
+    char load[SPB_PATH_MAX];
+    char loss_log[SPB_PATH_MAX]; /* per-iteration CSV: iteration, loss, ... */
+    char run_name[SPB_NAME_MAX * 2];
+    int log_interval;
+    int timing_warmup;          /* iterations excluded from timing statistics */
+    int quiet;
+} spb_config;
+
+/* Defaults for everything (a small model). */
+void spb_config_defaults(spb_config *cfg);
+
+/* Parse argv.  Returns 0 on success, 1 if --help was asked (usage written to
+ * err is not done: call spb_config_usage), -1 on a bad option with a one-line
+ * message in err. */
+int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t errlen);
+
+/* Fill defaults that depend on other values and the world size, then check
+ * every value.  Returns 0 or -1 with a one-line message in err. */
+int spb_config_finalize(spb_config *cfg, int world_size, char *err, size_t errlen);
+
+void spb_config_usage(FILE *out);
+
+/* Derived quantities (valid after finalize). */
+int spb_config_dp_degree(const spb_config *cfg, int world_size);
+int spb_config_accum_steps(const spb_config *cfg, int world_size);
+
+#endif

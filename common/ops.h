@@ -1,0 +1,43 @@
+/* CPU fp32 operations of the GPT core.  Activations are [rows][features]
+ * row-major where rows = sequences x local tokens; weights are [out][in].
+ * Matrix products go through cblas_sgemm and are timed and FLOP-counted. */
+#ifndef SPB_OPS_H
+#define SPB_OPS_H
+
+/* FLOPs executed by all matrix products so far (2mnk each). */
+double spb_gemm_flops(void);
+void spb_gemm_flops_reset(void);
+
+/* out[r][o] = sum_i inp[r][i] W[o][i] + b[o]   (b may be NULL) */
+void spb_matmul_forward(float *out, const float *inp, const float *W, const float *b, int rows, int in, int out_f);
+/* dinp = dout · W   (overwrite if accumulate_dinp is 0, else +=; dinp may be NULL)
+ * dW  += doutᵀ · inp;  db += column sums of dout   (db may be NULL) */
+void spb_matmul_backward(float *dinp, float *dW, float *db, const float *dout, const float *inp, const float *W,
+                         int rows, int in, int out_f, int accumulate_dinp);
+
+/* y = (x - mean) * rstd * w + b per row; keeps mean and rstd for backward. */
+void spb_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                           int rows, int C);
+/* dinp += ..., dw += ..., db += ... */
+void spb_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                            const float *mean, const float *rstd, int rows, int C);
+
+void spb_gelu_forward(float *out, const float *inp, long n);
+/* dinp = dout * gelu'(inp)  (dinp may alias dout) */
+void spb_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
+
+/* out[r] = wte[tokens[r]] + wpe[positions]: row r is token t = r % T of its
+ * sequence, at global position pos0 + t. */
+void spb_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int rows, int T,
+                           long pos0, int C);
+void spb_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int rows, int T,
+                            long pos0, int C);
+
+/* logits -> probabilities in place; returns the sum of -log p[target]. */
+double spb_softmax_xent_forward(float *probs_inplace, const int *targets, int rows, int V);
+/* probs -> dlogits = scale (probs - onehot(target)) in place. */
+void spb_softmax_xent_backward(float *probs_inplace, const int *targets, int rows, int V, float scale);
+
+void spb_add_inplace(float *a, const float *b, long n); /* a += b */
+
+#endif

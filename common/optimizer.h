@@ -1,0 +1,29 @@
+/* AdamW with decoupled weight decay, global-norm gradient clipping and the
+ * learning-rate schedule (Megatron's: linear warm-up, then constant, linear
+ * or cosine decay to --min-lr over the remaining iterations). */
+#ifndef SPB_OPTIMIZER_H
+#define SPB_OPTIMIZER_H
+
+#include "config.h"
+#include "gpt.h"
+
+typedef struct spb_adamw {
+    long n;
+    long step; /* updates taken */
+    float *m, *v;
+} spb_adamw;
+
+spb_adamw *spb_adamw_create(long n);
+void spb_adamw_destroy(spb_adamw *o);
+
+/* Learning rate of iteration `it` (0-based). */
+double spb_lr_at(const spb_config *cfg, long it);
+
+/* Sum of squares of n gradients (in double). */
+double spb_sum_squares(const float *x, long n);
+
+/* One update of g's parameters from g's gradients times grad_scale (the
+ * clipping factor).  Weight decay only on tensors marked decay. */
+void spb_adamw_update(spb_adamw *o, spb_gpt *g, const spb_config *cfg, double lr, float grad_scale);
+
+#endif

@@ -1,0 +1,43 @@
+/* One training iteration over the grid: gradient accumulation over
+ * micro-steps, the strategy's gradient reduction, clipping, AdamW.  Used by
+ * the spbench program and by the tests. */
+#ifndef SPB_TRAIN_H
+#define SPB_TRAIN_H
+
+#include "config.h"
+#include "data.h"
+#include "gpt.h"
+#include "grid.h"
+#include "optimizer.h"
+
+typedef struct spb_trainer {
+    spb_config cfg;
+    const spb_grid *grid;
+    spb_gpt *gpt;
+    spb_adamw *opt;
+    spb_data *data;
+    int accum_steps;
+    long iteration; /* iterations completed */
+    int *seq;       /* T+1 tokens of one sequence */
+    int *inputs, *targets; /* [B][local T] */
+    /* of the last iteration */
+    double loss, grad_norm, lr;
+} spb_trainer;
+
+/* Builds the model (initialised from cfg->seed), optimizer and data. */
+spb_trainer *spb_trainer_create(const spb_config *cfg, const spb_grid *grid);
+void spb_trainer_destroy(spb_trainer *t);
+
+/* Forward and backward over the whole global batch of iteration
+ * t->iteration, gradients reduced; returns the global mean loss.  Leaves the
+ * parameters untouched (spbench --dump stops here). */
+double spb_trainer_gradients(spb_trainer *t);
+/* Clips and applies the update for the gradients computed above. */
+void spb_trainer_update(spb_trainer *t);
+/* gradients + update; returns the loss. */
+double spb_trainer_step(spb_trainer *t);
+
+/* Global sample index of local micro-step a, local sequence j. */
+long spb_trainer_sample_index(const spb_trainer *t, int a, int j);
+
+#endif

@@ -1,0 +1,288 @@
+/* spbench: train a GPT with a sequence-parallel strategy on MPI ranks and
+ * report Megatron-style iteration lines and one CSV summary row. */
+#define _DEFAULT_SOURCE
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/checks.h"
+#include "../common/checkpoint.h"
+#include "../common/comm.h"
+#include "../common/config.h"
+#include "../common/flops.h"
+#include "../common/grid.h"
+#include "../common/memory.h"
+#include "../common/ops.h"
+#include "../common/report.h"
+#include "../common/timer.h"
+#include "../common/train.h"
+#include "spb_version.h"
+
+/* Every rank reaches the same verdict: rank 0 prints it, all exit 2. */
+static int agree_on_error(int local_failed, const char *msg, int rank)
+{
+    int any = 0;
+    MPI_Allreduce(&local_failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any) return 0;
+    /* The message of the lowest failing rank, so exactly one line is printed. */
+    int first = local_failed ? rank : 1 << 30, lowest = 0;
+    MPI_Allreduce(&first, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == lowest) {
+        fprintf(stderr, "spbench: error: %s\n", msg);
+        fflush(stderr);
+    }
+    return 1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The whole global batch of iteration `it`, for the dump. */
+static void global_batch(const spb_trainer *t, long it, int *inputs, int *targets)
+{
+    int T = t->cfg.seq_length;
+    for (long s = 0; s < t->cfg.global_batch_size; s++) {
+        spb_data_sequence(t->data, it, s, T, t->seq);
+        for (int k = 0; k < T; k++) {
+            inputs[s * T + k] = t->seq[k];
+            targets[s * T + k] = t->seq[k + 1];
+        }
+    }
+}
+
+static int write_dump(spb_trainer *t, double loss, char *err, size_t errlen)
+{
+    const spb_config *c = &t->cfg;
+    size_t bt = (size_t)c->global_batch_size * c->seq_length;
+    int *in = SPB_CHECK_PTR(malloc(bt * sizeof(int))), *tg = SPB_CHECK_PTR(malloc(bt * sizeof(int)));
+    global_batch(t, t->iteration, in, tg);
+    char ckpt[SPB_PATH_MAX + 8];
+    snprintf(ckpt, sizeof ckpt, "%s.ckpt", c->dump);
+    int rc = spb_checkpoint_save(ckpt, c, t->gpt, NULL, t->iteration, err, errlen);
+    if (!rc)
+        rc = spb_dump_write(c->dump, c->global_batch_size, c->seq_length, c->vocab_size, in, tg, loss,
+                            t->gpt->grads, t->gpt->num_params, err, errlen);
+    free(in);
+    free(tg);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+    spb_config cfg;
+    spb_config_defaults(&cfg);
+    char err[2048] = "";
+    int prc = spb_config_parse(argc, argv, &cfg, err, sizeof err);
+    if (prc == 1) {
+        if (rank == 0) spb_config_usage(stdout);
+        MPI_Finalize();
+        return 0;
+    }
+    int bad = prc != 0 || spb_config_finalize(&cfg, world, err, sizeof err) != 0;
+    if (agree_on_error(bad, err, rank)) {
+        MPI_Finalize();
+        return 2;
+    }
+
+    spb_grid grid;
+    spb_grid_create(&grid, MPI_COMM_WORLD, cfg.sp_degree);
+    spb_trainer *tr = spb_trainer_create(&cfg, &grid);
+    spb_gpt *g = tr->gpt;
+    if (cfg.load[0]) {
+        long step = 0;
+        int lbad = spb_checkpoint_load(cfg.load, &cfg, g, tr->opt, &step, err, sizeof err) != 0;
+        if (agree_on_error(lbad, err, rank)) {
+            MPI_Finalize();
+            return 2;
+        }
+        tr->iteration = step;
+    }
+
+    const double tokens_per_iter = (double)cfg.global_batch_size * cfg.seq_length;
+    const double paper_flops = spb_paper_flops_per_iteration(&cfg, 0);
+    if (rank == 0 && !cfg.quiet) {
+        printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s | device %s\n", SPB_VERSION_COMMIT,
+               cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention, cfg.device);
+        printf("model: L %d h %d heads %d ffn %d vocab %d seq %d | %ld parameters | micro %d global %d "
+               "(accumulation %d) | data %s\n",
+               cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length,
+               g->num_params, cfg.micro_batch_size, cfg.global_batch_size, tr->accum_steps,
+               cfg.data[0] ? cfg.data : "synthetic");
+        fflush(stdout);
+    }
+
+    FILE *loss_log = NULL;
+    if (rank == 0 && cfg.loss_log[0]) {
+        loss_log = fopen(cfg.loss_log, "w");
+        if (!loss_log) snprintf(err, sizeof err, "cannot create --loss-log '%s'", cfg.loss_log);
+    }
+    if (agree_on_error(rank == 0 && cfg.loss_log[0] && !loss_log, err, rank)) {
+        MPI_Finalize();
+        return 2;
+    }
+    if (loss_log) fprintf(loss_log, "iteration,loss,lr,grad_norm,time_ms,tokens\n");
+
+    int iters = cfg.train_iters;
+    double *times = SPB_CHECK_PTR(calloc((size_t)iters + 1, sizeof(double)));
+    double measured_gemm_flops = 0, measured_attn_flops = 0, final_loss = NAN, first_loss = NAN;
+    int measured = 0;
+    for (int i = 0; i < iters; i++) {
+        if (i == cfg.timing_warmup) {
+            /* Statistics cover the iterations after warm-up only. */
+            spb_timer_reset_all();
+            spb_comm_reset();
+            spb_gemm_flops_reset();
+            g->attn_flops = 0;
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = spb_now();
+        double loss = spb_trainer_gradients(tr);
+        if (i == 0 && cfg.dump[0]) {
+            int dbad = rank == 0 && write_dump(tr, loss, err, sizeof err) != 0;
+            if (agree_on_error(dbad, err, rank)) {
+                MPI_Finalize();
+                return 2;
+            }
+        }
+        spb_trainer_update(tr);
+        double dt = spb_now() - t0;
+        spb_allreduce_max_f64(&dt, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER); /* the slowest rank */
+        if (i == 0) first_loss = loss;
+        final_loss = loss;
+        if (i >= cfg.timing_warmup) times[measured++] = dt;
+        if (loss_log)
+            fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f\n", tr->iteration, loss, tr->lr, tr->grad_norm, dt * 1e3,
+                    tokens_per_iter * tr->iteration);
+        if (!isfinite(loss) && rank == 0) fprintf(stderr, "spbench: warning: loss is %g at iteration %ld\n", loss, tr->iteration);
+        if (rank == 0 && !cfg.quiet && (tr->iteration % cfg.log_interval == 0 || i == iters - 1)) {
+            printf(" iteration %8ld/%8d | elapsed time per iteration (ms): %.1f | learning rate: %.3E | "
+                   "global batch size: %5d | lm loss: %.6E | grad norm: %.3f | tokens/s: %.0f | TFLOPs: %.4f |\n",
+                   tr->iteration, iters, dt * 1e3, tr->lr, cfg.global_batch_size, loss, tr->grad_norm,
+                   tokens_per_iter / dt, paper_flops / dt / world / 1e12);
+            fflush(stdout);
+        }
+    }
+    if (loss_log) fclose(loss_log);
+    measured_gemm_flops = spb_gemm_flops();
+    measured_attn_flops = g->attn_flops;
+
+    /* Summary over ranks. */
+    double t_med = NAN, t_min = NAN, t_max = NAN;
+    if (measured > 0) {
+        qsort(times, (size_t)measured, sizeof(double), cmp_double);
+        t_med = measured % 2 ? times[measured / 2] : 0.5 * (times[measured / 2 - 1] + times[measured / 2]);
+        t_min = times[0];
+        t_max = times[measured - 1];
+    }
+    double counted[2] = {measured_gemm_flops, measured_attn_flops};
+    spb_allreduce_sum_f64(counted, 2, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    const spb_mem_stats *ms = spb_mem_get_stats();
+    double peaks[SPB_MEM_NUM_CATEGORIES + 1];
+    for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++) peaks[c] = (double)ms->peak[c];
+    peaks[SPB_MEM_NUM_CATEGORIES] = (double)ms->peak_total;
+    spb_allreduce_max_f64(peaks, SPB_MEM_NUM_CATEGORIES + 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    double timers[SPB_NUM_TIMERS];
+    for (int k = 0; k < SPB_NUM_TIMERS; k++) timers[k] = spb_timer_get((spb_timer_id)k) / (measured ? measured : 1);
+    spb_allreduce_max_f64(timers, SPB_NUM_TIMERS, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+
+    double per_iter_counted = measured ? (counted[0] + counted[1]) / measured : NAN;
+    double tflops_paper = paper_flops / t_med / world / 1e12;
+    double tflops_counted = per_iter_counted / t_med / world / 1e12;
+    double compute = timers[SPB_T_FORWARD] + timers[SPB_T_BACKWARD];
+    double gemm_share = compute > 0 ? timers[SPB_T_GEMM] / compute : NAN;
+    double gemm_gflops = timers[SPB_T_GEMM] > 0 && measured ? counted[0] / measured / world / timers[SPB_T_GEMM] / 1e9 : NAN;
+
+    int rc = 0;
+    if (rank == 0) {
+        if (!cfg.quiet) {
+            printf("summary: %d measured iterations | iteration time median %.2f ms (min %.2f, max %.2f) | "
+                   "tokens/s %.0f | TFLOPs/rank paper %.4f counted %.4f | loss %.4f -> %.4f\n",
+                   measured, t_med * 1e3, t_min * 1e3, t_max * 1e3, tokens_per_iter / t_med, tflops_paper,
+                   tflops_counted, first_loss, final_loss);
+            printf("time/iteration (ms, slowest rank):");
+            for (int k = 0; k < SPB_NUM_TIMERS; k++) printf(" %s %.2f", spb_timer_name((spb_timer_id)k), timers[k] * 1e3);
+            printf(" | gemm share of compute %.1f%% at %.2f GFLOP/s per rank\n", 100 * gemm_share, gemm_gflops);
+            printf("peak memory/rank (MiB):");
+            for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
+                printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), peaks[c] / 1048576.0);
+            printf(" | total %.2f\n", peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
+            fflush(stdout);
+        }
+        if (cfg.results[0]) {
+            spb_row r = {0};
+            char host[128] = "unknown", date[32];
+            gethostname(host, sizeof host);
+            time_t now = time(NULL);
+            strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+            spb_row_add(&r, "run_name", "%s", cfg.run_name);
+            spb_row_add(&r, "status", "%s", "ok");
+            spb_row_add(&r, "strategy", "%s", cfg.strategy);
+            spb_row_add(&r, "device", "%s", cfg.device);
+            spb_row_add(&r, "attention", "%s", cfg.attention);
+            spb_row_add(&r, "world_size", "%d", world);
+            spb_row_add(&r, "dp", "%d", grid.dp_size);
+            spb_row_add(&r, "sp", "%d", grid.sp_size);
+            spb_row_add(&r, "zero_stage", "%d", cfg.zero_stage);
+            spb_row_add(&r, "num_layers", "%d", cfg.num_layers);
+            spb_row_add(&r, "hidden_size", "%d", cfg.hidden_size);
+            spb_row_add(&r, "num_heads", "%d", cfg.num_heads);
+            spb_row_add(&r, "ffn_hidden_size", "%d", cfg.ffn_hidden_size);
+            spb_row_add(&r, "vocab_size", "%d", cfg.vocab_size);
+            spb_row_add(&r, "seq_length", "%d", cfg.seq_length);
+            spb_row_add(&r, "micro_batch_size", "%d", cfg.micro_batch_size);
+            spb_row_add(&r, "global_batch_size", "%d", cfg.global_batch_size);
+            spb_row_add(&r, "num_params", "%ld", g->num_params);
+            spb_row_add(&r, "train_iters", "%d", iters);
+            spb_row_add(&r, "measured_iters", "%d", measured);
+            spb_row_add(&r, "iter_time_median_s", "%.6g", t_med);
+            spb_row_add(&r, "iter_time_min_s", "%.6g", t_min);
+            spb_row_add(&r, "iter_time_max_s", "%.6g", t_max);
+            spb_row_add(&r, "tokens_per_s", "%.6g", tokens_per_iter / t_med);
+            spb_row_add(&r, "tflops_paper_per_rank", "%.6g", tflops_paper);
+            spb_row_add(&r, "tflops_counted_per_rank", "%.6g", tflops_counted);
+            spb_row_add(&r, "first_loss", "%.6f", first_loss);
+            spb_row_add(&r, "final_loss", "%.6f", final_loss);
+            for (int k = 0; k < SPB_NUM_TIMERS; k++) {
+                char key[40];
+                snprintf(key, sizeof key, "time_%s_s", spb_timer_name((spb_timer_id)k));
+                spb_row_add(&r, key, "%.6g", timers[k]);
+            }
+            for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++) {
+                char key[40];
+                snprintf(key, sizeof key, "peak_mem_%s_bytes", spb_mem_category_name((spb_mem_category)c));
+                spb_row_add(&r, key, "%.0f", peaks[c]);
+            }
+            spb_row_add(&r, "peak_mem_total_bytes", "%.0f", peaks[SPB_MEM_NUM_CATEGORIES]);
+            spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
+            spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);
+            spb_row_add(&r, "date", "%s", date);
+            if (spb_row_append_csv(&r, cfg.results, err, sizeof err)) {
+                fprintf(stderr, "spbench: error: %s\n", err);
+                rc = 2;
+            }
+        }
+        if (cfg.save[0] && spb_checkpoint_save(cfg.save, &cfg, g, tr->opt, tr->iteration, err, sizeof err)) {
+            fprintf(stderr, "spbench: error: %s\n", err);
+            rc = 2;
+        }
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(times);
+    spb_trainer_destroy(tr);
+    spb_grid_destroy(&grid);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,41 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "strategy.h"
+
+/* One line per strategy. */
+static const spb_strategy *const registry[] = {
+    &spb_strategy_none,
+};
+enum { NUM_STRATEGIES = sizeof(registry) / sizeof(registry[0]) };
+
+const spb_strategy *spb_strategy_by_name(const char *name)
+{
+    for (int i = 0; i < NUM_STRATEGIES; i++)
+        if (!strcmp(registry[i]->name, name)) return registry[i];
+    return NULL;
+}
+
+void spb_strategy_names(char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < NUM_STRATEGIES && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", registry[i]->name);
+}
+
+double spb_attn_visible_pairs(const spb_attn_desc *d)
+{
+    double per_head = 0.0;
+    if (!d->causal) {
+        per_head = (double)d->q_len * d->k_len;
+    } else {
+        /* Query at global position p sees keys k_offset .. min(p, k_offset + k_len - 1). */
+        for (long i = 0; i < d->q_len; i++) {
+            long visible = d->q_offset + i - d->k_offset + 1;
+            if (visible > d->k_len) visible = d->k_len;
+            if (visible > 0) per_head += (double)visible;
+        }
+    }
+    return per_head * d->batch * d->heads;
+}

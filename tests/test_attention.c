@@ -1,0 +1,774 @@
+/* Tests for the attention backends (common/attention.h): the tiled "flash"
+ * kernel against the "naive" reference, forward (O, lse) and backward
+ * (dQ, dK, dV), in strided layouts, with offsets, masks, merged blocks; and
+ * the naive backward against central finite differences of a
+ * double-precision attention written here.
+ *
+ * Tolerance for flash vs naive: max |flash - naive| <= 1e-5 * max |naive|
+ * per output tensor (max |naive| floored at 0.1, see rel_err).  The naive kernel accumulates in double, the flash one
+ * in fp32 (sgemm dot products of head_dim <= 64 terms, softmax sums and the
+ * P V / dS K / dS^T Q sums over <= 257 keys or queries, a polynomial exp with
+ * relative error < 1e-7).  Each fp32 addition or product rounds with relative
+ * error <= 2^-24 ~ 6e-8; a sum of n terms has a worst-case error bound of
+ * n * 6e-8 relative to the sum of absolute values (~1.5e-5 for n = 257), but
+ * the errors are random and partially cancel, so the typical error grows like
+ * sqrt(n) * 6e-8 (~1e-6 for 257 terms), and the sums of absolute values stay
+ * within a small factor of the largest output element because the inputs are
+ * O(1) and the softmax weights sum to one.  1e-5 therefore leaves a margin
+ * of about 10x over what is expected and observed (6e-8 to 1e-6 with
+ * scores of O(1); 3.3e-6 for the case with 4x larger Q and K, where the
+ * scores reach ~20 and their fp32 rounding is amplified by exp), while any
+ * indexing, masking or rescaling bug gives errors of order 1e-2 or more.
+ *
+ * Set SPB_TEST_VERBOSE=1 to print the measured errors.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+
+#define REL_TOL 1e-5
+#define SENTINEL 1234.5f
+#define REF_FLOOR 0.1
+
+static int verbose(void)
+{
+    const char *e = getenv("SPB_TEST_VERBOSE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Seeded RNG (splitmix64), uniform in [-1, 1). */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s) { rng_state = s; }
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(void)
+{
+    return (float)((double)(rng_next() >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A test problem: descriptor plus buffers laid out according to it. */
+
+typedef struct cfg {
+    int B, H, D, Tq, Tk;
+    long qoff, koff;
+    int causal;
+    int fused; /* Q/K/V (and dK/dV) inside [B][T][3][H][D]; needs Tq == Tk */
+    float amp; /* amplitude of Q and K entries */
+} cfg;
+
+typedef struct problem {
+    cfg c;
+    spb_attn_desc d;
+    /* inputs */
+    float *qbuf, *kbuf, *vbuf; /* fused: all three = the QKV buffer */
+    size_t qn, kn;             /* elements of qbuf, of kbuf / vbuf */
+    const float *q, *k, *v;
+    float *dout;
+    size_t on; /* elements of an O-layout buffer */
+    /* validity masks: 1 where an element belongs to the tensor */
+    unsigned char *omask; /* O layout */
+    unsigned char *qmask; /* Q layout (dQ has Q's layout; fused: slot 0) */
+    unsigned char *kmask; /* K layout (dK in fused: slot 1; non-fused: the whole tensor) */
+    unsigned char *vmask; /* V layout slot (fused: slot 2) */
+    size_t ln;            /* lse elements */
+} problem;
+
+typedef struct outputs {
+    float *o, *lse, *dq, *dkbuf, *dvbuf; /* fused: dkbuf == dvbuf */
+    float *dk, *dv;
+} outputs;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static void fill_random(float *p, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = amp * rng_uniform();
+}
+
+static void fill_value(float *p, size_t n, float x)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = x;
+}
+
+static void mark(unsigned char *m, int B, int T, long bs, long ts, long base, int HD)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < HD; c++)
+                m[b * bs + t * ts + base + c] = 1;
+}
+
+static void problem_init(problem *p, const cfg *c, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    p->c = *c;
+    const int HD = c->H * c->D;
+    spb_attn_desc *d = &p->d;
+    d->batch = c->B;
+    d->heads = c->H;
+    d->head_dim = c->D;
+    d->q_len = c->Tq;
+    d->k_len = c->Tk;
+    d->q_offset = c->qoff;
+    d->k_offset = c->koff;
+    d->causal = c->causal;
+    d->scale = (float)(1.0 / sqrt((double)c->D));
+    rng_seed(seed);
+    if (c->fused) {
+        ck_assert_int_eq(c->Tq, c->Tk);
+        d->q_token_stride = d->k_token_stride = 3L * HD;
+        d->q_batch_stride = d->k_batch_stride = (long)c->Tq * 3 * HD;
+        p->qn = p->kn = (size_t)c->B * c->Tq * 3 * HD;
+        p->qbuf = p->kbuf = p->vbuf = xmalloc(sizeof(float) * p->qn);
+        fill_random(p->qbuf, p->qn, 1.0f);
+        /* Q and K slots get amplitude amp */
+        for (int b = 0; b < c->B; b++)
+            for (int t = 0; t < c->Tq; t++)
+                for (int i = 0; i < 2 * HD; i++)
+                    p->qbuf[(size_t)b * d->q_batch_stride + (size_t)t * d->q_token_stride + i] *= c->amp;
+        p->q = p->qbuf;
+        p->k = p->qbuf + HD;
+        p->v = p->qbuf + 2 * HD;
+        p->kmask = calloc(p->kn, 1);
+        p->vmask = calloc(p->kn, 1);
+        p->qmask = calloc(p->qn, 1);
+        mark(p->qmask, c->B, c->Tq, d->q_batch_stride, d->q_token_stride, 0, HD);
+        mark(p->kmask, c->B, c->Tk, d->k_batch_stride, d->k_token_stride, HD, HD);
+        mark(p->vmask, c->B, c->Tk, d->k_batch_stride, d->k_token_stride, 2 * HD, HD);
+    } else {
+        /* padded, non-packed strides */
+        d->q_token_stride = HD + 3;
+        d->q_batch_stride = (long)c->Tq * d->q_token_stride + 5;
+        d->k_token_stride = HD + 1;
+        d->k_batch_stride = (long)c->Tk * d->k_token_stride + 2;
+        p->qn = (size_t)c->B * d->q_batch_stride;
+        p->kn = (size_t)c->B * d->k_batch_stride;
+        p->qbuf = xmalloc(sizeof(float) * p->qn);
+        p->kbuf = xmalloc(sizeof(float) * p->kn);
+        p->vbuf = xmalloc(sizeof(float) * p->kn);
+        fill_random(p->qbuf, p->qn, c->amp);
+        fill_random(p->kbuf, p->kn, c->amp);
+        fill_random(p->vbuf, p->kn, 1.0f);
+        p->q = p->qbuf;
+        p->k = p->kbuf;
+        p->v = p->vbuf;
+        p->kmask = calloc(p->kn, 1);
+        p->vmask = calloc(p->kn, 1);
+        p->qmask = calloc(p->qn, 1);
+        mark(p->qmask, c->B, c->Tq, d->q_batch_stride, d->q_token_stride, 0, HD);
+        mark(p->kmask, c->B, c->Tk, d->k_batch_stride, d->k_token_stride, 0, HD);
+        mark(p->vmask, c->B, c->Tk, d->k_batch_stride, d->k_token_stride, 0, HD);
+    }
+    d->o_token_stride = HD + 2;
+    d->o_batch_stride = (long)c->Tq * d->o_token_stride + 3;
+    p->on = (size_t)c->B * d->o_batch_stride;
+    p->dout = xmalloc(sizeof(float) * p->on);
+    fill_random(p->dout, p->on, 1.0f);
+    p->omask = calloc(p->on, 1);
+    ck_assert_ptr_nonnull(p->kmask);
+    ck_assert_ptr_nonnull(p->vmask);
+    ck_assert_ptr_nonnull(p->omask);
+    mark(p->omask, c->B, c->Tq, d->o_batch_stride, d->o_token_stride, 0, HD);
+    p->ln = (size_t)c->B * c->H * c->Tq;
+}
+
+static void problem_free(problem *p)
+{
+    free(p->qbuf);
+    if (!p->c.fused) {
+        free(p->kbuf);
+        free(p->vbuf);
+    }
+    free(p->dout);
+    free(p->omask);
+    free(p->qmask);
+    free(p->kmask);
+    free(p->vmask);
+}
+
+static void outputs_init(outputs *out, const problem *p)
+{
+    const int HD = p->c.H * p->c.D;
+    out->o = xmalloc(sizeof(float) * p->on);
+    out->dq = xmalloc(sizeof(float) * p->qn);
+    out->lse = xmalloc(sizeof(float) * p->ln);
+    fill_value(out->o, p->on, SENTINEL);
+    fill_value(out->lse, p->ln, SENTINEL);
+    /* gradients: zero where valid (callers zero them), sentinel in the gaps */
+    for (size_t i = 0; i < p->qn; i++)
+        out->dq[i] = p->qmask[i] ? 0.0f : SENTINEL;
+    out->dkbuf = xmalloc(sizeof(float) * p->kn);
+    if (p->c.fused) {
+        out->dvbuf = out->dkbuf;
+        out->dk = out->dkbuf + HD;
+        out->dv = out->dkbuf + 2 * HD;
+        for (size_t i = 0; i < p->kn; i++)
+            out->dkbuf[i] = (p->kmask[i] || p->vmask[i]) ? 0.0f : SENTINEL;
+    } else {
+        out->dvbuf = xmalloc(sizeof(float) * p->kn);
+        out->dk = out->dkbuf;
+        out->dv = out->dvbuf;
+        for (size_t i = 0; i < p->kn; i++) {
+            out->dkbuf[i] = p->kmask[i] ? 0.0f : SENTINEL;
+            out->dvbuf[i] = p->vmask[i] ? 0.0f : SENTINEL;
+        }
+    }
+}
+
+static void outputs_free(outputs *out, const problem *p)
+{
+    free(out->o);
+    free(out->dq);
+    free(out->lse);
+    free(out->dkbuf);
+    if (!p->c.fused)
+        free(out->dvbuf);
+}
+
+static void run_forward(const spb_attn_backend *be, const problem *p, outputs *out)
+{
+    be->forward(&p->d, p->q, p->k, p->v, out->o, out->lse);
+}
+
+static void run_backward(const spb_attn_backend *be, const problem *p, outputs *out)
+{
+    be->backward(&p->d, p->q, p->k, p->v, out->o, out->lse, p->dout, out->dq, out->dk, out->dv);
+}
+
+/* max |a - r| / max |r| over elements where mask is set (mask NULL: all);
+ * NaN if an element of a is NaN.  Both -inf at the same place count as equal;
+ * -inf against finite is an infinite error. */
+static double rel_err(const float *a, const float *r, size_t n, const unsigned char *mask)
+{
+    double emax = 0.0, rmax = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (mask && !mask[i])
+            continue;
+        if (isnan(a[i]) || isnan(r[i]))
+            return NAN;
+        if (isinf(a[i]) || isinf(r[i])) {
+            if (a[i] != r[i])
+                return INFINITY;
+            continue;
+        }
+        double e = fabs((double)a[i] - r[i]);
+        if (e > emax)
+            emax = e;
+        if (fabs(r[i]) > rmax)
+            rmax = fabs(r[i]);
+    }
+    /* Absolute floor: a reference that is exactly zero (e.g. dQ when each
+     * row sees a single key, where softmax is constant) is compared
+     * absolutely, against the O(1) scale of the inputs. */
+    if (rmax < REF_FLOOR)
+        rmax = REF_FLOOR;
+    return emax / rmax;
+}
+
+/* Elements outside the tensors must still hold the sentinel. */
+static int gaps_intact(const float *a, size_t n, const unsigned char *m1, const unsigned char *m2)
+{
+    for (size_t i = 0; i < n; i++) {
+        if ((m1 && m1[i]) || (m2 && m2[i]))
+            continue;
+        if (a[i] != SENTINEL)
+            return 0;
+    }
+    return 1;
+}
+
+static void describe(char *buf, size_t n, const cfg *c)
+{
+    snprintf(buf, n, "B=%d H=%d D=%d Tq=%d Tk=%d qoff=%ld koff=%ld causal=%d fused=%d amp=%g",
+             c->B, c->H, c->D, c->Tq, c->Tk, c->qoff, c->koff, c->causal, c->fused,
+             (double)c->amp);
+}
+
+/* Flash vs naive on one configuration: forward O, lse; backward dQ, dK, dV
+ * (each backend's backward fed with its own forward's O and lse, as in
+ * training); buffer gaps untouched. */
+static void compare_backends(const cfg *c, uint64_t seed, double tol)
+{
+    problem p;
+    outputs rn, rf;
+    char what[256];
+    describe(what, sizeof what, c);
+    problem_init(&p, c, seed);
+    outputs_init(&rn, &p);
+    outputs_init(&rf, &p);
+
+    run_forward(&spb_attn_naive, &p, &rn);
+    run_forward(&spb_attn_flash, &p, &rf);
+    run_backward(&spb_attn_naive, &p, &rn);
+    run_backward(&spb_attn_flash, &p, &rf);
+
+    double eo = rel_err(rf.o, rn.o, p.on, p.omask);
+    double el = rel_err(rf.lse, rn.lse, p.ln, NULL);
+    double eq = rel_err(rf.dq, rn.dq, p.qn, p.qmask);
+    /* dK / dV compared through the buffers and the masks of their slots */
+    double ek = rel_err(rf.dkbuf, rn.dkbuf, p.kn, p.kmask);
+    double ev = rel_err(rf.dvbuf, rn.dvbuf, p.kn, p.vmask);
+    if (verbose())
+        printf("%s: O %.2e lse %.2e dQ %.2e dK %.2e dV %.2e\n", what, eo, el, eq, ek, ev);
+    ck_assert_msg(eo <= tol, "%s: O rel err %g", what, eo);
+    ck_assert_msg(el <= tol, "%s: lse rel err %g", what, el);
+    ck_assert_msg(eq <= tol, "%s: dQ rel err %g", what, eq);
+    ck_assert_msg(ek <= tol, "%s: dK rel err %g", what, ek);
+    ck_assert_msg(ev <= tol, "%s: dV rel err %g", what, ev);
+
+    /* rows without a visible key: exactly O = 0, lse = -inf in both */
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < c->Tq; i++) {
+                int vis = !c->causal || c->qoff + i >= c->koff;
+                if (c->Tk == 0)
+                    vis = 0;
+                size_t li = ((size_t)b * c->H + h) * c->Tq + i;
+                const float *orow = rf.o + b * p.d.o_batch_stride + i * p.d.o_token_stride + h * c->D;
+                const float *nrow = rn.o + b * p.d.o_batch_stride + i * p.d.o_token_stride + h * c->D;
+                if (vis) {
+                    ck_assert_msg(isfinite(rf.lse[li]), "%s: lse not finite", what);
+                    continue;
+                }
+                ck_assert_msg(isinf(rf.lse[li]) && rf.lse[li] < 0, "%s: flash lse != -inf", what);
+                ck_assert_msg(isinf(rn.lse[li]) && rn.lse[li] < 0, "%s: naive lse != -inf", what);
+                for (int x = 0; x < c->D; x++) {
+                    ck_assert_msg(orow[x] == 0.0f, "%s: flash O != 0 on invisible row", what);
+                    ck_assert_msg(nrow[x] == 0.0f, "%s: naive O != 0 on invisible row", what);
+                }
+            }
+
+    ck_assert_msg(gaps_intact(rf.o, p.on, p.omask, NULL), "%s: flash wrote outside O", what);
+    ck_assert_msg(gaps_intact(rn.o, p.on, p.omask, NULL), "%s: naive wrote outside O", what);
+    ck_assert_msg(gaps_intact(rf.dq, p.qn, p.qmask, NULL), "%s: flash wrote outside dQ", what);
+    ck_assert_msg(gaps_intact(rn.dq, p.qn, p.qmask, NULL), "%s: naive wrote outside dQ", what);
+    if (p.c.fused) {
+        ck_assert_msg(gaps_intact(rf.dkbuf, p.kn, p.kmask, p.vmask), "%s: flash wrote outside dK/dV", what);
+        ck_assert_msg(gaps_intact(rn.dkbuf, p.kn, p.kmask, p.vmask), "%s: naive wrote outside dK/dV", what);
+    } else {
+        ck_assert_msg(gaps_intact(rf.dkbuf, p.kn, p.kmask, NULL), "%s: flash wrote outside dK", what);
+        ck_assert_msg(gaps_intact(rf.dvbuf, p.kn, p.vmask, NULL), "%s: flash wrote outside dV", what);
+        ck_assert_msg(gaps_intact(rn.dkbuf, p.kn, p.kmask, NULL), "%s: naive wrote outside dK", what);
+        ck_assert_msg(gaps_intact(rn.dvbuf, p.kn, p.vmask, NULL), "%s: naive wrote outside dV", what);
+    }
+
+    outputs_free(&rn, &p);
+    outputs_free(&rf, &p);
+    problem_free(&p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Grid: lengths x head_dim x causal, fused QKV layout, B = 2, H = 3. */
+
+static const int grid_len[] = {1, 7, 63, 64, 65, 130, 257};
+static const int grid_dim[] = {16, 32, 64};
+#define N_LEN ((int)(sizeof grid_len / sizeof grid_len[0]))
+#define N_DIM ((int)(sizeof grid_dim / sizeof grid_dim[0]))
+#define N_GRID (N_LEN * N_DIM * 2)
+
+START_TEST(test_grid_fused)
+{
+    int causal = _i % 2;
+    int di = (_i / 2) % N_DIM;
+    int li = _i / (2 * N_DIM);
+    cfg c = {2, 3, grid_dim[di], grid_len[li], grid_len[li], 0, 0, causal, 1, 2.0f};
+    compare_backends(&c, 1000u + (uint64_t)_i, REL_TOL);
+}
+END_TEST
+
+/* Same grid with padded separate buffers and both blocks at a common
+ * nonzero offset (a diagonal block of ring attention). */
+START_TEST(test_grid_strided_offset)
+{
+    int causal = _i % 2;
+    int di = (_i / 2) % N_DIM;
+    int li = _i / (2 * N_DIM);
+    cfg c = {2, 3, grid_dim[di], grid_len[li], grid_len[li], 300, 300, causal, 0, 2.0f};
+    compare_backends(&c, 5000u + (uint64_t)_i, REL_TOL);
+}
+END_TEST
+
+/* q_len != k_len, nonzero offsets, as in ring attention. */
+static const cfg offset_cases[] = {
+    /* query block at 128 against key block at 0 (fully visible when causal) */
+    {2, 3, 32, 100, 128, 128, 0, 1, 0, 2.0f},
+    /* ... against key block at 64: straddles the diagonal */
+    {2, 3, 32, 100, 130, 128, 64, 1, 0, 2.0f},
+    {2, 3, 64, 64, 64, 128, 64, 1, 0, 2.0f},
+    {2, 3, 16, 65, 257, 128, 0, 1, 0, 2.0f},
+    /* key block starting inside the query block: leading rows see nothing */
+    {2, 3, 32, 100, 64, 128, 200, 1, 0, 2.0f},
+    {2, 3, 16, 130, 7, 0, 129, 1, 0, 2.0f},
+    /* non-causal with offsets: offsets must not matter */
+    {2, 3, 32, 100, 130, 128, 64, 0, 0, 2.0f},
+    {2, 3, 64, 7, 257, 0, 999, 0, 0, 2.0f},
+    /* larger scores: stresses the running-max rescaling */
+    {2, 3, 64, 257, 257, 0, 0, 1, 1, 4.0f},
+};
+#define N_OFFSET ((int)(sizeof offset_cases / sizeof offset_cases[0]))
+
+START_TEST(test_offsets)
+{
+    compare_backends(&offset_cases[_i], 9000u + (uint64_t)_i, REL_TOL);
+}
+END_TEST
+
+/* A causal block entirely above the diagonal: every row invisible.  Both
+ * backends: O = 0, lse = -inf, gradients untouched. */
+START_TEST(test_fully_masked)
+{
+    const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
+    cfg c = {2, 3, 32, 64, 70, 0, 64, 1, 0, 2.0f};
+    for (int bi = 0; bi < 2; bi++) {
+        problem p;
+        outputs out;
+        problem_init(&p, &c, 77);
+        outputs_init(&out, &p);
+        run_forward(bes[bi], &p, &out);
+        for (size_t i = 0; i < p.ln; i++)
+            ck_assert_msg(isinf(out.lse[i]) && out.lse[i] < 0, "%s: lse[%zu] = %g", bes[bi]->name,
+                          i, (double)out.lse[i]);
+        for (size_t i = 0; i < p.on; i++)
+            ck_assert_msg(p.omask[i] ? out.o[i] == 0.0f : out.o[i] == SENTINEL,
+                          "%s: O[%zu] = %g", bes[bi]->name, i, (double)out.o[i]);
+        /* gradients prefilled with a nonzero value must stay as they are */
+        for (size_t i = 0; i < p.qn; i++)
+            if (p.qmask[i])
+                out.dq[i] = 0.25f;
+        for (size_t i = 0; i < p.kn; i++) {
+            if (p.kmask[i])
+                out.dk[i] = 0.5f;
+            if (p.vmask[i])
+                out.dv[i] = 0.75f;
+        }
+        run_backward(bes[bi], &p, &out);
+        for (size_t i = 0; i < p.qn; i++)
+            ck_assert(p.qmask[i] ? out.dq[i] == 0.25f : out.dq[i] == SENTINEL);
+        for (size_t i = 0; i < p.kn; i++) {
+            ck_assert(p.kmask[i] ? out.dk[i] == 0.5f : out.dk[i] == SENTINEL);
+            ck_assert(p.vmask[i] ? out.dv[i] == 0.75f : out.dv[i] == SENTINEL);
+        }
+        outputs_free(&out, &p);
+        problem_free(&p);
+    }
+    /* and against each other (exercises the -inf comparison path) */
+    compare_backends(&c, 78, REL_TOL);
+}
+END_TEST
+
+/* The backward accumulates: a second call adds the same contribution. */
+START_TEST(test_accumulates)
+{
+    const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
+    cfg c = {2, 3, 32, 130, 130, 0, 0, 1, 1, 2.0f};
+    for (int bi = 0; bi < 2; bi++) {
+        problem p;
+        outputs a, b2;
+        problem_init(&p, &c, 4242);
+        outputs_init(&a, &p);
+        outputs_init(&b2, &p);
+        run_forward(bes[bi], &p, &a);
+        run_backward(bes[bi], &p, &a);
+        memcpy(b2.o, a.o, sizeof(float) * p.on);
+        memcpy(b2.lse, a.lse, sizeof(float) * p.ln);
+        run_backward(bes[bi], &p, &b2);
+        run_backward(bes[bi], &p, &b2);
+        /* halve the twice-accumulated gradients (exact in binary) */
+        for (size_t i = 0; i < p.qn; i++)
+            if (p.qmask[i])
+                b2.dq[i] *= 0.5f;
+        for (size_t i = 0; i < p.kn; i++)
+            if (p.kmask[i] || p.vmask[i])
+                b2.dkbuf[i] *= 0.5f;
+        double eq = rel_err(b2.dq, a.dq, p.qn, p.qmask);
+        double ek = rel_err(b2.dkbuf, a.dkbuf, p.kn, p.kmask);
+        double ev = rel_err(b2.dkbuf, a.dkbuf, p.kn, p.vmask);
+        if (verbose())
+            printf("accumulate %s: dQ %.2e dK %.2e dV %.2e\n", bes[bi]->name, eq, ek, ev);
+        /* not bit-exact: sgemm with beta = 1 rounds (g + t1) + t2 ... */
+        ck_assert_msg(eq <= 1e-6 && ek <= 1e-6 && ev <= 1e-6, "%s: 2x backward != 2 x dQ/dK/dV",
+                      bes[bi]->name);
+        double z = 0.0;
+        for (size_t i = 0; i < p.qn; i++)
+            if (p.qmask[i])
+                z += fabs(a.dq[i]);
+        ck_assert(z > 0.0);
+        outputs_free(&a, &p);
+        outputs_free(&b2, &p);
+        problem_free(&p);
+    }
+}
+END_TEST
+
+/* Ring attention use: forward over two key blocks merged by log-sum-exp
+ * equals the forward over the whole key range, and the per-block backwards
+ * fed the merged O and lse sum to the whole backward. */
+START_TEST(test_merge_blocks)
+{
+    const int B = 2, H = 3, D = 32, T = 200, split = 77;
+    const int HD = H * D;
+    const long ts = HD;
+    const spb_attn_backend *be = &spb_attn_flash;
+    size_t n = (size_t)B * T * HD;
+    float *q = xmalloc(sizeof(float) * n), *k = xmalloc(sizeof(float) * n);
+    float *v = xmalloc(sizeof(float) * n), *dout = xmalloc(sizeof(float) * n);
+    rng_seed(31337);
+    fill_random(q, n, 2.0f);
+    fill_random(k, n, 2.0f);
+    fill_random(v, n, 1.0f);
+    fill_random(dout, n, 1.0f);
+    spb_attn_desc full = {B, H, D, T, T, 0, 0, 1, (float)(1.0 / sqrt((double)D)),
+                          ts, T * ts, ts, T * ts, ts, T * ts};
+    spb_attn_desc b1 = full, b2 = full;
+    b1.k_len = split;
+    b2.k_len = T - split;
+    b2.k_offset = split;
+    float *o = xmalloc(sizeof(float) * n), *o1 = xmalloc(sizeof(float) * n);
+    float *o2 = xmalloc(sizeof(float) * n), *om = xmalloc(sizeof(float) * n);
+    size_t ln = (size_t)B * H * T;
+    float *l = xmalloc(sizeof(float) * ln), *l1 = xmalloc(sizeof(float) * ln);
+    float *l2 = xmalloc(sizeof(float) * ln), *lm = xmalloc(sizeof(float) * ln);
+    be->forward(&full, q, k, v, o, l);
+    be->forward(&b1, q, k, v, o1, l1);
+    be->forward(&b2, q, k + split * ts, v + split * ts, o2, l2);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                size_t li = ((size_t)b * H + h) * T + i;
+                double a1 = l1[li], a2 = l2[li];
+                double m = a1 > a2 ? a1 : a2; /* a1 is always finite here */
+                double lse = m + log(exp(a1 - m) + (isinf(a2) ? 0.0 : exp(a2 - m)));
+                double w1 = exp(a1 - lse), w2 = isinf(a2) ? 0.0 : exp(a2 - lse);
+                lm[li] = (float)lse;
+                for (int x = 0; x < D; x++) {
+                    size_t oi = (size_t)b * T * ts + (size_t)i * ts + (size_t)h * D + x;
+                    om[oi] = (float)(w1 * o1[oi] + w2 * o2[oi]);
+                }
+            }
+    double eo = rel_err(om, o, n, NULL), el = rel_err(lm, l, ln, NULL);
+    ck_assert_msg(eo <= REL_TOL && el <= REL_TOL, "merged forward: O %g lse %g", eo, el);
+
+    float *dq = calloc(n, sizeof(float)), *dk = calloc(n, sizeof(float)), *dv = calloc(n, sizeof(float));
+    float *dqm = calloc(n, sizeof(float)), *dkm = calloc(n, sizeof(float)), *dvm = calloc(n, sizeof(float));
+    ck_assert(dq && dk && dv && dqm && dkm && dvm);
+    be->backward(&full, q, k, v, o, l, dout, dq, dk, dv);
+    be->backward(&b1, q, k, v, om, lm, dout, dqm, dkm, dvm);
+    be->backward(&b2, q, k + split * ts, v + split * ts, om, lm, dout, dqm, dkm + split * ts,
+                 dvm + split * ts);
+    double eq = rel_err(dqm, dq, n, NULL), ek = rel_err(dkm, dk, n, NULL);
+    double ev = rel_err(dvm, dv, n, NULL);
+    if (verbose())
+        printf("merge: O %.2e lse %.2e dQ %.2e dK %.2e dV %.2e\n", eo, el, eq, ek, ev);
+    ck_assert_msg(eq <= REL_TOL && ek <= REL_TOL && ev <= REL_TOL,
+                  "merged backward: dQ %g dK %g dV %g", eq, ek, ev);
+    free(q); free(k); free(v); free(dout);
+    free(o); free(o1); free(o2); free(om);
+    free(l); free(l1); free(l2); free(lm);
+    free(dq); free(dk); free(dv); free(dqm); free(dkm); free(dvm);
+}
+END_TEST
+
+START_TEST(test_by_name)
+{
+    ck_assert_ptr_eq(spb_attn_backend_by_name("naive"), &spb_attn_naive);
+    ck_assert_ptr_eq(spb_attn_backend_by_name("flash"), &spb_attn_flash);
+    ck_assert_ptr_null(spb_attn_backend_by_name("nope"));
+    ck_assert_ptr_null(spb_attn_backend_by_name(""));
+    ck_assert_str_eq(spb_attn_naive.name, "naive");
+    ck_assert_str_eq(spb_attn_flash.name, "flash");
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Finite differences.  A self-contained double-precision attention on packed
+ * [B][T][H][D] arrays gives loss = sum(O o W); its central differences
+ * (eps = 1e-4: truncation error ~ eps^2 ~ 1e-8, rounding ~ 1e-16 / eps)
+ * are compared to the backends' backward with dO = W. */
+
+typedef struct fd_cfg {
+    int B, H, D, Tq, Tk;
+    long qoff, koff;
+    int causal;
+} fd_cfg;
+
+static double fd_loss(const fd_cfg *c, const double *q, const double *k, const double *v,
+                      const double *w)
+{
+    const int HD = c->H * c->D;
+    const double scale = 1.0 / sqrt((double)c->D);
+    double loss = 0.0;
+    double s[64];
+    ck_assert_int_le(c->Tk, 64);
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < c->Tq; i++) {
+                const double *qi = q + ((size_t)b * c->Tq + i) * HD + h * c->D;
+                const double *wi = w + ((size_t)b * c->Tq + i) * HD + h * c->D;
+                double m = -INFINITY;
+                int any = 0;
+                for (int j = 0; j < c->Tk; j++) {
+                    s[j] = -INFINITY;
+                    if (c->causal && c->koff + j > c->qoff + i)
+                        continue;
+                    const double *kj = k + ((size_t)b * c->Tk + j) * HD + h * c->D;
+                    double dot = 0.0;
+                    for (int x = 0; x < c->D; x++)
+                        dot += qi[x] * kj[x];
+                    s[j] = scale * dot;
+                    if (s[j] > m)
+                        m = s[j];
+                    any = 1;
+                }
+                if (!any)
+                    continue; /* O = 0 */
+                double sum = 0.0;
+                for (int j = 0; j < c->Tk; j++)
+                    sum += isinf(s[j]) ? 0.0 : exp(s[j] - m);
+                for (int j = 0; j < c->Tk; j++) {
+                    if (isinf(s[j]))
+                        continue;
+                    const double *vj = v + ((size_t)b * c->Tk + j) * HD + h * c->D;
+                    double p = exp(s[j] - m) / sum, dotw = 0.0;
+                    for (int x = 0; x < c->D; x++)
+                        dotw += vj[x] * wi[x];
+                    loss += p * dotw;
+                }
+            }
+    return loss;
+}
+
+static double fd_grad_err(const fd_cfg *c, double *x, size_t nx, const float *g, const double *q,
+                          const double *k, const double *v, const double *w)
+{
+    const double eps = 1e-4;
+    double emax = 0.0, rmax = 0.0;
+    for (size_t i = 0; i < nx; i++) {
+        double x0 = x[i];
+        x[i] = x0 + eps;
+        double lp = fd_loss(c, q, k, v, w);
+        x[i] = x0 - eps;
+        double lm = fd_loss(c, q, k, v, w);
+        x[i] = x0;
+        double fd = (lp - lm) / (2 * eps);
+        double e = fabs(fd - g[i]);
+        if (e > emax)
+            emax = e;
+        if (fabs(fd) > rmax)
+            rmax = fabs(fd);
+    }
+    return rmax > 0 ? emax / rmax : emax;
+}
+
+static const fd_cfg fd_cases[] = {
+    {2, 2, 8, 5, 7, 0, 0, 0},  /* full */
+    {2, 2, 8, 6, 6, 0, 0, 1},  /* causal diagonal block */
+    {1, 2, 8, 5, 7, 2, 4, 1},  /* causal, first rows invisible, q_len != k_len */
+    {1, 2, 8, 4, 9, 10, 0, 1}, /* causal, key block fully visible except tail */
+};
+#define N_FD ((int)(sizeof fd_cases / sizeof fd_cases[0]))
+
+START_TEST(test_finite_differences)
+{
+    const fd_cfg *c = &fd_cases[_i];
+    const int HD = c->H * c->D;
+    size_t nq = (size_t)c->B * c->Tq * HD, nk = (size_t)c->B * c->Tk * HD;
+    float *qf = xmalloc(sizeof(float) * nq), *kf = xmalloc(sizeof(float) * nk);
+    float *vf = xmalloc(sizeof(float) * nk), *wf = xmalloc(sizeof(float) * nq);
+    double *q = xmalloc(sizeof(double) * nq), *k = xmalloc(sizeof(double) * nk);
+    double *v = xmalloc(sizeof(double) * nk), *w = xmalloc(sizeof(double) * nq);
+    rng_seed(2024u + (uint64_t)_i);
+    fill_random(qf, nq, 2.0f);
+    fill_random(kf, nk, 2.0f);
+    fill_random(vf, nk, 1.0f);
+    fill_random(wf, nq, 1.0f);
+    for (size_t i = 0; i < nq; i++) {
+        q[i] = qf[i];
+        w[i] = wf[i];
+    }
+    for (size_t i = 0; i < nk; i++) {
+        k[i] = kf[i];
+        v[i] = vf[i];
+    }
+    spb_attn_desc d = {c->B, c->H, c->D, c->Tq, c->Tk, c->qoff, c->koff, c->causal,
+                       (float)(1.0 / sqrt((double)c->D)),
+                       HD, (long)c->Tq * HD, HD, (long)c->Tk * HD, HD, (long)c->Tq * HD};
+    const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
+    for (int bi = 0; bi < 2; bi++) {
+        float *o = xmalloc(sizeof(float) * nq), *lse = xmalloc(sizeof(float) * (size_t)c->B * c->H * c->Tq);
+        float *dq = calloc(nq, sizeof(float)), *dk = calloc(nk, sizeof(float));
+        float *dv = calloc(nk, sizeof(float));
+        ck_assert(dq && dk && dv);
+        bes[bi]->forward(&d, qf, kf, vf, o, lse);
+        bes[bi]->backward(&d, qf, kf, vf, o, lse, wf, dq, dk, dv);
+        double eq = fd_grad_err(c, q, nq, dq, q, k, v, w);
+        double ek = fd_grad_err(c, k, nk, dk, q, k, v, w);
+        double ev = fd_grad_err(c, v, nk, dv, q, k, v, w);
+        if (verbose())
+            printf("finite differences %d %s: dQ %.2e dK %.2e dV %.2e\n", _i, bes[bi]->name, eq,
+                   ek, ev);
+        ck_assert_msg(eq <= 1e-4 && ek <= 1e-4 && ev <= 1e-4,
+                      "case %d %s: fd rel err dQ %g dK %g dV %g", _i, bes[bi]->name, eq, ek, ev);
+        free(o); free(lse); free(dq); free(dk); free(dv);
+    }
+    free(qf); free(kf); free(vf); free(wf);
+    free(q); free(k); free(v); free(w);
+}
+END_TEST
+
+static Suite *attention_suite(void)
+{
+    Suite *s = suite_create("attention");
+    TCase *tc = tcase_create("flash_vs_naive");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_grid_fused, 0, N_GRID);
+    tcase_add_loop_test(tc, test_grid_strided_offset, 0, N_GRID);
+    tcase_add_loop_test(tc, test_offsets, 0, N_OFFSET);
+    tcase_add_test(tc, test_fully_masked);
+    tcase_add_test(tc, test_merge_blocks);
+    suite_add_tcase(s, tc);
+
+    TCase *tb = tcase_create("contract");
+    tcase_add_test(tb, test_accumulates);
+    tcase_add_test(tb, test_by_name);
+    suite_add_tcase(s, tb);
+
+    TCase *tf = tcase_create("finite_differences");
+    tcase_set_timeout(tf, 120);
+    tcase_add_loop_test(tf, test_finite_differences, 0, N_FD);
+    suite_add_tcase(s, tf);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(attention_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0;
+}

@@ -1,0 +1,237 @@
+/* Unit tests of the runtime: configuration parsing and validation, tracked
+ * allocator, counter-based RNG, results CSV, learning-rate schedule. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "gpt.h"
+#include "memory.h"
+#include "optimizer.h"
+#include "report.h"
+#include "rng.h"
+
+static int parse_and_finalize(int world, char *err, size_t errlen, spb_config *c, ...)
+{
+    char *argv[64] = {"spbench"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, c);
+    for (char *a; (a = va_arg(ap, char *));) argv[argc++] = a;
+    va_end(ap);
+    spb_config_defaults(c);
+    int rc = spb_config_parse(argc, argv, c, err, errlen);
+    if (rc) return rc;
+    return spb_config_finalize(c, world, err, errlen);
+}
+
+START_TEST(config_parses_megatron_options)
+{
+    spb_config c;
+    char err[256] = "";
+    int rc = parse_and_finalize(2, err, sizeof err, &c, "--num-layers", "3", "--hidden-size=48",
+                                "--num-attention-heads", "6", "--seq-length", "32", "--micro-batch-size", "2",
+                                "--global-batch-size", "8", "--lr", "3e-4", "--seed", "77", NULL);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(c.num_layers, 3);
+    ck_assert_int_eq(c.hidden_size, 48);
+    ck_assert_int_eq(c.ffn_hidden_size, 4 * 48);
+    ck_assert_int_eq(c.max_position_embeddings, 32);
+    ck_assert_int_eq(c.vocab_size, 256);
+    ck_assert_uint_eq(c.seed, 77);
+    ck_assert_double_eq_tol(c.lr, 3e-4, 1e-15);
+    ck_assert_int_eq(spb_config_dp_degree(&c, 2), 2);
+    ck_assert_int_eq(spb_config_accum_steps(&c, 2), 2);
+}
+END_TEST
+
+START_TEST(config_rejects_bad_values)
+{
+    struct { const char *why; const char *args[4]; const char *expect; } cases[] = {
+        {"zero layers", {"--num-layers", "0"}, "num-layers"},
+        {"negative hidden", {"--hidden-size", "-4"}, "hidden-size"},
+        {"heads do not divide", {"--hidden-size", "30", "--num-attention-heads", "4"}, "divisible"},
+        {"not a number", {"--seq-length", "12x"}, "not an integer"},
+        {"unknown option", {"--frobnicate", "1"}, "unknown option"},
+        {"unknown strategy", {"--strategy", "zigzag"}, "unknown --strategy"},
+        {"missing file", {"--data", "/nonexistent/file"}, "--data"},
+        {"past position table", {"--seq-length", "65", "--max-position-embeddings", "64"}, "position table"},
+        {"batch not divisible", {"--global-batch-size", "6"}, "multiple"},
+        {"sp does not divide world", {"--sp-degree", "3"}, "divisible"},
+        {"bad zero stage", {"--zero-stage", "4"}, "zero-stage"},
+        {"missing value", {"--lr"}, "needs a value"},
+        {"unknown attention", {"--attention", "magic"}, "attention"},
+        {"infinite lr", {"--lr", "inf"}, "finite"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        spb_config c;
+        char err[256] = "";
+        int rc = parse_and_finalize(2, err, sizeof err, &c, cases[k].args[0], cases[k].args[1], cases[k].args[2],
+                                    cases[k].args[3], NULL);
+        ck_assert_msg(rc == -1, "%s: accepted", cases[k].why);
+        ck_assert_msg(strstr(err, cases[k].expect) != NULL, "%s: message '%s' lacks '%s'", cases[k].why, err,
+                      cases[k].expect);
+        ck_assert_msg(strchr(err, '\n') == NULL, "%s: message is not one line", cases[k].why);
+    }
+}
+END_TEST
+
+START_TEST(allocator_tracks_current_and_peak)
+{
+    const spb_mem_stats *s = spb_mem_get_stats();
+    size_t base_act = s->current[SPB_MEM_ACTIVATIONS], base_total = s->current_total;
+    spb_mem_reset_peaks();
+    float *a = spb_mem_alloc(SPB_MEM_ACTIVATIONS, 1000);
+    float *b = spb_mem_alloc(SPB_MEM_ACTIVATIONS, 3000);
+    float *w = spb_mem_alloc(SPB_MEM_WORKSPACE, 500);
+    ck_assert_uint_eq((uintptr_t)a % 64, 0);
+    ck_assert_float_eq(a[249], 0.0f); /* zeroed */
+    ck_assert_uint_eq(s->current[SPB_MEM_ACTIVATIONS], base_act + 4000);
+    spb_mem_free(b);
+    ck_assert_uint_eq(s->current[SPB_MEM_ACTIVATIONS], base_act + 1000);
+    ck_assert_uint_eq(s->peak[SPB_MEM_ACTIVATIONS], base_act + 4000);
+    ck_assert_uint_eq(s->peak_total, base_total + 4500);
+    ck_assert_uint_eq(spb_mem_size(w), 500);
+    spb_mem_free(a);
+    spb_mem_free(w);
+    ck_assert_uint_eq(s->current_total, base_total);
+}
+END_TEST
+
+START_TEST(model_memory_is_accounted)
+{
+    spb_config c;
+    char err[256];
+    ck_assert_int_eq(parse_and_finalize(1, err, sizeof err, &c, NULL), 0);
+    size_t before = spb_mem_get_stats()->current[SPB_MEM_PARAMS];
+    spb_grid g;
+    spb_grid_create(&g, MPI_COMM_SELF, 1);
+    spb_gpt *m = spb_gpt_create(&c, &g);
+    ck_assert_int_eq(m->num_params, spb_gpt_count_params(&c));
+    ck_assert_uint_eq(spb_mem_get_stats()->current[SPB_MEM_PARAMS] - before, 4 * (size_t)m->num_params);
+    ck_assert_uint_eq(spb_mem_get_stats()->current[SPB_MEM_GRADS], 4 * (size_t)m->num_params);
+    spb_gpt_destroy(m);
+    spb_grid_destroy(&g);
+    ck_assert_uint_eq(spb_mem_get_stats()->current[SPB_MEM_PARAMS], before);
+}
+END_TEST
+
+START_TEST(rng_is_counter_based)
+{
+    /* Same key, same value, whatever was drawn before. */
+    double a = spb_rng_normal(5, 3, 1000);
+    for (int i = 0; i < 100; i++) spb_rng_normal(5, 3, (uint64_t)i);
+    ck_assert(spb_rng_normal(5, 3, 1000) == a);
+    ck_assert(spb_rng_normal(6, 3, 1000) != a);
+    ck_assert(spb_rng_normal(5, 4, 1000) != a);
+    /* Moments of 200k normals: mean 0 +- 5 sigma/sqrt(n), variance 1 +- 5 sqrt(2/n). */
+    const int n = 200000;
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+        double x = spb_rng_normal(1, 0, (uint64_t)i);
+        s += x, s2 += x * x;
+    }
+    double mean = s / n, var = s2 / n - mean * mean;
+    ck_assert_double_le(fabs(mean), 5 / sqrt(n));
+    ck_assert_double_le(fabs(var - 1), 5 * sqrt(2.0 / n));
+    long below[10] = {0};
+    for (int i = 0; i < n; i++) below[spb_rng_below(2, 0, (uint64_t)i, 10)]++;
+    for (int k = 0; k < 10; k++) ck_assert_int_le(labs(below[k] - n / 10), 5 * (long)sqrt(n * 0.09));
+}
+END_TEST
+
+START_TEST(init_does_not_depend_on_the_model_object)
+{
+    /* Two models of the same shape get the same values; element values are
+     * keyed by (seed, tensor, index). */
+    spb_config c;
+    char err[256];
+    ck_assert_int_eq(parse_and_finalize(1, err, sizeof err, &c, NULL), 0);
+    spb_grid g;
+    spb_grid_create(&g, MPI_COMM_SELF, 1);
+    spb_gpt *a = spb_gpt_create(&c, &g), *b = spb_gpt_create(&c, &g);
+    spb_gpt_init_params(a, 11);
+    spb_gpt_init_params(b, 11);
+    ck_assert_int_eq(memcmp(a->params, b->params, sizeof(float) * (size_t)a->num_params), 0);
+    ck_assert_float_eq(a->params[a->tensors[0].offset + 17], (float)(0.02 * spb_rng_normal(11, 0, 17)));
+    ck_assert_float_eq(a->layer[0].ln1_w[3], 1.0f);
+    ck_assert_float_eq(a->layer[1].fc_b[3], 0.0f);
+    spb_gpt_destroy(a);
+    spb_gpt_destroy(b);
+    spb_grid_destroy(&g);
+}
+END_TEST
+
+START_TEST(results_rows_are_whole_and_headers_checked)
+{
+    char path[64], err[256], line[4096];
+    snprintf(path, sizeof path, "/tmp/spb_test_rows_%d.csv", (int)getpid());
+    remove(path);
+    spb_row r = {0};
+    spb_row_add(&r, "a", "%d", 1);
+    spb_row_add(&r, "b", "%s", "x,y"); /* separator inside a value is replaced */
+    ck_assert_int_eq(spb_row_append_csv(&r, path, err, sizeof err), 0);
+    ck_assert_int_eq(spb_row_append_csv(&r, path, err, sizeof err), 0);
+    FILE *f = fopen(path, "r");
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        ck_assert_str_eq(line, lines == 1 ? "a,b\n" : "1,x;y\n");
+    }
+    fclose(f);
+    ck_assert_int_eq(lines, 3);
+    spb_row other = {0};
+    spb_row_add(&other, "c", "2");
+    ck_assert_int_ne(spb_row_append_csv(&other, path, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "other columns"));
+    remove(path);
+}
+END_TEST
+
+START_TEST(lr_schedule)
+{
+    spb_config c;
+    spb_config_defaults(&c);
+    c.lr = 1.0, c.min_lr = 0.1, c.train_iters = 110, c.lr_warmup_iters = 10;
+    strcpy(c.lr_decay_style, "cosine");
+    ck_assert_double_eq_tol(spb_lr_at(&c, 0), 0.1, 1e-12);
+    ck_assert_double_eq_tol(spb_lr_at(&c, 9), 1.0, 1e-12);
+    ck_assert_double_eq_tol(spb_lr_at(&c, 10), 1.0, 1e-12);
+    ck_assert_double_eq_tol(spb_lr_at(&c, 60), 0.55, 1e-12);
+    ck_assert_double_eq_tol(spb_lr_at(&c, 110), 0.1, 1e-12);
+    strcpy(c.lr_decay_style, "linear");
+    ck_assert_double_eq_tol(spb_lr_at(&c, 60), 0.55, 1e-12);
+    strcpy(c.lr_decay_style, "constant");
+    ck_assert_double_eq_tol(spb_lr_at(&c, 100), 1.0, 1e-12);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    Suite *s = suite_create("runtime");
+    TCase *tc = tcase_create("units");
+    tcase_add_test(tc, config_parses_megatron_options);
+    tcase_add_test(tc, config_rejects_bad_values);
+    tcase_add_test(tc, allocator_tracks_current_and_peak);
+    tcase_add_test(tc, model_memory_is_accounted);
+    tcase_add_test(tc, rng_is_counter_based);
+    tcase_add_test(tc, init_does_not_depend_on_the_model_object);
+    tcase_add_test(tc, results_rows_are_whole_and_headers_checked);
+    tcase_add_test(tc, lr_schedule);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}

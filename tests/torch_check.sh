@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Cross-check against an independent implementation: spbench writes a
+# checkpoint and a gradient dump, tests/torch_gpt.py rebuilds the model in
+# PyTorch (float64) and compares the loss and every gradient (rel <= 1e-5).
+# Exit 77 (skipped) when Debian's python3-torch is not installed.
+# Usage: torch_check.sh SPBENCH MPIEXEC
+set -u
+spbench=$1
+mpiexec=$2
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "python3-torch not installed: skipped"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OPENBLAS_NUM_THREADS=1
+text=/usr/share/common-licenses/GPL-3
+passed=0
+failed=0
+run() { # label, launcher..., then spbench options
+  local label=$1; shift
+  if "$@" --train-iters 1 --quiet --dump "$tmp/$label" > "$tmp/$label.log" 2>&1 &&
+     "$py" "$here/torch_gpt.py" check --dump "$tmp/$label" --tol 1e-5 > "$tmp/$label.check" 2>&1; then
+    passed=$((passed + 1))
+    echo "ok   $label: $(tail -n 1 "$tmp/$label.check")"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $label"
+    cat "$tmp/$label.log" "$tmp/$label.check" 2>/dev/null | tail -n 40
+  fi
+}
+small="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24 --micro-batch-size 3 --vocab-size 50"
+# shellcheck disable=SC2086
+run synthetic-flash "$spbench" $small --attention flash
+# shellcheck disable=SC2086
+run synthetic-naive "$spbench" $small --attention naive
+# Longer than one flash tile; real text; larger init so softmaxes are peaked.
+# shellcheck disable=SC2086
+run text-multitile "$spbench" --num-layers 3 --hidden-size 48 --num-attention-heads 3 --seq-length 150 \
+    --max-position-embeddings 160 --micro-batch-size 2 --init-method-std 0.1 --data "$text"
+# Data parallel over 2 ranks with gradient accumulation: the dump is the
+# gradient of the whole global batch.
+# shellcheck disable=SC2086
+run dp2-accum "$mpiexec" -np 2 "$spbench" $small --micro-batch-size 1 --global-batch-size 4
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
