@@ -7,12 +7,27 @@
 #include <stdint.h>
 #include <string.h>
 
+/* cond ? a : b as bit operations: a ternary on floats is a branch for SSE2
+ * (no blend instruction), and a branch stops vectorisation. */
+static inline float spb_select(int cond, float a, float b)
+{
+    uint32_t ua, ub, mask = (uint32_t)0 - (uint32_t)cond;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    uint32_t r = (ua & mask) | (ub & ~mask);
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
 static inline float spb_expf(float x)
 {
-    /* Clamp: below -87.3 the result is (flushed to) zero, above 88.7 inf. */
-    x = x < -87.3f ? -87.3f : x;
-    x = x > 88.7f ? 88.7f : x;
-    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    /* Clamp to the range where 2^n stays a normal float. */
+    x = spb_select(x < -87.3f, -87.3f, x);
+    x = spb_select(x > 88.7f, 88.7f, x);
+    /* Round to nearest by adding and removing 1.5 * 2^23 (no floorf, which
+     * SSE2 cannot vectorise); exact for |x log2 e| < 2^22. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f;          /* ln2 high part, exact product */
     r = r - n * -2.12194440e-4f;             /* ln2 low part */
     float p = 1.9875691500e-4f;

@@ -4,6 +4,9 @@
 #ifndef SPB_OPS_H
 #define SPB_OPS_H
 
+/* The BLAS in use, e.g. "OpenBLAS Prescott x2 threads", for provenance. */
+const char *spb_blas_description(void);
+
 /* FLOPs executed by all matrix products so far (2mnk each). */
 double spb_gemm_flops(void);
 void spb_gemm_flops_reset(void);

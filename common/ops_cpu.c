@@ -1,5 +1,6 @@
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fastmath.h"
@@ -7,6 +8,13 @@
 #include "timer.h"
 
 static double gemm_flops;
+
+const char *spb_blas_description(void)
+{
+    static char text[96];
+    snprintf(text, sizeof text, "OpenBLAS %s x%d", openblas_get_corename(), openblas_get_num_threads());
+    return text;
+}
 
 double spb_gemm_flops(void) { return gemm_flops; }
 void spb_gemm_flops_reset(void) { gemm_flops = 0.0; }
@@ -150,11 +158,9 @@ double spb_softmax_xent_forward(float *probs, const int *targets, int rows, int 
         float mx = p[0];
         for (int v = 1; v < V; v++) mx = p[v] > mx ? p[v] : mx;
         float target_logit = p[targets[r]];
+        for (int v = 0; v < V; v++) p[v] = spb_expf(p[v] - mx); /* vectorised */
         float sum = 0.0f;
-        for (int v = 0; v < V; v++) {
-            p[v] = spb_expf(p[v] - mx);
-            sum += p[v];
-        }
+        for (int v = 0; v < V; v++) sum += p[v];
         float inv = 1.0f / sum;
         /* -log p[target] = log(sum) - (logit - max), from the logit so that a
          * tiny probability does not underflow. */

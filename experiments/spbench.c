@@ -114,8 +114,9 @@ int main(int argc, char **argv)
     const double tokens_per_iter = (double)cfg.global_batch_size * cfg.seq_length;
     const double paper_flops = spb_paper_flops_per_iteration(&cfg, 0);
     if (rank == 0 && !cfg.quiet) {
-        printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s | device %s\n", SPB_VERSION_COMMIT,
-               cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention, cfg.device);
+        printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s | device %s | %s\n",
+               SPB_VERSION_COMMIT, cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention, cfg.device,
+               spb_blas_description());
         printf("model: L %d h %d heads %d ffn %d vocab %d seq %d | %ld parameters | micro %d global %d "
                "(accumulation %d) | data %s\n",
                cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length,
@@ -267,6 +268,7 @@ int main(int argc, char **argv)
             }
             spb_row_add(&r, "peak_mem_total_bytes", "%.0f", peaks[SPB_MEM_NUM_CATEGORIES]);
             spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
+            spb_row_add(&r, "blas", "%s", spb_blas_description());
             spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);
             spb_row_add(&r, "date", "%s", date);
             if (spb_row_append_csv(&r, cfg.results, err, sizeof err)) {

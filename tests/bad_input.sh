@@ -22,7 +22,7 @@ cases=(
   "--frobnicate 1"
   "--strategy bogus"
   "--data /nonexistent/corpus.txt"
-  "--data $tmp/short.txt"
+  "--data $tmp/short.txt"  # 5 bytes
   "--data /usr/share/common-licenses/GPL-3 --vocab-size 100"
   "--seq-length 128 --max-position-embeddings 64"
   "--zero-stage 7"
@@ -38,8 +38,8 @@ cases=(
 
 passed=0
 failed=0
-check_case() { # label, expected-min-ranks-prefix..., command...
-  local label=$1; shift
+check_case() { # label, case text, command...
+  local label=$1 text=$2; shift 2
   local start=$SECONDS
   timeout 60 "$@" > "$tmp/out" 2> "$tmp/err"
   local rc=$?
@@ -48,7 +48,7 @@ check_case() { # label, expected-min-ranks-prefix..., command...
   lines=$(grep -c '^spbench: error:' "$tmp/err")
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ] && [ "$took" -lt 30 ]; then
     passed=$((passed + 1))
-    printf 'ok   %-4s %-60s rc=%d %ds: %s\n' "$label" "${*: -1}" "$rc" "$took" "$(grep '^spbench: error:' "$tmp/err")"
+    printf 'ok   %-4s %-52s rc=%d %ds: %s\n' "$label" "$text" "$rc" "$took" "$(grep '^spbench: error:' "$tmp/err")"
   else
     failed=$((failed + 1))
     printf 'FAIL %-4s rc=%d after %ds, %d error lines: %s\n' "$label" "$rc" "$took" "$lines" "$*"
@@ -58,9 +58,9 @@ check_case() { # label, expected-min-ranks-prefix..., command...
 
 for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
-  check_case "np1" "$spbench" $c
+  check_case "np1" "$c" "$spbench" $c
   # shellcheck disable=SC2086
-  check_case "np2" "$mpiexec" -np 2 "$spbench" $c
+  check_case "np2" "$c" "$mpiexec" -np 2 "$spbench" $c
 done
 
 # A rank killed with SIGKILL mid-run: mpiexec must end the job, not hang.
