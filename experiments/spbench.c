@@ -21,6 +21,9 @@
 #include "../common/timer.h"
 #include "../common/train.h"
 #include "spb_version.h"
+#ifdef SPB_HAVE_CUDA
+#include "../common/cuda/cuda_device.h"
+#endif
 
 /* Every rank reaches the same verdict: rank 0 prints it, all exit 2. */
 static int agree_on_error(int local_failed, const char *msg, int rank)
@@ -122,6 +125,11 @@ int main(int argc, char **argv)
                cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length,
                g->num_params, cfg.micro_batch_size, cfg.global_batch_size, tr->accum_steps,
                cfg.data[0] ? cfg.data : "synthetic");
+#ifdef SPB_HAVE_CUDA
+        char gpus[256];
+        spb_cuda_describe(gpus, sizeof gpus);
+        printf("CUDA build: %s\n", gpus);
+#endif
         fflush(stdout);
     }
 

@@ -217,6 +217,35 @@ START_TEST(checkpoint_resume_is_exact)
 }
 END_TEST
 
+/* The D x P grid: SP groups are contiguous ranks, DP groups strided. */
+START_TEST(grid_groups)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int P = 1; P <= size; P *= 2) {
+        spb_grid g;
+        spb_grid_create(&g, MPI_COMM_WORLD, P);
+        ck_assert_int_eq(g.sp_size, P);
+        ck_assert_int_eq(g.dp_size, size / P);
+        ck_assert_int_eq(g.sp_rank, rank % P);
+        ck_assert_int_eq(g.dp_rank, rank / P);
+        int n;
+        MPI_Comm_size(g.sp_comm, &n);
+        ck_assert_int_eq(n, P);
+        MPI_Comm_size(g.dp_comm, &n);
+        ck_assert_int_eq(n, size / P);
+        MPI_Comm_size(g.dpsp_comm, &n);
+        ck_assert_int_eq(n, size);
+        /* Sum of world ranks over my SP group: contiguous block of P ranks. */
+        int sum = 0, first = (rank / P) * P;
+        MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, g.sp_comm);
+        ck_assert_int_eq(sum, P * first + P * (P - 1) / 2);
+        spb_grid_destroy(&g);
+    }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -227,6 +256,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, accumulation_equals_large_micro_batch);
     tcase_add_test(tc, same_seed_bit_identical);
     tcase_add_test(tc, checkpoint_resume_is_exact);
+    tcase_add_test(tc, grid_groups);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

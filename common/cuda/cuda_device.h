@@ -1,0 +1,21 @@
+/* What the CUDA build sees of the machine's GPUs (C interface). */
+#ifndef SPB_CUDA_DEVICE_H
+#define SPB_CUDA_DEVICE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of visible CUDA devices; 0 when there is no GPU or no driver (not an
+ * error: CPU runs go on). */
+int spb_cuda_device_count(void);
+/* One line: "N x NAME (cc X.Y, G GiB), driver D, runtime R" or why none. */
+void spb_cuda_describe(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The spbench program end to end: two separate runs with the same seed give
+# bit-identical losses; a run resumed from --save/--load reproduces the
+# straight run; --results appends whole rows under one header; --help works.
+# Usage: cli.sh SPBENCH MPIEXEC
+set -u
+spbench=$1
+mpiexec=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OPENBLAS_NUM_THREADS=1
+passed=0
+failed=0
+verdict() { # name, condition status
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi
+}
+text=/usr/share/common-licenses/GPL-3
+args=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 48 --micro-batch-size 2
+      --global-batch-size 4 --data "$text" --lr 3e-3 --quiet)
+
+# 1. Bit-identical losses across processes (2 ranks, data parallel).
+"$mpiexec" -np 2 "$spbench" "${args[@]}" --train-iters 6 --loss-log "$tmp/a.csv" &&
+"$mpiexec" -np 2 "$spbench" "${args[@]}" --train-iters 6 --loss-log "$tmp/b.csv"
+cut -d, -f1-4 "$tmp/a.csv" > "$tmp/a.loss"; cut -d, -f1-4 "$tmp/b.csv" > "$tmp/b.loss"
+[ "$(wc -l < "$tmp/a.loss")" -eq 7 ] && cmp -s "$tmp/a.loss" "$tmp/b.loss"
+verdict "same seed, two processes: identical loss, lr and grad-norm columns" $?
+"$spbench" "${args[@]}" --train-iters 6 --seed 7 --loss-log "$tmp/c.csv"
+cut -d, -f1-2 "$tmp/c.csv" | cmp -s - <(cut -d, -f1-2 "$tmp/a.csv")
+[ $? -ne 0 ]
+verdict "another seed: another loss sequence" $?
+
+# 2. Resume: 3 steps + save, load + 3 steps == 6 steps straight.
+"$spbench" "${args[@]}" --micro-batch-size 4 --train-iters 6 --loss-log "$tmp/straight.csv" --save "$tmp/s.ckpt" &&
+"$spbench" "${args[@]}" --micro-batch-size 4 --train-iters 3 --save "$tmp/half.ckpt" &&
+"$spbench" "${args[@]}" --micro-batch-size 4 --train-iters 3 --load "$tmp/half.ckpt" --loss-log "$tmp/resumed.csv" \
+    --save "$tmp/r.ckpt"
+tail -n 3 "$tmp/straight.csv" | cut -d, -f1-2 > "$tmp/s.tail"
+tail -n 3 "$tmp/resumed.csv" | cut -d, -f1-2 > "$tmp/r.tail"
+cmp -s "$tmp/s.tail" "$tmp/r.tail" && cmp -s "$tmp/s.ckpt" "$tmp/r.ckpt"
+verdict "save after 3, load, 3 more: same losses and same checkpoint as 6 straight" $?
+
+# 3. Results rows: one header, one whole row per run, fixed column count.
+"$spbench" "${args[@]}" --train-iters 2 --results "$tmp/r.csv" --run-name first &&
+"$mpiexec" -np 2 "$spbench" "${args[@]}" --train-iters 2 --results "$tmp/r.csv" --run-name second
+awk -F, 'NR==1 {n=NF; if ($1 != "run_name") exit 1} NF != n {exit 1} END {if (NR != 3) exit 1}' "$tmp/r.csv" &&
+  grep -q '^second,ok,none,cpu,flash,2,2,1,' "$tmp/r.csv"
+verdict "results CSV: header + 2 whole rows (1 and 2 ranks)" $?
+
+# 4. --help exits 0 and lists the options.
+"$spbench" --help | grep -q -- '--num-attention-heads'
+verdict "--help" $?
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
