@@ -46,6 +46,16 @@ typedef struct spb_attn_backend {
                      const float *dout, float *dq, float *dk, float *dv);
 } spb_attn_backend;
 
+/* Keys of the block that query row i may see: always a prefix 0..n-1 of the
+ * block (all of it when not causal). */
+static inline int spb_attn_visible_keys(const spb_attn_desc *d, long i)
+{
+    if (!d->causal) return d->k_len;
+    long last = d->q_offset + i - d->k_offset; /* last visible key index */
+    if (last < 0) return 0;
+    return last >= d->k_len ? d->k_len : (int)(last + 1);
+}
+
 extern const spb_attn_backend spb_attn_naive;  /* reference, materialises scores row by row */
 extern const spb_attn_backend spb_attn_flash;  /* tiled, online softmax, skips masked blocks */
 

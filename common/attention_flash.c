@@ -378,20 +378,6 @@ static spb_fa_kernels spb_fa_pick(void)
 /* ------------------------------------------------------------------------ */
 /* Masking geometry. */
 
-/* Number of keys of this block that query row i may see at all (a prefix of
- * the block; the whole block when not causal). */
-static int fa_key_limit(const spb_attn_desc *d, long i)
-{
-    if (!d->causal)
-        return d->k_len;
-    long last = d->q_offset + i - d->k_offset; /* last visible key index */
-    if (last < 0)
-        return 0;
-    if (last >= d->k_len)
-        return d->k_len;
-    return (int)(last + 1);
-}
-
 /* For query tile rows [i0, i0+mr) and key tile columns [j0, j0+nc): fill
  * nvis and return it, or return NULL when every row sees the whole tile. */
 static const int *fa_tile_mask(const spb_attn_desc *d, int i0, int mr, int j0, int nc,
@@ -418,7 +404,7 @@ static void fa_forward_tile(const spb_attn_desc *d, const spb_fa_kernels *kern, 
     const float *kb = k + b * d->k_batch_stride + (long)h * D;
     const float *vb = v + b * d->k_batch_stride + (long)h * D;
     /* keys beyond kend are masked for every row of this tile */
-    const int kend = fa_key_limit(d, i0 + mr - 1);
+    const int kend = spb_attn_visible_keys(d, i0 + mr - 1);
 
     for (int r = 0; r < mr; r++) {
         m[r] = -INFINITY;
@@ -513,7 +499,7 @@ static void fa_backward_head(const spb_attn_desc *d, const spb_fa_kernels *kern,
 
     for (int i0 = 0; i0 < d->q_len; i0 += SPB_FA_BR) {
         const int mr = d->q_len - i0 < SPB_FA_BR ? d->q_len - i0 : SPB_FA_BR;
-        const int kend = fa_key_limit(d, i0 + mr - 1);
+        const int kend = spb_attn_visible_keys(d, i0 + mr - 1);
         if (kend <= 0)
             continue;
         const float *qt = qb + i0 * d->q_token_stride;

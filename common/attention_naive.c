@@ -16,19 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Number of visible keys for query row i: keys 0..n-1 of the block. */
-static int naive_visible(const spb_attn_desc *d, int i)
-{
-    if (!d->causal)
-        return d->k_len;
-    long last = d->q_offset + i - d->k_offset; /* last visible key index */
-    if (last < 0)
-        return 0;
-    if (last >= d->k_len)
-        return d->k_len;
-    return (int)(last + 1);
-}
-
 static void naive_forward(const spb_attn_desc *d, const float *q, const float *k,
                           const float *v, float *o, float *lse)
 {
@@ -46,7 +33,7 @@ static void naive_forward(const spb_attn_desc *d, const float *q, const float *k
                 const float *qi = q + b * d->q_batch_stride + i * d->q_token_stride + (long)h * D;
                 float *oi = o + b * d->o_batch_stride + i * d->o_token_stride + (long)h * D;
                 float *li = lse + ((long)b * d->heads + h) * d->q_len + i;
-                int n = naive_visible(d, i);
+                int n = spb_attn_visible_keys(d, i);
                 if (n == 0) {
                     for (int c = 0; c < D; c++)
                         oi[c] = 0.0f;
@@ -110,7 +97,7 @@ static void naive_backward(const spb_attn_desc *d, const float *q, const float *
                 const float *doi = dout + ooff;
                 float *dqo = dq + qoff; /* dQ has Q's layout */
                 double l = lse[((long)b * d->heads + h) * d->q_len + i];
-                int n = naive_visible(d, i);
+                int n = spb_attn_visible_keys(d, i);
                 if (n == 0 || !(l > -INFINITY))
                     continue; /* no visible key: contributes nothing */
                 double Di = 0.0;

@@ -30,12 +30,7 @@ double spb_attn_visible_pairs(const spb_attn_desc *d)
     if (!d->causal) {
         per_head = (double)d->q_len * d->k_len;
     } else {
-        /* Query at global position p sees keys k_offset .. min(p, k_offset + k_len - 1). */
-        for (long i = 0; i < d->q_len; i++) {
-            long visible = d->q_offset + i - d->k_offset + 1;
-            if (visible > d->k_len) visible = d->k_len;
-            if (visible > 0) per_head += (double)visible;
-        }
+        for (long i = 0; i < d->q_len; i++) per_head += spb_attn_visible_keys(d, i);
     }
     return per_head * d->batch * d->heads;
 }
