@@ -4,7 +4,10 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "checks.h"
 
 enum { HEADER_BYTES = 256, FORMAT_VERSION = 1, NUM_CKPT_FIELDS = 10 };
 
@@ -52,19 +55,30 @@ int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *
 {
     unsigned char h[HEADER_BYTES];
     header_start(h, "SPBCKPT");
-    int64_t f[NUM_CKPT_FIELDS] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, cfg->seq_length, step, g->num_params,
-                                  opt != NULL};
+    int64_t f[NUM_CKPT_FIELDS] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, cfg->seq_length, step,
+                                  g->num_global_params, opt != NULL};
     memcpy(h + 16, f, sizeof f);
     uint64_t seed = cfg->seed;
     memcpy(h + 96, &seed, 8);
+    size_t n = (size_t)g->num_global_params;
+    float *global = SPB_CHECK_PTR(malloc(n * sizeof(float)));
+    const float *parts[3] = {g->params, opt ? opt->m : NULL, opt ? opt->v : NULL};
+    int rc = 0, writer = g->grid->world_rank == 0;
+    FILE *fp = NULL;
     char tmp[SPB_PATH_MAX + 8];
-    errno = 0;
-    FILE *fp = open_tmp(path, tmp, sizeof tmp);
-    if (!fp) return failf(err, errlen, "cannot create", tmp);
-    size_t n = (size_t)g->num_params;
-    int bad = write_all(fp, h, sizeof h) || write_all(fp, g->params, n * sizeof(float));
-    if (opt) bad = bad || write_all(fp, opt->m, n * sizeof(float)) || write_all(fp, opt->v, n * sizeof(float));
-    return finish_tmp(fp, tmp, path, bad, err, errlen);
+    if (writer) {
+        errno = 0;
+        fp = open_tmp(path, tmp, sizeof tmp);
+        if (!fp) rc = failf(err, errlen, "cannot create", tmp);
+    }
+    int bad = fp ? write_all(fp, h, sizeof h) : 0;
+    for (int k = 0; k < 3 && parts[k]; k++) {
+        spb_gpt_gather_global(g, parts[k], global); /* collective: every rank takes part */
+        if (fp) bad = bad || write_all(fp, global, n * sizeof(float));
+    }
+    free(global);
+    if (fp) rc = finish_tmp(fp, tmp, path, bad, err, errlen);
+    return rc;
 }
 
 int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb_adamw *opt, long *step,
@@ -75,6 +89,7 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb
     if (!fp) return failf(err, errlen, "cannot open checkpoint", path);
     unsigned char h[HEADER_BYTES];
     int rc = -1;
+    float *global = NULL;
     uint32_t version = 0;
     int64_t f[NUM_CKPT_FIELDS];
     if (read_all(fp, h, sizeof h) || memcmp(h, "SPBCKPT", 8)) {
@@ -87,7 +102,7 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb
         goto out;
     }
     memcpy(f, h + 16, sizeof f);
-    int64_t want[7] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, g->num_params};
+    int64_t want[7] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, g->num_global_params};
     int64_t got[7] = {f[0], f[1], f[2], f[3], f[4], f[5], f[8]};
     static const char *names[7] = {"num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size",
                                    "vocab-size", "max-position-embeddings", "parameter count"};
@@ -98,21 +113,28 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb
             goto out;
         }
     (void)cfg;
-    size_t n = (size_t)g->num_params;
-    if (read_all(fp, g->params, n * sizeof(float))) {
+    size_t n = (size_t)g->num_global_params;
+    global = SPB_CHECK_PTR(malloc(n * sizeof(float)));
+    if (read_all(fp, global, n * sizeof(float))) {
         snprintf(err, errlen, "checkpoint '%s' is truncated", path);
         goto out;
     }
+    spb_gpt_scatter_global(g, global, g->params);
     if (opt && f[9]) {
-        if (read_all(fp, opt->m, n * sizeof(float)) || read_all(fp, opt->v, n * sizeof(float))) {
-            snprintf(err, errlen, "checkpoint '%s' is truncated in its optimizer state", path);
-            goto out;
+        float *dst[2] = {opt->m, opt->v};
+        for (int k = 0; k < 2; k++) {
+            if (read_all(fp, global, n * sizeof(float))) {
+                snprintf(err, errlen, "checkpoint '%s' is truncated in its optimizer state", path);
+                goto out;
+            }
+            spb_gpt_scatter_global(g, global, dst[k]);
         }
         opt->step = f[7];
     }
     *step = f[7];
     rc = 0;
 out:
+    free(global);
     fclose(fp);
     return rc;
 }

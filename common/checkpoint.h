@@ -8,11 +8,14 @@
 #include "gpt.h"
 #include "optimizer.h"
 
-/* Writes atomically (temporary file, then rename).  opt may be NULL. */
+/* Collective over g's grid (sharded tensors are gathered); world rank 0 of
+ * the grid writes, atomically (temporary file, then rename).  opt may be
+ * NULL.  The return value is the writer's; other ranks return 0. */
 int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *g, const spb_adamw *opt,
                         long step, char *err, size_t errlen);
-/* Checks the header against cfg; fills params (and opt if the file has
- * optimizer state and opt is not NULL); *step gets the saved step. */
+/* Checks the header against cfg; fills this rank's shards of params (and
+ * opt if the file has optimizer state and opt is not NULL); *step gets the
+ * saved step.  Every rank reads the file. */
 int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb_adamw *opt, long *step,
                         char *err, size_t errlen);
 

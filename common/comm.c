@@ -61,6 +61,64 @@ void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase pha
     allreduce_f64(buf, n, MPI_MAX, comm, phase);
 }
 
+static int count_as_int(long count)
+{
+    if (count < 0 || count > INT_MAX) SPB_DIE("collective block of %ld floats exceeds MPI's int count", count);
+    return (int)count;
+}
+
+static int group_size(MPI_Comm comm)
+{
+    int n = 1;
+    SPB_MPI_CHECK(MPI_Comm_size(comm, &n));
+    return n;
+}
+
+void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
+{
+    double t0 = spb_now();
+    int c = count_as_int(count);
+    SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
+    record(SPB_OP_ALLTOALL, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
+}
+
+void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
+{
+    double t0 = spb_now();
+    int c = count_as_int(count);
+    SPB_MPI_CHECK(MPI_Allgather(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
+    record(SPB_OP_ALLGATHER, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
+}
+
+void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
+{
+    double t0 = spb_now();
+    int c = count_as_int(count);
+    SPB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, c, MPI_FLOAT, MPI_SUM, comm));
+    record(SPB_OP_REDUCE_SCATTER, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
+}
+
+void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *recv, int src, long count,
+                        MPI_Comm comm, spb_comm_phase phase)
+{
+    double t0 = spb_now();
+    int c = count_as_int(count);
+    r->count = count;
+    r->comm = comm;
+    r->phase = phase;
+    SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, src, 0, comm, &r->req[0]));
+    SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, dest, 0, comm, &r->req[1]));
+    r->blocked = spb_now() - t0;
+}
+
+void spb_sendrecv_wait(spb_sendrecv *r)
+{
+    double t0 = spb_now();
+    SPB_MPI_CHECK(MPI_Waitall(2, r->req, MPI_STATUSES_IGNORE));
+    r->blocked += spb_now() - t0;
+    record(SPB_OP_SENDRECV, r->phase, r->comm, 4.0 * (double)r->count, r->blocked);
+}
+
 const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase) { return &records[op][phase]; }
 
 void spb_comm_reset(void)

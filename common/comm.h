@@ -35,6 +35,31 @@ typedef struct spb_comm_record {
     double seconds;
 } spb_comm_record;
 
+/* Collectives over a group of n ranks.  `count` is the number of floats
+ * per rank-block: all-to-all sends count floats to each rank (block j of
+ * send goes to rank j, block i of recv comes from rank i); allgather sends
+ * count and receives n x count; reduce-scatter sends n x count and receives
+ * the sum of block `rank`.  Recorded payload is nccl-tests' "size": the
+ * n x count buffer; link bytes = payload x bus factor = what this rank's
+ * link carries under the ring / pairwise algorithm. */
+void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase);
+void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase);
+void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase);
+
+/* Point-to-point exchange for rings: post the receive from `src` and the
+ * send to `dest` now, compute, then wait.  Recorded time is what the caller
+ * is blocked (start + wait), i.e. the exposed part of the transfer. */
+typedef struct spb_sendrecv {
+    MPI_Request req[2];
+    long count;
+    MPI_Comm comm;
+    spb_comm_phase phase;
+    double blocked;
+} spb_sendrecv;
+void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *recv, int src, long count,
+                        MPI_Comm comm, spb_comm_phase phase);
+void spb_sendrecv_wait(spb_sendrecv *r);
+
 /* In-place sum over comm; fp32 buffers may exceed INT_MAX elements. */
 void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase);
 void spb_allreduce_sum_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);

@@ -51,6 +51,8 @@ static const option_spec options[] = {
     OPT("strategy", OPT_STRING, strategy, "sequence-parallel strategy"),
     OPT("zero-stage", OPT_INT, zero_stage, "ZeRO stage 0-3"),
     OPT("attention", OPT_STRING, attention, "attention backend: flash | naive"),
+    OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
+    OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
     OPT("device", OPT_STRING, device, "cpu"),
     OPT("data", OPT_STRING, data, "byte-level text file (vocabulary 256); default synthetic tokens"),
     OPT("results", OPT_STRING, results, "append a summary row to this CSV file"),
@@ -98,6 +100,8 @@ void spb_config_defaults(spb_config *c)
     c->sp_degree = 1;
     strcpy(c->strategy, "none");
     strcpy(c->attention, "flash");
+    strcpy(c->attention_mask, "causal");
+    strcpy(c->ring_layout, "contiguous");
     strcpy(c->device, "cpu");
     c->log_interval = 1;
     c->timing_warmup = 1;
@@ -237,6 +241,11 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
 
     if (strcmp(c->device, "cpu"))
         return fail(err, errlen, "unknown --device '%s' (this build has: cpu)", c->device);
+    if (strcmp(c->attention_mask, "causal") && strcmp(c->attention_mask, "full"))
+        return fail(err, errlen, "unknown --attention-mask '%s' (causal, full)", c->attention_mask);
+    c->causal = !strcmp(c->attention_mask, "causal");
+    if (strcmp(c->ring_layout, "contiguous") && strcmp(c->ring_layout, "zigzag"))
+        return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
     if (!spb_attn_backend_by_name(c->attention))
         return fail(err, errlen, "unknown --attention '%s' (flash, naive)", c->attention);
     if (c->zero_stage < 0 || c->zero_stage > 3)
@@ -246,6 +255,8 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
 
     if (world_size % c->sp_degree)
         return fail(err, errlen, "world size %d is not divisible by --sp-degree %d", world_size, c->sp_degree);
+    if (c->seq_length % c->sp_degree)
+        return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d", c->seq_length, c->sp_degree);
     const spb_strategy *s = spb_strategy_by_name(c->strategy);
     if (!s) {
         char names[256];

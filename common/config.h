@@ -36,6 +36,9 @@ typedef struct spb_config {
     char strategy[SPB_NAME_MAX];
     int zero_stage;
     char attention[SPB_NAME_MAX]; /* attention backend */
+    char attention_mask[SPB_NAME_MAX]; /* causal | full */
+    int causal;                 /* derived from attention_mask */
+    char ring_layout[SPB_NAME_MAX]; /* contiguous | zigzag */
     char device[SPB_NAME_MAX];
     /* io */
     char data[SPB_PATH_MAX];    /* byte-level text; empty = synthetic tokens */

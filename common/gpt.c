@@ -15,45 +15,101 @@ static const char *layer_tensor_names[SPB_TENSORS_PER_LAYER] = {
     "ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
     "ln2_w", "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"};
 
-/* Fills the tensor table in the documented order; returns the count. */
-static int build_tensor_table(spb_param_tensor *t, int L, int C, int F, int V, int maxpos, long *num_params)
+/* Fills the tensor table in the documented order (t may be NULL to count);
+ * tp > 1 shards qkv/fc by rows and proj/fcproj by columns. */
+static int build_tensor_table(spb_param_tensor *t, int L, int C, int F, int V, int maxpos, int tp,
+                              long *num_local, long *num_global)
 {
     int n = 0;
-    long off = 0;
-#define ADD(nm, layer_, r, c, dec)                                                         \
-    do {                                                                                   \
-        if (t) {                                                                           \
-            snprintf(t[n].name, sizeof t[n].name, "%s", nm);                               \
-            t[n].offset = off; t[n].numel = (long)(r) * (c); t[n].rows = (r); t[n].cols = (c); \
-            t[n].layer = (layer_); t[n].decay = (dec);                                     \
-        }                                                                                  \
-        off += (long)(r) * (c);                                                            \
-        n++;                                                                               \
+    long off = 0, goff = 0;
+    const int split_rows[SPB_TENSORS_PER_LAYER] = {0, 0, SPB_SPLIT_QKV_ROWS, SPB_SPLIT_QKV_ROWS, SPB_SPLIT_COLS, 0,
+                                                   0, 0, SPB_SPLIT_ROWS, SPB_SPLIT_ROWS, SPB_SPLIT_COLS, 0};
+#define ADD(nm, layer_, r, c, split_, dec)                                                                             \
+    do {                                                                                                               \
+        int s_ = tp > 1 ? (split_) : SPB_REPLICATED;                                                                   \
+        int lr_ = (s_ == SPB_SPLIT_ROWS || s_ == SPB_SPLIT_QKV_ROWS) ? (r) / tp : (r);                                 \
+        int lc_ = s_ == SPB_SPLIT_COLS ? (c) / tp : (c);                                                               \
+        if (t) {                                                                                                       \
+            snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                           \
+            t[n].offset = off, t[n].numel = (long)lr_ * lc_, t[n].rows = lr_, t[n].cols = lc_;                         \
+            t[n].goffset = goff, t[n].grows = (r), t[n].gcols = (c), t[n].split = (spb_split)s_;                       \
+            t[n].layer = (layer_), t[n].decay = (dec);                                                                 \
+        }                                                                                                              \
+        off += (long)lr_ * lc_;                                                                                        \
+        goff += (long)(r) * (c);                                                                                       \
+        n++;                                                                                                           \
     } while (0)
-    ADD("wte", -1, V, C, 1);
-    ADD("wpe", -1, maxpos, C, 1);
+    ADD("wte", -1, V, C, SPB_REPLICATED, 1);
+    ADD("wpe", -1, maxpos, C, SPB_REPLICATED, 1);
     for (int l = 0; l < L; l++) {
-        int rows[SPB_TENSORS_PER_LAYER] = {C, C, 3 * C, 3 * C, C, C, C, C, F, F, C, C};
-        int cols[SPB_TENSORS_PER_LAYER] = {1, 1, C, 1, C, 1, 1, 1, C, 1, F, 1};
+        const int rows[SPB_TENSORS_PER_LAYER] = {C, C, 3 * C, 3 * C, C, C, C, C, F, F, C, C};
+        const int cols[SPB_TENSORS_PER_LAYER] = {1, 1, C, 1, C, 1, 1, 1, C, 1, F, 1};
         for (int k = 0; k < SPB_TENSORS_PER_LAYER; k++) {
             char nm[32];
             snprintf(nm, sizeof nm, "h%d.%s", l, layer_tensor_names[k]);
-            ADD(nm, l, rows[k], cols[k], cols[k] > 1);
+            /* Column splits apply to the [C, C] and [C, F] matrices only. */
+            int split = split_rows[k] == SPB_SPLIT_COLS && cols[k] == 1 ? SPB_REPLICATED : split_rows[k];
+            ADD(nm, l, rows[k], cols[k], split, cols[k] > 1);
         }
     }
-    ADD("lnf_w", -1, C, 1, 0);
-    ADD("lnf_b", -1, C, 1, 0);
+    ADD("lnf_w", -1, C, 1, SPB_REPLICATED, 0);
+    ADD("lnf_b", -1, C, 1, SPB_REPLICATED, 0);
 #undef ADD
-    *num_params = off;
+    *num_local = off;
+    *num_global = goff;
     return n;
 }
 
 long spb_gpt_count_params(const spb_config *c)
 {
-    long n = 0;
+    long local = 0, global = 0;
     build_tensor_table(NULL, c->num_layers, c->hidden_size, c->ffn_hidden_size, c->vocab_size,
-                       c->max_position_embeddings, &n);
-    return n;
+                       c->max_position_embeddings, 1, &local, &global);
+    return global;
+}
+
+long spb_gpt_global_index(const spb_gpt *g, const spb_param_tensor *t, long i)
+{
+    long r = i / t->cols, c = i % t->cols;
+    switch (t->split) {
+    case SPB_REPLICATED: break;
+    case SPB_SPLIT_ROWS: r += (long)g->tp_rank * t->rows; break;
+    case SPB_SPLIT_QKV_ROWS: { /* local rows: [q | k | v] blocks of rows/3 each */
+        long per = t->rows / 3;
+        r = (r / per) * (t->grows / 3) + (long)g->tp_rank * per + r % per;
+        break;
+    }
+    case SPB_SPLIT_COLS: c += (long)g->tp_rank * t->cols; break;
+    }
+    return t->goffset + r * t->gcols + c;
+}
+
+void spb_gpt_gather_global(const spb_gpt *g, const float *local, float *global)
+{
+    float *all = g->any_split ? SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)g->num_params * g->tp)) : NULL;
+    /* One allgather of the whole local vector; shard k of rank j sits at
+     * all[j * num_params + offset]. */
+    if (all) SPB_MPI_CHECK(MPI_Allgather(local, (int)g->num_params, MPI_FLOAT, all, (int)g->num_params, MPI_FLOAT,
+                                          g->grid->sp_comm));
+    spb_gpt tmp = *g;
+    for (int k = 0; k < g->num_tensors; k++) {
+        const spb_param_tensor *t = &g->tensors[k];
+        int owners = t->split == SPB_REPLICATED ? 1 : g->tp;
+        for (int j = 0; j < owners; j++) {
+            tmp.tp_rank = t->split == SPB_REPLICATED ? 0 : j;
+            const float *src = t->split == SPB_REPLICATED ? local : all + (long)j * g->num_params;
+            for (long i = 0; i < t->numel; i++) global[spb_gpt_global_index(&tmp, t, i)] = src[t->offset + i];
+        }
+    }
+    free(all);
+}
+
+void spb_gpt_scatter_global(const spb_gpt *g, const float *global, float *local)
+{
+    for (int k = 0; k < g->num_tensors; k++) {
+        const spb_param_tensor *t = &g->tensors[k];
+        for (long i = 0; i < t->numel; i++) local[t->offset + i] = global[spb_gpt_global_index(g, t, i)];
+    }
 }
 
 static void set_views(spb_gpt *g, float *base, float **wte, float **wpe, float **lnf_w, float **lnf_b,
@@ -74,6 +130,14 @@ static void set_views(spb_gpt *g, float *base, float **wte, float **wpe, float *
 static float *act(long n) { return spb_mem_alloc(SPB_MEM_ACTIVATIONS, sizeof(float) * (size_t)n); }
 static float *scratch(long n) { return spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n); }
 
+static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
+{
+    return (spb_attn_ctx){.grid = g->grid, .backend = g->attn, .batch = g->B, .heads = g->Hl,
+                          .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
+                          .seq_length = g->seq_length, .causal = g->causal, .layer = layer, .phase = phase,
+                          .flops = &g->attn_flops};
+}
+
 spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
 {
     spb_gpt *g = SPB_CHECK_PTR(calloc(1, sizeof *g));
@@ -85,18 +149,40 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->V = cfg->vocab_size;
     g->maxpos = cfg->max_position_embeddings;
     g->seq_length = cfg->seq_length;
+    g->causal = cfg->causal;
     g->init_std = cfg->init_std;
     g->B = cfg->micro_batch_size;
     g->T = cfg->seq_length / grid->sp_size;
-    g->t_offset = (long)grid->sp_rank * g->T;
     g->grid = grid;
     g->strategy = spb_strategy_by_name(cfg->strategy);
     g->attn = spb_attn_backend_by_name(cfg->attention);
     SPB_CHECK(g->strategy && g->attn);
+    g->tp = g->strategy->tp_degree ? g->strategy->tp_degree(grid) : 1;
+    g->tp_rank = g->tp > 1 ? grid->sp_rank : 0;
+    SPB_CHECK(g->H % g->tp == 0 && g->F % g->tp == 0);
+    g->Hl = g->H / g->tp;
+    g->Ca = g->Hl * g->D;
+    g->Fl = g->F / g->tp;
+    g->Ttp = g->T * g->tp;
 
-    g->num_tensors = build_tensor_table(NULL, g->L, g->C, g->F, g->V, g->maxpos, &g->num_params);
+    g->positions = SPB_CHECK_PTR(malloc(sizeof(long) * (size_t)g->T));
+    if (g->strategy->local_positions) {
+        g->strategy->local_positions(grid, cfg, g->positions);
+    } else {
+        for (int t = 0; t < g->T; t++) g->positions[t] = (long)grid->sp_rank * g->T + t;
+    }
+    /* A TP region gathers the SP group's tokens in rank order: positions of
+     * rank j's block follow rank j's layout, which is contiguous here. */
+    g->positions_tp = SPB_CHECK_PTR(malloc(sizeof(long) * (size_t)g->Ttp));
+    for (int t = 0; t < g->Ttp; t++)
+        g->positions_tp[t] = g->tp > 1 ? t : g->positions[t];
+
+    g->num_tensors = build_tensor_table(NULL, g->L, g->C, g->F, g->V, g->maxpos, g->tp, &g->num_params,
+                                        &g->num_global_params);
     g->tensors = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof *g->tensors));
-    build_tensor_table(g->tensors, g->L, g->C, g->F, g->V, g->maxpos, &g->num_params);
+    build_tensor_table(g->tensors, g->L, g->C, g->F, g->V, g->maxpos, g->tp, &g->num_params,
+                       &g->num_global_params);
+    for (int k = 0; k < g->num_tensors; k++) g->any_split |= g->tensors[k].split != SPB_REPLICATED;
     g->params = spb_mem_alloc(SPB_MEM_PARAMS, sizeof(float) * (size_t)g->num_params);
     g->grads = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)g->num_params);
     g->layer = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->layer));
@@ -104,10 +190,9 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     set_views(g, g->params, &g->wte, &g->wpe, &g->lnf_w, &g->lnf_b, g->layer);
     set_views(g, g->grads, &g->dwte, &g->dwpe, &g->dlnf_w, &g->dlnf_b, g->dlayer);
 
-    long BT = (long)g->B * g->T, C = g->C, F = g->F;
-    spb_attn_ctx probe = {.grid = grid, .batch = g->B, .heads = g->H, .head_dim = g->D,
-                          .local_tokens = g->T, .token_offset = g->t_offset, .seq_length = g->seq_length};
-    long lse_n = (long)g->strategy->lse_elements(&probe);
+    long BT = (long)g->B * g->T, BR = (long)g->B * g->Ttp, C = g->C;
+    spb_attn_ctx probe = region_ctx(g, 0, SPB_PHASE_FORWARD);
+    long saved_n = (long)g->strategy->attn_saved_floats(&probe);
     g->inputs = spb_mem_alloc(SPB_MEM_ACTIVATIONS, sizeof(int) * (size_t)BT);
     g->targets = spb_mem_alloc(SPB_MEM_ACTIVATIONS, sizeof(int) * (size_t)BT);
     g->x = SPB_CHECK_PTR(calloc((size_t)g->L + 1, sizeof *g->x));
@@ -118,25 +203,29 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
         a->ln1_out = act(BT * C);
         a->ln1_mean = act(BT);
         a->ln1_rstd = act(BT);
-        a->qkv = act(BT * 3 * C);
-        a->atto = act(BT * C);
-        a->lse = act(lse_n);
+        a->qkv = act(BR * 3 * g->Ca);
+        a->atto = act(BR * g->Ca);
+        a->attn_saved = act(saved_n);
         a->res_mid = act(BT * C);
         a->ln2_out = act(BT * C);
         a->ln2_mean = act(BT);
         a->ln2_rstd = act(BT);
-        a->fc_pre = act(BT * F);
-        a->fc_act = act(BT * F);
+        a->fc_pre = act(BR * g->Fl);
+        a->fc_act = act(BR * g->Fl);
     }
     g->lnf_out = act(BT * C);
     g->lnf_mean = act(BT);
     g->lnf_rstd = act(BT);
     g->probs = act(BT * g->V);
     g->dx = scratch(BT * C);
-    g->dtmp = scratch(BT * C);
-    g->datto = scratch(BT * C);
-    g->dqkv = scratch(BT * 3 * C);
-    g->dfc = scratch(BT * F);
+    g->dtmp = scratch(BR * C);
+    g->datto = scratch(BR * g->Ca);
+    g->dqkv = scratch(BR * 3 * g->Ca);
+    g->dfc = scratch(BR * g->Fl);
+    if (g->tp > 1) {
+        g->region_in = scratch(BR * C);
+        g->region_out = scratch(BR * C);
+    }
     return g;
 }
 
@@ -145,16 +234,18 @@ void spb_gpt_destroy(spb_gpt *g)
     if (!g) return;
     for (int l = 0; l < g->L; l++) {
         spb_layer_acts *a = &g->acts[l];
-        float *bufs[] = {a->ln1_out, a->ln1_mean, a->ln1_rstd, a->qkv, a->atto, a->lse,
+        float *bufs[] = {a->ln1_out, a->ln1_mean, a->ln1_rstd, a->qkv, a->atto, a->attn_saved,
                          a->res_mid, a->ln2_out, a->ln2_mean, a->ln2_rstd, a->fc_pre, a->fc_act};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) spb_mem_free(bufs[k]);
     }
     for (int l = 0; l <= g->L; l++) spb_mem_free(g->x[l]);
     float *bufs[] = {g->lnf_out, g->lnf_mean, g->lnf_rstd, g->probs, g->dx, g->dtmp, g->datto, g->dqkv, g->dfc,
-                     g->params, g->grads};
+                     g->region_in, g->region_out, g->params, g->grads};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) spb_mem_free(bufs[k]);
     spb_mem_free(g->inputs);
     spb_mem_free(g->targets);
+    free(g->positions);
+    free(g->positions_tp);
     free(g->x);
     free(g->acts);
     free(g->layer);
@@ -177,41 +268,76 @@ void spb_gpt_init_params(spb_gpt *g, uint64_t seed)
             memset(p, 0, sizeof(float) * (size_t)pt->numel); /* biases, LayerNorm biases */
         } else {
             double s = (!strcmp(kind, "proj_w") || !strcmp(kind, "fcproj_w")) ? proj_std : std;
-            for (long i = 0; i < pt->numel; i++) p[i] = (float)(s * spb_rng_normal(seed, (uint64_t)t, (uint64_t)i));
+            /* Keyed by the element's place in the global tensor. */
+            for (long i = 0; i < pt->numel; i++)
+                p[i] = (float)(s * spb_rng_normal(seed, (uint64_t)t,
+                                                  (uint64_t)(spb_gpt_global_index(g, pt, i) - pt->goffset)));
         }
     }
 }
 
 void spb_gpt_zero_grads(spb_gpt *g) { memset(g->grads, 0, sizeof(float) * (size_t)g->num_params); }
 
-static spb_attn_ctx attn_ctx(spb_gpt *g, int layer)
+static void add_bias_rows(float *x, const float *b, long rows, int C)
 {
-    return (spb_attn_ctx){.grid = g->grid, .backend = g->attn, .batch = g->B, .heads = g->H, .head_dim = g->D,
-                          .local_tokens = g->T, .token_offset = g->t_offset, .seq_length = g->seq_length,
-                          .layer = layer, .flops = &g->attn_flops};
+    for (long r = 0; r < rows; r++) spb_add_inplace(x + r * C, b, C);
+}
+
+static void bias_grad_rows(float *db, const float *dy, long rows, int C)
+{
+    for (long r = 0; r < rows; r++) spb_add_inplace(db, dy + r * C, C);
+}
+
+/* Local [B*T][C] -> region [B*Ttp][C] (the same buffer when TP = 1). */
+static const float *enter_region(spb_gpt *g, int layer, const float *local, spb_comm_phase phase)
+{
+    if (g->tp == 1) return local;
+    spb_attn_ctx ctx = region_ctx(g, layer, phase);
+    g->strategy->enter_tp(&ctx, local, g->region_in);
+    return g->region_in;
+}
+
+/* Row-parallel output: the product is written to `out` directly when TP = 1;
+ * with TP > 1 it goes to region_out as partial sums and exit_tp reduces it
+ * into `out`. */
+static float *region_product_target(spb_gpt *g, float *out) { return g->tp > 1 ? g->region_out : out; }
+
+static void exit_region(spb_gpt *g, int layer, float *out)
+{
+    if (g->tp == 1) return;
+    spb_attn_ctx ctx = region_ctx(g, layer, SPB_PHASE_FORWARD);
+    g->strategy->exit_tp(&ctx, g->region_out, out);
 }
 
 double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
 {
     double t0 = spb_now();
-    const int BT = g->B * g->T, C = g->C, F = g->F;
+    const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     memcpy(g->inputs, inputs, sizeof(int) * (size_t)BT);
     memcpy(g->targets, targets, sizeof(int) * (size_t)BT);
-    spb_embedding_forward(g->x[0], inputs, g->wte, g->wpe, BT, g->T, g->t_offset, C);
+    spb_embedding_forward(g->x[0], inputs, g->wte, g->wpe, g->positions, BT, g->T, C);
     for (int l = 0; l < g->L; l++) {
         const spb_layer_params *p = &g->layer[l];
         spb_layer_acts *a = &g->acts[l];
         float *x = g->x[l];
+        /* attention block */
         spb_layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
-        spb_matmul_forward(a->qkv, a->ln1_out, p->qkv_w, p->qkv_b, BT, C, 3 * C);
-        spb_attn_ctx ctx = attn_ctx(g, l);
-        g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->lse);
-        spb_matmul_forward(a->res_mid, a->atto, p->proj_w, p->proj_b, BT, C, C);
+        const float *h = enter_region(g, l, a->ln1_out, SPB_PHASE_FORWARD);
+        spb_matmul_forward(a->qkv, h, p->qkv_w, p->qkv_b, BR, C, 3 * g->Ca);
+        spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_FORWARD);
+        g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->attn_saved);
+        spb_matmul_forward(region_product_target(g, a->res_mid), a->atto, p->proj_w, NULL, BR, g->Ca, C);
+        exit_region(g, l, a->res_mid);
+        add_bias_rows(a->res_mid, p->proj_b, BT, C);
         spb_add_inplace(a->res_mid, x, (long)BT * C);
+        /* MLP block */
         spb_layernorm_forward(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT, C);
-        spb_matmul_forward(a->fc_pre, a->ln2_out, p->fc_w, p->fc_b, BT, C, F);
-        spb_gelu_forward(a->fc_act, a->fc_pre, (long)BT * F);
-        spb_matmul_forward(g->x[l + 1], a->fc_act, p->fcproj_w, p->fcproj_b, BT, F, C);
+        h = enter_region(g, l, a->ln2_out, SPB_PHASE_FORWARD);
+        spb_matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl);
+        spb_gelu_forward(a->fc_act, a->fc_pre, (long)BR * g->Fl);
+        spb_matmul_forward(region_product_target(g, g->x[l + 1]), a->fc_act, p->fcproj_w, NULL, BR, g->Fl, C);
+        exit_region(g, l, g->x[l + 1]);
+        add_bias_rows(g->x[l + 1], p->fcproj_b, BT, C);
         spb_add_inplace(g->x[l + 1], a->res_mid, (long)BT * C);
     }
     spb_layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT, C);
@@ -221,33 +347,65 @@ double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
     return loss_sum;
 }
 
+/* d(local output rows) -> d(region rows) for the row-parallel product. */
+static const float *exit_region_backward(spb_gpt *g, int layer, const float *dlocal)
+{
+    if (g->tp == 1) return dlocal;
+    spb_attn_ctx ctx = region_ctx(g, layer, SPB_PHASE_BACKWARD);
+    g->strategy->exit_tp_backward(&ctx, dlocal, g->region_out);
+    return g->region_out;
+}
+
+/* d(region input rows) -> d(local rows) (into dlocal when TP > 1). */
+static const float *enter_region_backward(spb_gpt *g, int layer, const float *dregion, float *dlocal)
+{
+    if (g->tp == 1) return dregion;
+    spb_attn_ctx ctx = region_ctx(g, layer, SPB_PHASE_BACKWARD);
+    g->strategy->enter_tp_backward(&ctx, dregion, dlocal);
+    return dlocal;
+}
+
 void spb_gpt_backward(spb_gpt *g, float loss_scale)
 {
     double t0 = spb_now();
-    const int BT = g->B * g->T, C = g->C, F = g->F;
+    const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     spb_softmax_xent_backward(g->probs, g->targets, BT, g->V, loss_scale);
     /* LM head (tied): dlnf_out = dlogits · wte, dwte += dlogitsᵀ · lnf_out */
     spb_matmul_backward(g->dtmp, g->dwte, NULL, g->probs, g->lnf_out, g->wte, BT, C, g->V, 0);
     memset(g->dx, 0, sizeof(float) * (size_t)BT * C);
     spb_layernorm_backward(g->dx, g->dlnf_w, g->dlnf_b, g->dtmp, g->x[g->L], g->lnf_w, g->lnf_mean, g->lnf_rstd,
                            BT, C);
+    /* Local rows of a region-input gradient when TP > 1.  region_in is free
+     * by then: the gathered LN output it held has been used. */
+    float *dlocal = g->region_in;
     /* g->dx holds d loss / d x[l+1] on entry to each layer, d x[l] on exit. */
     for (int l = g->L - 1; l >= 0; l--) {
         const spb_layer_params *p = &g->layer[l];
         spb_layer_params *dp = &g->dlayer[l];
         spb_layer_acts *a = &g->acts[l];
-        spb_matmul_backward(g->dfc, dp->fcproj_w, dp->fcproj_b, g->dx, a->fc_act, p->fcproj_w, BT, F, C, 0);
-        spb_gelu_backward(g->dfc, a->fc_pre, g->dfc, (long)BT * F);
-        spb_matmul_backward(g->dtmp, dp->fc_w, dp->fc_b, g->dfc, a->ln2_out, p->fc_w, BT, C, F, 0);
-        spb_layernorm_backward(g->dx, dp->ln2_w, dp->ln2_b, g->dtmp, a->res_mid, p->ln2_w, a->ln2_mean,
-                               a->ln2_rstd, BT, C);
-        spb_matmul_backward(g->datto, dp->proj_w, dp->proj_b, g->dx, a->atto, p->proj_w, BT, C, C, 0);
-        spb_attn_ctx ctx = attn_ctx(g, l);
-        g->strategy->attention_backward(&ctx, a->qkv, a->atto, a->lse, g->datto, g->dqkv);
-        spb_matmul_backward(g->dtmp, dp->qkv_w, dp->qkv_b, g->dqkv, a->ln1_out, p->qkv_w, BT, C, 3 * C, 0);
-        spb_layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, g->dtmp, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd,
+        /* MLP block */
+        bias_grad_rows(dp->fcproj_b, g->dx, BT, C);
+        const float *dy = exit_region_backward(g, l, g->dx);
+        spb_matmul_backward(g->dfc, dp->fcproj_w, NULL, dy, a->fc_act, p->fcproj_w, BR, g->Fl, C, 0);
+        spb_gelu_backward(g->dfc, a->fc_pre, g->dfc, (long)BR * g->Fl);
+        /* Megatron-SP keeps only local LN outputs and gathers them again here. */
+        const float *h = enter_region(g, l, a->ln2_out, SPB_PHASE_BACKWARD);
+        spb_matmul_backward(g->dtmp, dp->fc_w, dp->fc_b, g->dfc, h, p->fc_w, BR, C, g->Fl, 0);
+        const float *dln = enter_region_backward(g, l, g->dtmp, dlocal);
+        spb_layernorm_backward(g->dx, dp->ln2_w, dp->ln2_b, dln, a->res_mid, p->ln2_w, a->ln2_mean, a->ln2_rstd,
                                BT, C);
+        /* attention block */
+        bias_grad_rows(dp->proj_b, g->dx, BT, C);
+        dy = exit_region_backward(g, l, g->dx);
+        spb_matmul_backward(g->datto, dp->proj_w, NULL, dy, a->atto, p->proj_w, BR, g->Ca, C, 0);
+        spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_BACKWARD);
+        g->strategy->attention_backward(&ctx, a->qkv, a->atto, a->attn_saved, g->datto, g->dqkv);
+        h = enter_region(g, l, a->ln1_out, SPB_PHASE_BACKWARD);
+        spb_matmul_backward(g->dtmp, dp->qkv_w, dp->qkv_b, g->dqkv, h, p->qkv_w, BR, C, 3 * g->Ca, 0);
+        dln = enter_region_backward(g, l, g->dtmp, dlocal);
+        spb_layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT,
+                               C);
     }
-    spb_embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, BT, g->T, g->t_offset, C);
+    spb_embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, g->positions, BT, g->T, C);
     spb_timer_add(SPB_T_BACKWARD, spb_now() - t0);
 }

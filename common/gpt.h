@@ -1,7 +1,13 @@
 /* The shared GPT core (docs/FORMATS.md has the model and parameter order):
- * forward and backward over this rank's contiguous range of tokens of each
- * sequence, on the CPU in fp32.  Attention and gradient reduction go through
- * the strategy; the core never asks which strategy it runs. */
+ * forward and backward over this rank's tokens of each sequence, on the CPU
+ * in fp32.  Attention, the tensor-parallel region boundaries and the token
+ * layout come from the strategy; the core never asks which strategy it runs.
+ *
+ * Parameters are held as this rank's shards: with tensor-parallel degree
+ * TP > 1 (Megatron-style), qkv and fc are split by output rows (heads, ffn
+ * columns) and proj and fcproj by input columns; everything else is
+ * replicated.  Each local element knows its index in the global tensor, so
+ * initialisation, checkpoints and dumps are the same for every split. */
 #ifndef SPB_GPT_H
 #define SPB_GPT_H
 
@@ -14,13 +20,23 @@
 
 enum { SPB_TENSORS_PER_LAYER = 12 };
 
+typedef enum spb_split {
+    SPB_REPLICATED = 0,
+    SPB_SPLIT_QKV_ROWS, /* [3C, in]: rows of this rank's heads in each of q, k, v */
+    SPB_SPLIT_ROWS,     /* [out, in]: a contiguous block of output rows */
+    SPB_SPLIT_COLS,     /* [out, in]: a contiguous block of input columns */
+} spb_split;
+
 typedef struct spb_param_tensor {
     char name[32];
-    long offset; /* into the flat parameter vector */
-    long numel;
-    int rows, cols; /* cols = 1 for vectors */
-    int layer;      /* -1 outside the blocks */
-    int decay;      /* AdamW weight decay applies (matrices, embeddings) */
+    long offset;      /* into this rank's flat parameter vector */
+    long numel;       /* local elements */
+    int rows, cols;   /* local shape; cols = 1 for vectors */
+    long goffset;     /* into the global flat vector (docs/FORMATS.md) */
+    int grows, gcols; /* global shape */
+    spb_split split;
+    int layer;        /* -1 outside the blocks */
+    int decay;        /* AdamW weight decay applies (matrices, embeddings) */
 } spb_param_tensor;
 
 typedef struct spb_layer_params {
@@ -29,26 +45,34 @@ typedef struct spb_layer_params {
 } spb_layer_params;
 
 typedef struct spb_layer_acts {
-    float *ln1_out, *ln1_mean, *ln1_rstd;
-    float *qkv, *atto, *lse;
-    float *res_mid; /* residual after attention */
+    float *ln1_out, *ln1_mean, *ln1_rstd; /* local tokens */
+    float *qkv, *atto;                    /* TP region tokens, local heads */
+    float *attn_saved;                    /* the strategy's (log-sum-exp, ...) */
+    float *res_mid;                       /* residual after attention, local */
     float *ln2_out, *ln2_mean, *ln2_rstd;
-    float *fc_pre, *fc_act;
+    float *fc_pre, *fc_act;               /* TP region tokens, local ffn columns */
 } spb_layer_acts;
 
 typedef struct spb_gpt {
     int L, C, H, D, F, V, maxpos;
-    int B, T;         /* micro-batch sequences, local tokens per sequence */
-    long t_offset;    /* global position of local token 0 */
-    int seq_length;   /* global N */
+    int B, T;          /* micro-batch sequences, local tokens per sequence */
+    int seq_length;    /* global N */
+    int causal;
+    int tp, tp_rank;   /* tensor-parallel degree and rank (over the SP group) */
+    int Hl, Ca, Fl;    /* local heads, attention width H/TP·D, ffn width F/TP */
+    int Ttp;           /* tokens per sequence inside a TP region (T·TP) */
+    long *positions;   /* [T] global positions of the local tokens */
+    long *positions_tp; /* [Ttp] positions of the TP-region tokens */
     double init_std;
     const spb_grid *grid;
     const spb_strategy *strategy;
     const spb_attn_backend *attn;
 
-    long num_params;
+    long num_params;   /* local */
+    long num_global_params;
     int num_tensors;
     spb_param_tensor *tensors;
+    int any_split;     /* some tensor is sharded */
     float *params, *grads;
     /* views into params / grads */
     float *wte, *wpe, *lnf_w, *lnf_b;
@@ -56,29 +80,39 @@ typedef struct spb_gpt {
     spb_layer_params *layer, *dlayer;
 
     /* activations of the last forward (the backward needs them) */
-    int *inputs, *targets; /* copies, [B*T] */
+    int *inputs, *targets; /* [B*T] */
     float **x;             /* L+1 residual streams [B*T][C]; x[0] = embeddings */
     spb_layer_acts *acts;
     float *lnf_out, *lnf_mean, *lnf_rstd, *probs;
-    /* backward scratch */
+    /* scratch */
     float *dx, *dtmp, *datto, *dqkv, *dfc;
+    float *region_in, *region_out; /* [B*Ttp][C] TP-region buffers (TP > 1) */
 
     double attn_flops; /* counted attention FLOPs so far */
 } spb_gpt;
 
-/* Allocates parameters, gradients and activations for cfg's micro-batch and
- * this rank's share of the sequence. */
+/* Allocates this rank's parameter shards, gradients and activations for
+ * cfg's micro-batch and this rank's share of the sequence. */
 spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid);
 void spb_gpt_destroy(spb_gpt *g);
 
-/* Counter-based initialisation: element i of tensor t from (seed, t, i). */
+/* Counter-based initialisation: element i of global tensor t from
+ * (seed, t, i), whatever the split. */
 void spb_gpt_init_params(spb_gpt *g, uint64_t seed);
 
-/* Parameter count of a configuration (no allocation). */
+/* Parameter count of a configuration, unsharded (no allocation). */
 long spb_gpt_count_params(const spb_config *cfg);
 
-/* inputs, targets: [B][T] tokens of this rank's slice.  Returns the sum over
- * these B·T tokens of -log p(target). */
+/* Index in the global flat vector of local element i of tensor t. */
+long spb_gpt_global_index(const spb_gpt *g, const spb_param_tensor *t, long i);
+/* local (this rank's shards, e.g. params or grads) -> global flat vector on
+ * every rank (collective over the SP group when sharded). */
+void spb_gpt_gather_global(const spb_gpt *g, const float *local, float *global);
+/* global flat vector -> this rank's shards. */
+void spb_gpt_scatter_global(const spb_gpt *g, const float *global, float *local);
+
+/* inputs, targets: [B][T] tokens at this rank's positions.  Returns the sum
+ * over these B·T tokens of -log p(target). */
 double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets);
 /* Adds d(loss_scale · sum of token losses)/d(params) to grads. */
 void spb_gpt_backward(spb_gpt *g, float loss_scale);

@@ -29,12 +29,12 @@ void spb_gelu_forward(float *out, const float *inp, long n);
 /* dinp = dout * gelu'(inp)  (dinp may alias dout) */
 void spb_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
 
-/* out[r] = wte[tokens[r]] + wpe[positions]: row r is token t = r % T of its
- * sequence, at global position pos0 + t. */
-void spb_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int rows, int T,
-                           long pos0, int C);
-void spb_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int rows, int T,
-                            long pos0, int C);
+/* out[r] = wte[tokens[r]] + wpe[positions[r % T]]: row r is local token
+ * r % T of its sequence. */
+void spb_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, const long *positions,
+                           int rows, int T, int C);
+void spb_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, const long *positions,
+                            int rows, int T, int C);
 
 /* logits -> probabilities in place; returns the sum of -log p[target]. */
 double spb_softmax_xent_forward(float *probs_inplace, const int *targets, int rows, int V);

@@ -125,24 +125,24 @@ void spb_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
     }
 }
 
-void spb_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int rows, int T,
-                           long pos0, int C)
+void spb_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, const long *positions,
+                           int rows, int T, int C)
 {
     for (int r = 0; r < rows; r++) {
         const float *e = wte + (long)tokens[r] * C;
-        const float *p = wpe + (pos0 + r % T) * C;
+        const float *p = wpe + positions[r % T] * C;
         float *y = out + (long)r * C;
         for (int i = 0; i < C; i++) y[i] = e[i] + p[i];
     }
 }
 
-void spb_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int rows, int T,
-                            long pos0, int C)
+void spb_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, const long *positions,
+                            int rows, int T, int C)
 {
     for (int r = 0; r < rows; r++) {
         const float *d = dout + (long)r * C;
         float *de = dwte + (long)tokens[r] * C;
-        float *dp = dwpe + (pos0 + r % T) * C;
+        float *dp = dwpe + positions[r % T] * C;
         for (int i = 0; i < C; i++) {
             de[i] += d[i];
             dp[i] += d[i];

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "checks.h"
 #include "comm.h"
@@ -43,17 +44,68 @@ long spb_trainer_sample_index(const spb_trainer *t, int a, int j)
     return ((long)a * g->dp_size + g->dp_rank) * t->cfg.micro_batch_size + j;
 }
 
-/* This rank's slice [t_offset, t_offset + T) of each sequence of micro-step a. */
+/* This rank's tokens (at g->positions) of each sequence of micro-step a. */
 static void load_micro_batch(spb_trainer *t, int a)
 {
     spb_gpt *g = t->gpt;
     for (int j = 0; j < g->B; j++) {
         spb_data_sequence(t->data, t->iteration, spb_trainer_sample_index(t, a, j), t->cfg.seq_length, t->seq);
         for (int k = 0; k < g->T; k++) {
-            t->inputs[(long)j * g->T + k] = t->seq[g->t_offset + k];
-            t->targets[(long)j * g->T + k] = t->seq[g->t_offset + k + 1];
+            t->inputs[(long)j * g->T + k] = t->seq[g->positions[k]];
+            t->targets[(long)j * g->T + k] = t->seq[g->positions[k] + 1];
         }
     }
+}
+
+/* Gradients of replicated tensors are partial sums over the data and
+ * sequence ranks (each saw other tokens): summed over D x P.  Shards of a
+ * tensor-parallel split are summed over the data-parallel replicas only. */
+static void reduce_gradients(spb_trainer *t)
+{
+    spb_gpt *g = t->gpt;
+    const spb_grid *grid = t->grid;
+    if (!g->any_split) {
+        if (grid->world_size > 1) spb_allreduce_sum_f32(g->grads, g->num_params, grid->dpsp_comm, SPB_PHASE_GRAD_REDUCE);
+        return;
+    }
+    for (int pass = 0; pass < 2; pass++) { /* 0: replicated over D x P, 1: shards over D */
+        MPI_Comm comm = pass == 0 ? grid->dpsp_comm : grid->dp_comm;
+        int size;
+        MPI_Comm_size(comm, &size);
+        if (size == 1) continue;
+        long n = 0;
+        for (int k = 0; k < g->num_tensors; k++)
+            if ((g->tensors[k].split == SPB_REPLICATED) == (pass == 0)) n += g->tensors[k].numel;
+        float *buf = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)n);
+        long at = 0;
+        for (int k = 0; k < g->num_tensors; k++)
+            if ((g->tensors[k].split == SPB_REPLICATED) == (pass == 0)) {
+                memcpy(buf + at, g->grads + g->tensors[k].offset, sizeof(float) * (size_t)g->tensors[k].numel);
+                at += g->tensors[k].numel;
+            }
+        spb_allreduce_sum_f32(buf, n, comm, SPB_PHASE_GRAD_REDUCE);
+        at = 0;
+        for (int k = 0; k < g->num_tensors; k++)
+            if ((g->tensors[k].split == SPB_REPLICATED) == (pass == 0)) {
+                memcpy(g->grads + g->tensors[k].offset, buf + at, sizeof(float) * (size_t)g->tensors[k].numel);
+                at += g->tensors[k].numel;
+            }
+        spb_mem_free(buf);
+    }
+}
+
+/* Global gradient norm: replicated tensors count once, shards summed over
+ * the tensor-parallel group. */
+static double global_grad_norm(const spb_trainer *t)
+{
+    const spb_gpt *g = t->gpt;
+    double sums[2] = {0, 0}; /* replicated, split */
+    for (int k = 0; k < g->num_tensors; k++) {
+        const spb_param_tensor *pt = &g->tensors[k];
+        sums[pt->split != SPB_REPLICATED] += spb_sum_squares(g->grads + pt->offset, pt->numel);
+    }
+    if (g->any_split) spb_allreduce_sum_f64(&sums[1], 1, t->grid->sp_comm, SPB_PHASE_OTHER);
+    return sqrt(sums[0] + sums[1]);
 }
 
 double spb_trainer_gradients(spb_trainer *t)
@@ -72,7 +124,7 @@ double spb_trainer_gradients(spb_trainer *t)
         spb_gpt_backward(g, (float)(1.0 / tokens));
     }
     double t0 = spb_now();
-    g->strategy->reduce_gradients(t->grid, g->grads, g->num_params);
+    reduce_gradients(t);
     spb_timer_add(SPB_T_GRAD_REDUCE, spb_now() - t0);
     spb_allreduce_sum_f64(&loss_sum, 1, t->grid->world, SPB_PHASE_OTHER);
     t->loss = loss_sum / tokens;
@@ -83,8 +135,7 @@ void spb_trainer_update(spb_trainer *t)
 {
     double t0 = spb_now();
     spb_gpt *g = t->gpt;
-    /* Gradients are replicated after the reduction, so the norm is local. */
-    t->grad_norm = sqrt(spb_sum_squares(g->grads, g->num_params));
+    t->grad_norm = global_grad_norm(t);
     float scale = 1.0f;
     if (t->cfg.clip_grad > 0 && t->grad_norm > t->cfg.clip_grad) scale = (float)(t->cfg.clip_grad / t->grad_norm);
     t->lr = spb_lr_at(&t->cfg, t->iteration);

@@ -68,10 +68,13 @@ static int write_dump(spb_trainer *t, double loss, char *err, size_t errlen)
     global_batch(t, t->iteration, in, tg);
     char ckpt[SPB_PATH_MAX + 8];
     snprintf(ckpt, sizeof ckpt, "%s.ckpt", c->dump);
-    int rc = spb_checkpoint_save(ckpt, c, t->gpt, NULL, t->iteration, err, errlen);
-    if (!rc)
-        rc = spb_dump_write(c->dump, c->global_batch_size, c->seq_length, c->vocab_size, in, tg, loss,
-                            t->gpt->grads, t->gpt->num_params, err, errlen);
+    int rc = spb_checkpoint_save(ckpt, c, t->gpt, NULL, t->iteration, err, errlen); /* collective */
+    float *grads = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)t->gpt->num_global_params));
+    spb_gpt_gather_global(t->gpt, t->gpt->grads, grads); /* collective */
+    if (!rc && t->grid->world_rank == 0)
+        rc = spb_dump_write(c->dump, c->global_batch_size, c->seq_length, c->vocab_size, in, tg, loss, grads,
+                            t->gpt->num_global_params, err, errlen);
+    free(grads);
     free(in);
     free(tg);
     return rc;
@@ -123,7 +126,7 @@ int main(int argc, char **argv)
         printf("model: L %d h %d heads %d ffn %d vocab %d seq %d | %ld parameters | micro %d global %d "
                "(accumulation %d) | data %s\n",
                cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length,
-               g->num_params, cfg.micro_batch_size, cfg.global_batch_size, tr->accum_steps,
+               g->num_global_params, cfg.micro_batch_size, cfg.global_batch_size, tr->accum_steps,
                cfg.data[0] ? cfg.data : "synthetic");
 #ifdef SPB_HAVE_CUDA
         char gpus[256];
@@ -160,7 +163,7 @@ int main(int argc, char **argv)
         double t0 = spb_now();
         double loss = spb_trainer_gradients(tr);
         if (i == 0 && cfg.dump[0]) {
-            int dbad = rank == 0 && write_dump(tr, loss, err, sizeof err) != 0;
+            int dbad = write_dump(tr, loss, err, sizeof err) != 0;
             if (agree_on_error(dbad, err, rank)) {
                 MPI_Finalize();
                 return 2;
@@ -253,7 +256,7 @@ int main(int argc, char **argv)
             spb_row_add(&r, "seq_length", "%d", cfg.seq_length);
             spb_row_add(&r, "micro_batch_size", "%d", cfg.micro_batch_size);
             spb_row_add(&r, "global_batch_size", "%d", cfg.global_batch_size);
-            spb_row_add(&r, "num_params", "%ld", g->num_params);
+            spb_row_add(&r, "num_params", "%ld", g->num_global_params);
             spb_row_add(&r, "train_iters", "%d", iters);
             spb_row_add(&r, "measured_iters", "%d", measured);
             spb_row_add(&r, "iter_time_median_s", "%.6g", t_med);
@@ -284,12 +287,12 @@ int main(int argc, char **argv)
                 rc = 2;
             }
         }
-        if (cfg.save[0] && spb_checkpoint_save(cfg.save, &cfg, g, tr->opt, tr->iteration, err, sizeof err)) {
-            fprintf(stderr, "spbench: error: %s\n", err);
-            rc = 2;
-        }
     }
-    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (cfg.save[0] && spb_checkpoint_save(cfg.save, &cfg, g, tr->opt, tr->iteration, err, sizeof err)) {
+        fprintf(stderr, "spbench: error: %s\n", err);
+        rc = 2;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     free(times);
     spb_trainer_destroy(tr);
     spb_grid_destroy(&grid);

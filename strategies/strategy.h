@@ -1,31 +1,55 @@
-/* The sequence-parallel strategy interface (shared/DESIGN.md, "One training
+/* The sequence-parallel strategy interface (docs/DESIGN.md, "One training
  * step, as data").  The GPT core calls these hooks and never tests which
  * strategy it runs; a new strategy is one file plus one line in
- * strategies/registry.c.  This first version carries the hooks the
- * single-sequence-rank core needs (attention and gradient reduction); the
- * tensor-parallel enter/exit hooks and weight sharding come with the
- * strategies that need them. */
+ * strategies/registry.c.
+ *
+ * Inside one SP group of P ranks, rank r holds the tokens at positions
+ * positions[0..T) of every sequence of its micro-batch (T = N/P; contiguous
+ * [r·N/P, (r+1)·N/P) unless the strategy lays them out otherwise, e.g. ring
+ * zigzag).  A layer is
+ *
+ *     a = LN1(x)                                  local tokens, all features
+ *     h = enter_tp(a)                             TP region: T_tp tokens
+ *     qkv = h · Wqkvᵀ[shard]                      H/TP heads
+ *     o = attention(qkv)                          the strategy's collective(s)
+ *     y = exit_tp(o · Wprojᵀ[shard]) + b          back to local tokens
+ *     x = x + y ;  same enter/exit around the MLP (F/TP columns)
+ *
+ * For strategies without tensor parallelism (TP degree 1) the enter/exit
+ * hooks are NULL and the core uses the local buffers directly. */
 #ifndef SPB_STRATEGY_H
 #define SPB_STRATEGY_H
 
 #include <stddef.h>
 
 #include "../common/attention.h"
+#include "../common/comm.h"
 #include "../common/config.h"
 #include "../common/grid.h"
 
-/* What a strategy's attention sees of one layer's call. */
+/* What a strategy's hooks see of one layer's call. */
 typedef struct spb_attn_ctx {
     const spb_grid *grid;
     const spb_attn_backend *backend;
-    int batch;          /* sequences in the micro-batch */
-    int heads, head_dim;
-    int local_tokens;   /* tokens of each sequence held by this rank */
-    long token_offset;  /* global position of this rank's first token */
-    int seq_length;     /* global N */
+    int batch;           /* sequences in the micro-batch */
+    int heads;           /* heads this rank computes QKV for (H / TP degree) */
+    int head_dim;
+    int tokens;          /* tokens per sequence in this rank's QKV (T, or N inside a TP region) */
+    const long *positions; /* global position of each of those tokens */
+    int seq_length;      /* global N */
+    int causal;
     int layer;
-    double *flops;      /* counted attention FLOPs are added here */
+    spb_comm_phase phase; /* forward, backward, recompute */
+    double *flops;       /* counted attention FLOPs are added here */
 } spb_attn_ctx;
+
+/* Analytic communication of one layer for one micro-batch (b sequences of N
+ * tokens, hidden h), in bytes per link: what one rank's link carries,
+ * nccl-tests' convention.  Beside each strategy's formula is its derivation. */
+typedef struct spb_comm_volume {
+    double forward_bytes;
+    double backward_bytes;
+} spb_comm_volume;
 
 typedef struct spb_strategy {
     const char *name;
@@ -33,16 +57,36 @@ typedef struct spb_strategy {
     /* Extra configuration checks (e.g. heads divisible by P); 0 or -1 with a
      * one-line message.  Runs before anything is allocated. */
     int (*validate)(const spb_config *cfg, int world_size, char *err, size_t errlen);
-    /* Elements of the per-layer log-sum-exp buffer the strategy needs. */
-    size_t (*lse_elements)(const spb_attn_ctx *ctx);
-    /* qkv: [B][local tokens][3][H][D] (q | k | v); o: [B][local tokens][H][D]. */
-    void (*attention_forward)(const spb_attn_ctx *ctx, const float *qkv, float *o, float *lse);
+
+    /* Tensor-parallel degree over the SP group (1 when NULL).  With degree
+     * T > 1, QKV and fc are column-parallel and proj and fcproj
+     * row-parallel, sharded T ways over the SP group. */
+    int (*tp_degree)(const spb_grid *grid);
+    /* Global positions of this rank's T local tokens (NULL: contiguous). */
+    void (*local_positions)(const spb_grid *grid, const spb_config *cfg, long *positions);
+
+    /* Floats of per-layer storage the attention keeps from forward for
+     * backward (log-sum-exp included); the core allocates it (activations). */
+    size_t (*attn_saved_floats)(const spb_attn_ctx *ctx);
+    /* qkv: [B][tokens][3][heads][D]; o: [B][tokens][heads][D]. */
+    void (*attention_forward)(const spb_attn_ctx *ctx, const float *qkv, float *o, float *saved);
     /* dqkv is overwritten. */
-    void (*attention_backward)(const spb_attn_ctx *ctx, const float *qkv, const float *o, const float *lse,
+    void (*attention_backward)(const spb_attn_ctx *ctx, const float *qkv, const float *o, const float *saved,
                                const float *dout, float *dqkv);
-    /* Sum the gradients of replicated parameters over the ranks that hold
-     * replicas, after the last micro-step of an iteration. */
-    void (*reduce_gradients)(const spb_grid *grid, float *grads, long n);
+
+    /* TP region hooks on [B][tokens][C] activations (NULL when TP degree 1).
+     * enter: local [B][T][C] -> region [B][T_tp][C]; its backward sums the
+     * region gradient back to local tokens (overwrites din).  exit: partial
+     * region sums [B][T_tp][C] -> local [B][T][C] (summed); its backward
+     * spreads the local gradient over the region. */
+    void (*enter_tp)(const spb_attn_ctx *ctx, const float *in, float *out);
+    void (*enter_tp_backward)(const spb_attn_ctx *ctx, const float *dout, float *din);
+    void (*exit_tp)(const spb_attn_ctx *ctx, const float *in, float *out);
+    void (*exit_tp_backward)(const spb_attn_ctx *ctx, const float *dout, float *din);
+
+    /* Analytic bytes per link of one layer (forward and backward) for a
+     * micro-batch of cfg; the accounting layer's measured bytes must equal it. */
+    spb_comm_volume (*comm_volume)(const spb_config *cfg, int sp_degree);
 } spb_strategy;
 
 const spb_strategy *spb_strategy_by_name(const char *name);
@@ -50,9 +94,10 @@ const spb_strategy *spb_strategy_by_name(const char *name);
 void spb_strategy_names(char *buf, size_t len);
 
 /* Counted attention FLOPs of one backend call from its descriptor: the
- * visible (unmasked) query-key pairs times 4·D for forward; backward counts
- * 10·D per pair (flash recomputes the scores: QKᵀ, dV, dP, dQ, dK). */
+ * visible (unmasked) query-key pairs.  Forward counts 4·D per pair (QKᵀ,
+ * PV); backward 10·D (flash recomputes the scores: QKᵀ, dV, dP, dQ, dK). */
 double spb_attn_visible_pairs(const spb_attn_desc *d);
+
 
 extern const spb_strategy spb_strategy_none;
 

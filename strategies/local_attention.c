@@ -1,0 +1,50 @@
+/* Attention over the tokens a rank already holds (no communication): what
+ * `none` does with whole sequences and Megatron-SP does inside its
+ * tensor-parallel region (all N tokens, H/P heads). */
+#include <math.h>
+#include <string.h>
+
+#include "../common/timer.h"
+#include "local_attention.h"
+
+spb_attn_desc spb_attn_local_desc(const spb_attn_ctx *c)
+{
+    long W = (long)c->heads * c->head_dim;
+    spb_attn_desc d = {
+        .batch = c->batch, .heads = c->heads, .head_dim = c->head_dim,
+        .q_len = c->tokens, .k_len = c->tokens,
+        .q_offset = c->positions[0], .k_offset = c->positions[0],
+        .causal = c->causal, .scale = 1.0f / sqrtf((float)c->head_dim),
+        .q_token_stride = 3 * W, .q_batch_stride = 3 * W * c->tokens,
+        .k_token_stride = 3 * W, .k_batch_stride = 3 * W * c->tokens,
+        .o_token_stride = W, .o_batch_stride = W * c->tokens,
+    };
+    return d;
+}
+
+size_t spb_local_attention_saved_floats(const spb_attn_ctx *c)
+{
+    return (size_t)c->batch * c->heads * c->tokens; /* log-sum-exp */
+}
+
+void spb_local_attention_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *lse)
+{
+    spb_attn_desc d = spb_attn_local_desc(c);
+    long W = (long)c->heads * c->head_dim;
+    double t0 = spb_now();
+    c->backend->forward(&d, qkv, qkv + W, qkv + 2 * W, o, lse);
+    spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+    *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
+}
+
+void spb_local_attention_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *lse,
+                                  const float *dout, float *dqkv)
+{
+    spb_attn_desc d = spb_attn_local_desc(c);
+    long W = (long)c->heads * c->head_dim;
+    memset(dqkv, 0, sizeof(float) * (size_t)c->batch * c->tokens * 3 * W);
+    double t0 = spb_now();
+    c->backend->backward(&d, qkv, qkv + W, qkv + 2 * W, o, lse, dout, dqkv, dqkv + W, dqkv + 2 * W);
+    spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+    *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
+}
