@@ -1,11 +1,20 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
 #include "checks.h"
 #include "timer.h"
 
 static spb_comm_record records[SPB_NUM_OPS][SPB_NUM_PHASES];
+
+/* Log of all-to-all calls for spb_comm_replay_alltoalls. */
+enum { ALLTOALL_LOG_MAX = 1 << 16 };
+static struct alltoall_call {
+    long count;
+    MPI_Comm comm;
+} alltoall_log[ALLTOALL_LOG_MAX];
+static int alltoall_logged;
 
 double spb_comm_bus_factor(spb_comm_op op, int n)
 {
@@ -80,6 +89,28 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
     int c = count_as_int(count);
     SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
     record(SPB_OP_ALLTOALL, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
+    if (alltoall_logged < ALLTOALL_LOG_MAX) alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
+}
+
+double spb_comm_replay_alltoalls(void)
+{
+    long most = 0;
+    int n = 1;
+    for (int i = 0; i < alltoall_logged; i++) {
+        MPI_Comm_size(alltoall_log[i].comm, &n);
+        if (alltoall_log[i].count * n > most) most = alltoall_log[i].count * n;
+    }
+    float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    double t0 = spb_now();
+    for (int i = 0; i < alltoall_logged; i++) {
+        int c = count_as_int(alltoall_log[i].count);
+        SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, alltoall_log[i].comm));
+    }
+    double t = spb_now() - t0;
+    free(send);
+    free(recv);
+    return t;
 }
 
 void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
@@ -123,6 +154,7 @@ const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase)
 
 void spb_comm_reset(void)
 {
+    alltoall_logged = 0;
     for (int o = 0; o < SPB_NUM_OPS; o++)
         for (int p = 0; p < SPB_NUM_PHASES; p++) records[o][p] = (spb_comm_record){0};
 }

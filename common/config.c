@@ -64,6 +64,8 @@ static const option_spec options[] = {
     OPT("log-interval", OPT_INT, log_interval, "print every this many iterations"),
     OPT("timing-warmup", OPT_INT, timing_warmup, "iterations excluded from timing statistics"),
     OPT("quiet", OPT_FLAG, quiet, "no per-iteration lines"),
+    OPT("compare-alltoall", OPT_FLAG, compare_alltoall,
+        "at the end, time plain MPI_Alltoall of the run's all-to-all bytes (pack/unpack overhead)"),
 };
 enum { NUM_OPTIONS = sizeof(options) / sizeof(options[0]) };
 

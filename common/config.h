@@ -51,6 +51,7 @@ typedef struct spb_config {
     int log_interval;
     int timing_warmup;          /* iterations excluded from timing statistics */
     int quiet;
+    int compare_alltoall;       /* time plain MPI_Alltoall of the same bytes at the end */
 } spb_config;
 
 /* Defaults for everything (a small model). */

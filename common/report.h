@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-enum { SPB_ROW_MAX_COLUMNS = 96 };
+enum { SPB_ROW_MAX_COLUMNS = 128 };
 
 typedef struct spb_row {
     int n;

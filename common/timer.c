@@ -23,6 +23,6 @@ void spb_timer_reset_all(void)
 const char *spb_timer_name(spb_timer_id id)
 {
     static const char *names[SPB_NUM_TIMERS] = {"data", "forward", "backward", "grad_reduce",
-                                                "optimizer", "gemm", "attention", "comm"};
+                                                "optimizer", "gemm", "attention", "comm", "exchange"};
     return names[id];
 }

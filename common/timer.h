@@ -11,6 +11,7 @@ typedef enum spb_timer_id {
     SPB_T_GEMM,      /* nested inside forward/backward: all matrix products */
     SPB_T_ATTENTION, /* nested inside forward/backward: attention kernels */
     SPB_T_COMM,      /* nested: time inside collectives */
+    SPB_T_EXCHANGE,  /* nested: a strategy's whole exchange, pack + collective + unpack */
     SPB_NUM_TIMERS
 } spb_timer_id;
 

@@ -206,9 +206,54 @@ int main(int argc, char **argv)
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++) peaks[c] = (double)ms->peak[c];
     peaks[SPB_MEM_NUM_CATEGORIES] = (double)ms->peak_total;
     spb_allreduce_max_f64(peaks, SPB_MEM_NUM_CATEGORIES + 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
-    double timers[SPB_NUM_TIMERS];
+    /* The breakdown of the slowest rank (by time in forward, backward,
+     * reduction and optimizer), whole, so that its parts add up. */
+    double timers[SPB_NUM_TIMERS + 1]; /* + communication inside forward/backward */
     for (int k = 0; k < SPB_NUM_TIMERS; k++) timers[k] = spb_timer_get((spb_timer_id)k) / (measured ? measured : 1);
-    spb_allreduce_max_f64(timers, SPB_NUM_TIMERS, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    timers[SPB_NUM_TIMERS] = 0;
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = SPB_PHASE_FORWARD; p <= SPB_PHASE_RECOMPUTE; p++)
+            timers[SPB_NUM_TIMERS] += spb_comm_record_get((spb_comm_op)o, (spb_comm_phase)p)->seconds /
+                                      (measured ? measured : 1);
+    struct { double busy; int rank; } mine = {timers[SPB_T_FORWARD] + timers[SPB_T_BACKWARD] +
+                                                  timers[SPB_T_GRAD_REDUCE] + timers[SPB_T_OPTIMIZER], rank},
+                                      slowest;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    MPI_Bcast(timers, SPB_NUM_TIMERS + 1, MPI_DOUBLE, slowest.rank, MPI_COMM_WORLD);
+
+    /* Communication per iteration: calls, payload, link bytes, seconds per
+     * (op, phase); bytes are the same on every rank of a strategy, time is
+     * the slowest rank's. */
+    enum { NREC = SPB_NUM_OPS * SPB_NUM_PHASES };
+    double comm[4][NREC];
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = 0; p < SPB_NUM_PHASES; p++) {
+            const spb_comm_record *rec = spb_comm_record_get((spb_comm_op)o, (spb_comm_phase)p);
+            int k = o * SPB_NUM_PHASES + p;
+            double per = measured ? 1.0 / measured : 0.0;
+            comm[0][k] = rec->calls * per, comm[1][k] = rec->payload_bytes * per;
+            comm[2][k] = rec->link_bytes * per, comm[3][k] = rec->seconds * per;
+        }
+    spb_allreduce_max_f64(&comm[0][0], 4 * NREC, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    double comm_total_s = 0, comm_total_link = 0;
+    for (int k = 0; k < NREC; k++) comm_total_s += comm[3][k], comm_total_link += comm[2][k];
+
+    /* Pack/unpack overhead: the strategy's exchanges against plain
+     * MPI_Alltoall of the same counts, same run. */
+    double plain_a2a = 0, exchange = 0;
+    if (cfg.compare_alltoall) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        plain_a2a = spb_comm_replay_alltoalls() / (measured ? measured : 1);
+        spb_allreduce_max_f64(&plain_a2a, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+        exchange = timers[SPB_T_EXCHANGE];
+    }
+    /* The exchange time less the time inside the all-to-alls themselves
+     * (slowest rank's) is what packing and unpacking cost. */
+    double a2a_inside = 0;
+    for (int p = 0; p < SPB_NUM_PHASES; p++)
+        a2a_inside += spb_comm_record_get(SPB_OP_ALLTOALL, (spb_comm_phase)p)->seconds / (measured ? measured : 1);
+    double pack_unpack = spb_timer_get(SPB_T_EXCHANGE) / (measured ? measured : 1) - a2a_inside;
+    spb_allreduce_max_f64(&pack_unpack, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
 
     double per_iter_counted = measured ? (counted[0] + counted[1]) / measured : NAN;
     double tflops_paper = paper_flops / t_med / world / 1e12;
@@ -227,6 +272,33 @@ int main(int argc, char **argv)
             printf("time/iteration (ms, slowest rank):");
             for (int k = 0; k < SPB_NUM_TIMERS; k++) printf(" %s %.2f", spb_timer_name((spb_timer_id)k), timers[k] * 1e3);
             printf(" | gemm share of compute %.1f%% at %.2f GFLOP/s per rank\n", 100 * gemm_share, gemm_gflops);
+            double layer_comm = timers[SPB_NUM_TIMERS];
+            double other = compute - timers[SPB_T_GEMM] - timers[SPB_T_ATTENTION] - layer_comm;
+            printf("step breakdown of the slowest rank (ms/iteration): matrix products %.2f | attention %.2f | other "
+                   "compute %.2f | communication in layers %.2f | gradient reduction %.2f | optimizer %.2f | all "
+                   "communication %.1f%% of the step\n",
+                   timers[SPB_T_GEMM] * 1e3, timers[SPB_T_ATTENTION] * 1e3, other * 1e3, layer_comm * 1e3,
+                   timers[SPB_T_GRAD_REDUCE] * 1e3, timers[SPB_T_OPTIMIZER] * 1e3,
+                   100 * timers[SPB_T_COMM] / t_med);
+            if (comm_total_s > 0) {
+                printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
+                       "MiB/link", "time ms", "algbw GB/s", "busbw GB/s");
+                for (int o = 0; o < SPB_NUM_OPS; o++)
+                    for (int p = 0; p < SPB_NUM_PHASES; p++) {
+                        int k = o * SPB_NUM_PHASES + p;
+                        if (comm[0][k] == 0) continue;
+                        double sec = comm[3][k];
+                        printf("  %-15s %-12s %7.0f %14.3f %14.3f %10.3f %11.3f %11.3f\n",
+                               spb_comm_op_name((spb_comm_op)o), spb_comm_phase_name((spb_comm_phase)p), comm[0][k],
+                               comm[1][k] / 1048576.0, comm[2][k] / 1048576.0, sec * 1e3,
+                               sec > 0 ? comm[1][k] / sec / 1e9 : 0.0, sec > 0 ? comm[2][k] / sec / 1e9 : 0.0);
+                    }
+            }
+            if (cfg.compare_alltoall && plain_a2a > 0)
+                printf("all-to-all: plain MPI_Alltoall of the run's counts %.3f ms/iteration; the strategy's pack + "
+                       "unpack %.3f ms: (plain + pack/unpack) / plain = %.3f | in-run exchanges %.3f ms (includes "
+                       "waiting for other ranks)\n",
+                       plain_a2a * 1e3, pack_unpack * 1e3, (plain_a2a + pack_unpack) / plain_a2a, exchange * 1e3);
             printf("peak memory/rank (MiB):");
             for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
                 printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), peaks[c] / 1048576.0);
@@ -248,6 +320,8 @@ int main(int argc, char **argv)
             spb_row_add(&r, "dp", "%d", grid.dp_size);
             spb_row_add(&r, "sp", "%d", grid.sp_size);
             spb_row_add(&r, "zero_stage", "%d", cfg.zero_stage);
+            spb_row_add(&r, "ring_layout", "%s", cfg.ring_layout);
+            spb_row_add(&r, "attention_mask", "%s", cfg.attention_mask);
             spb_row_add(&r, "num_layers", "%d", cfg.num_layers);
             spb_row_add(&r, "hidden_size", "%d", cfg.hidden_size);
             spb_row_add(&r, "num_heads", "%d", cfg.num_heads);
@@ -278,6 +352,32 @@ int main(int argc, char **argv)
                 spb_row_add(&r, key, "%.0f", peaks[c]);
             }
             spb_row_add(&r, "peak_mem_total_bytes", "%.0f", peaks[SPB_MEM_NUM_CATEGORIES]);
+            spb_row_add(&r, "comm_time_s", "%.6g", timers[SPB_T_COMM]);
+            spb_row_add(&r, "comm_fraction", "%.6g", timers[SPB_T_COMM] / t_med);
+            spb_row_add(&r, "comm_link_bytes", "%.0f", comm_total_link);
+            spb_row_add(&r, "alltoall_pack_unpack_s", "%.6g", pack_unpack);
+            spb_row_add(&r, "alltoall_plain_s", "%.6g", plain_a2a > 0 ? plain_a2a : NAN);
+            spb_row_add(&r, "alltoall_overhead_ratio", "%.6g", plain_a2a > 0 ? (plain_a2a + pack_unpack) / plain_a2a : NAN);
+            for (int o = 0; o < SPB_NUM_OPS; o++) {
+                double link = 0, sec = 0;
+                for (int p = 0; p < SPB_NUM_PHASES; p++)
+                    link += comm[2][o * SPB_NUM_PHASES + p], sec += comm[3][o * SPB_NUM_PHASES + p];
+                char key[40];
+                snprintf(key, sizeof key, "%s_link_bytes", spb_comm_op_name((spb_comm_op)o));
+                spb_row_add(&r, key, "%.0f", link);
+                snprintf(key, sizeof key, "%s_s", spb_comm_op_name((spb_comm_op)o));
+                spb_row_add(&r, key, "%.6g", sec);
+            }
+            for (int p = 0; p < SPB_NUM_PHASES; p++) {
+                double link = 0, sec = 0;
+                for (int o = 0; o < SPB_NUM_OPS; o++)
+                    link += comm[2][o * SPB_NUM_PHASES + p], sec += comm[3][o * SPB_NUM_PHASES + p];
+                char key[40];
+                snprintf(key, sizeof key, "%s_link_bytes", spb_comm_phase_name((spb_comm_phase)p));
+                spb_row_add(&r, key, "%.0f", link);
+                snprintf(key, sizeof key, "%s_comm_s", spb_comm_phase_name((spb_comm_phase)p));
+                spb_row_add(&r, key, "%.6g", sec);
+            }
             spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
             spb_row_add(&r, "blas", "%s", spb_blas_description());
             spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);

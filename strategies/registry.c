@@ -6,6 +6,9 @@
 /* One line per strategy. */
 static const spb_strategy *const registry[] = {
     &spb_strategy_none,
+    &spb_strategy_ulysses,
+    &spb_strategy_megatron,
+    &spb_strategy_ring,
 };
 enum { NUM_STRATEGIES = sizeof(registry) / sizeof(registry[0]) };
 

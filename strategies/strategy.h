@@ -100,5 +100,8 @@ double spb_attn_visible_pairs(const spb_attn_desc *d);
 
 
 extern const spb_strategy spb_strategy_none;
+extern const spb_strategy spb_strategy_megatron;
+extern const spb_strategy spb_strategy_ulysses;
+extern const spb_strategy spb_strategy_ring;
 
 #endif

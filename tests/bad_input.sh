@@ -34,6 +34,13 @@ cases=(
   "--load /nonexistent/model.ckpt"
   "--load $tmp/garbage.ckpt"
   "stray-argument"
+  "--strategy none --sp-degree 2"
+  "--strategy megatron --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
+  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
+  "--strategy megatron --sp-degree 2 --seq-length 63"
+  "--strategy ring --sp-degree 2 --ring-layout zigzag --seq-length 66"
+  "--ring-layout spiral"
+  "--attention-mask diagonal"
 )
 
 passed=0

@@ -1,0 +1,344 @@
+/* `ring`: ring attention (Liu et al., "Ring Attention with Blockwise
+ * Transformers"), flash style.  Q stays on its rank; the K/V blocks of the
+ * SP group travel around the ring (rank r sends to r+1, receives from r-1),
+ * one hop per step, the transfer of the next block overlapping the attention
+ * on the current one.  Each step's partial attention (O_b, lse_b) is merged
+ * into the running (O, lse) with the log-sum-exp rule, so the result is the
+ * exact softmax attention over the whole sequence.
+ *
+ * Layouts (cfg->ring_layout):
+ *   contiguous  rank r holds positions [r·T, (r+1)·T), T = N/P.  Under a
+ *               causal mask rank r sees r+1 of the P blocks: rank P-1 does
+ *               about twice the average work.
+ *   zigzag      the sequence is cut into 2P chunks of c = N/(2P) tokens;
+ *               rank r holds chunk r then chunk 2P-1-r (zhuzilin/
+ *               ring-flash-attention).  Every rank then sees 2P-1 whole
+ *               chunk pairs plus 2 diagonal ones: causal work is balanced.
+ *
+ * A block is a list of "runs" (1 for contiguous, 2 for zigzag) of rows at
+ * consecutive global positions; the backend is called once per (query run,
+ * key run) pair with that pair's offsets, and skipped when the causal mask
+ * hides every key of the pair from every query of it. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/checks.h"
+#include "../common/memory.h"
+#include "../common/timer.h"
+#include "strategy.h"
+
+enum { RING_MAX_RUNS = 2 };
+
+/* Rows [row, row + len) of a block sit at global positions [pos, pos + len). */
+typedef struct ring_run {
+    int row, len;
+    long pos;
+} ring_run;
+
+/* The runs of `owner`'s tokens under a layout; returns how many. */
+static int layout_runs(int zigzag, long seq_length, int sp_size, int owner, ring_run runs[RING_MAX_RUNS])
+{
+    if (!zigzag) {
+        int T = (int)(seq_length / sp_size);
+        runs[0] = (ring_run){.row = 0, .len = T, .pos = (long)owner * T};
+        return 1;
+    }
+    int c = (int)(seq_length / (2L * sp_size));
+    runs[0] = (ring_run){.row = 0, .len = c, .pos = (long)owner * c};
+    runs[1] = (ring_run){.row = c, .len = c, .pos = (long)(2 * sp_size - 1 - owner) * c};
+    return 2;
+}
+
+static int is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout, "zigzag"); }
+
+static int ring_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
+{
+    (void)world_size;
+    if (is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
+        snprintf(err, errlen, "--ring-layout zigzag needs --seq-length divisible by 2 x --sp-degree (got %d and %d)",
+                 cfg->seq_length, cfg->sp_degree);
+        return -1;
+    }
+    return 0;
+}
+
+static void ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
+{
+    ring_run runs[RING_MAX_RUNS];
+    int n = layout_runs(is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank, runs);
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < runs[k].len; i++) positions[runs[k].row + i] = runs[k].pos + i;
+}
+
+/* The hooks see this rank's positions but not the config: recognise which
+ * layout ring_local_positions produced (the other owners use the same one).
+ * With P = 1 both layouts give 0..N-1 and contiguous (one run) is chosen. */
+static int ctx_layout_is_zigzag(const spb_attn_ctx *c)
+{
+    int P = c->grid->sp_size, r = c->grid->sp_rank;
+    SPB_CHECK((long)c->tokens * P == c->seq_length);
+    for (int zigzag = 0; zigzag <= 1; zigzag++) {
+        if (zigzag && c->seq_length % (2L * P)) continue;
+        ring_run runs[RING_MAX_RUNS];
+        int n = layout_runs(zigzag, c->seq_length, P, r, runs), match = 1;
+        for (int k = 0; k < n && match; k++)
+            for (int i = 0; i < runs[k].len && match; i++) match = c->positions[runs[k].row + i] == runs[k].pos + i;
+        if (match) return zigzag;
+    }
+    SPB_DIE("ring attention: rank %d's positions follow neither the contiguous nor the zigzag layout", r);
+}
+
+/* Causal and every key of the pair after every query of it: nothing visible. */
+static int pair_hidden(const spb_attn_ctx *c, const ring_run *q, const ring_run *k)
+{
+    return c->causal && k->pos > q->pos + q->len - 1;
+}
+
+/* Q (and dQ) read from the fused [B][T][3][H][D] buffer, K/V (and dK/dV)
+ * from a travelling [B][T][2][H][D] block, O/dO from [B][T][H][D]. */
+static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const ring_run *k)
+{
+    long W = (long)c->heads * c->head_dim, T = c->tokens;
+    spb_attn_desc d = {
+        .batch = c->batch, .heads = c->heads, .head_dim = c->head_dim,
+        .q_len = q->len, .k_len = k->len,
+        .q_offset = q->pos, .k_offset = k->pos,
+        .causal = c->causal, .scale = 1.0f / sqrtf((float)c->head_dim),
+        .q_token_stride = 3 * W, .q_batch_stride = 3 * W * T,
+        .k_token_stride = 2 * W, .k_batch_stride = 2 * W * T,
+        .o_token_stride = W, .o_batch_stride = W * T,
+    };
+    return d;
+}
+
+/* Copy K and V of the local qkv into a [B][T][2][H][D] block. */
+static void pack_kv(const spb_attn_ctx *c, const float *qkv, float *block)
+{
+    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
+    for (long t = 0; t < BT; t++) memcpy(block + t * 2 * W, qkv + t * 3 * W + W, sizeof(float) * 2 * W);
+}
+
+/* Merge one pair's (O_b, lse_b) for the query rows of run q into the
+ * running (O, lse), in fp32:
+ *   lse = max + log(exp(lse_a - max) + exp(lse_b - max))
+ *   O   = O_a exp(lse_a - lse) + O_b exp(lse_b - lse)
+ * A row with no visible key so far (lse -inf) takes the other side as is.
+ * o_acc, o_pair: [B][T][H][D]; lse_acc: [B][H][T]; lse_pair: [B][H][q->len]. */
+static void merge_pair(const spb_attn_ctx *c, const ring_run *q, float *o_acc, float *lse_acc, const float *o_pair,
+                       const float *lse_pair)
+{
+    int H = c->heads, D = c->head_dim, T = c->tokens;
+    long W = (long)H * D;
+    for (int b = 0; b < c->batch; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < q->len; i++) {
+                float lb = lse_pair[((long)b * H + h) * q->len + i];
+                if (!(lb > -INFINITY)) continue;
+                float *la = &lse_acc[((long)b * H + h) * T + q->row + i];
+                long at = ((long)b * T + q->row + i) * W + (long)h * D;
+                float *oa = o_acc + at;
+                const float *ob = o_pair + at;
+                if (!(*la > -INFINITY)) {
+                    memcpy(oa, ob, sizeof(float) * (size_t)D);
+                    *la = lb;
+                    continue;
+                }
+                float hi = fmaxf(*la, lb), lo = fminf(*la, lb);
+                float lse = hi + log1pf(expf(lo - hi));
+                float wa = expf(*la - lse), wb = expf(lb - lse);
+                for (int e = 0; e < D; e++) oa[e] = oa[e] * wa + ob[e] * wb;
+                *la = lse;
+            }
+}
+
+static size_t ring_saved_floats(const spb_attn_ctx *c)
+{
+    return (size_t)c->batch * c->heads * c->tokens; /* final log-sum-exp [B][H][T] */
+}
+
+static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+{
+    const spb_grid *g = c->grid;
+    int P = g->sp_size, r = g->sp_rank, next = (r + 1) % P, prev = (r + P - 1) % P;
+    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
+    long block_floats = BT * 2 * W, lse_floats = BT * c->heads;
+    int zigzag = ctx_layout_is_zigzag(c);
+    ring_run q_runs[RING_MAX_RUNS];
+    int n_q = layout_runs(zigzag, c->seq_length, P, r, q_runs);
+
+    float *kv[2] = {spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)block_floats),
+                    P > 1 ? spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)block_floats) : NULL};
+    float *o_pair = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)(BT * W));
+    float *lse_pair = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)lse_floats);
+    pack_kv(c, qkv, kv[0]);
+
+    /* The running (O, lse) accumulate in place in o and saved. */
+    memset(o, 0, sizeof(float) * (size_t)(BT * W));
+    for (long i = 0; i < lse_floats; i++) saved[i] = -INFINITY;
+
+    for (int step = 0; step < P; step++) {
+        int owner = (r - step + P) % P;
+        float *cur = kv[step % 2];
+        /* Post the next block's transfer first so it overlaps this step's compute. */
+        spb_sendrecv xfer;
+        int more = step < P - 1;
+        if (more) spb_sendrecv_start(&xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, g->sp_comm, c->phase);
+
+        ring_run k_runs[RING_MAX_RUNS];
+        int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
+        double t0 = spb_now();
+        for (int qi = 0; qi < n_q; qi++)
+            for (int ki = 0; ki < n_k; ki++) {
+                const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
+                if (pair_hidden(c, q, k)) continue;
+                spb_attn_desc d = pair_desc(c, q, k);
+                const float *k_rows = cur + (long)k->row * 2 * W;
+                c->backend->forward(&d, qkv + (long)q->row * 3 * W, k_rows, k_rows + W, o_pair + (long)q->row * W,
+                                    lse_pair);
+                *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
+                merge_pair(c, q, o, saved, o_pair, lse_pair);
+            }
+        spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+        if (more) spb_sendrecv_wait(&xfer);
+    }
+
+    spb_mem_free(kv[0]);
+    spb_mem_free(kv[1]);
+    spb_mem_free(o_pair);
+    spb_mem_free(lse_pair);
+}
+
+/* Backward.  dQ accumulates in place in dqkv.  K/V travel the ring again
+ * exactly as in forward (posted before compute, double buffered).  The dK/dV
+ * of a block travel one step behind it: at step s the rank computes the
+ * contribution of its queries to block owner(s) = r - s into a zeroed buffer
+ * while receiving, from r-1, the dK/dV of that block accumulated so far
+ * (r-1 finished it at step s-1) and sending to r+1 its own accumulation for
+ * owner(s-1); after the wait it adds the received part.  So both transfers of
+ * a step are posted before its compute and overlap it.  After the last step
+ * the accumulation for owner(P-1) = r+1 is complete and goes home with one
+ * more transfer, and r receives its own complete dK/dV from r-1.
+ * Both transfers of a step go r-1 -> r on the same communicator and tag, and
+ * every rank posts K/V before dK/dV: MPI's non-overtaking order matches them. */
+static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
+                          const float *dout, float *dqkv)
+{
+    const spb_grid *g = c->grid;
+    int P = g->sp_size, r = g->sp_rank, next = (r + 1) % P, prev = (r + P - 1) % P;
+    int H = c->heads, T = c->tokens;
+    long W = (long)H * c->head_dim, BT = (long)c->batch * T;
+    long block_floats = BT * 2 * W;
+    size_t block_bytes = sizeof(float) * (size_t)block_floats;
+    int zigzag = ctx_layout_is_zigzag(c);
+    ring_run q_runs[RING_MAX_RUNS];
+    int n_q = layout_runs(zigzag, c->seq_length, P, r, q_runs);
+
+    memset(dqkv, 0, sizeof(float) * (size_t)(BT * 3 * W));
+    float *kv[2] = {spb_mem_alloc(SPB_MEM_COMM, block_bytes), P > 1 ? spb_mem_alloc(SPB_MEM_COMM, block_bytes) : NULL};
+    /* dK/dV blocks ([B][T][2][H][D]): computed this step, sent this step
+     * (previous owner's accumulation), received this step. */
+    float *grad_work = spb_mem_alloc(SPB_MEM_COMM, block_bytes);
+    float *grad_out = P > 1 ? spb_mem_alloc(SPB_MEM_COMM, block_bytes) : NULL;
+    float *grad_in = P > 1 ? spb_mem_alloc(SPB_MEM_COMM, block_bytes) : NULL;
+    pack_kv(c, qkv, kv[0]);
+
+    /* The backend wants the final lse of a query run contiguous per
+     * (batch, head): [B][H][len]; copy each run's rows out of saved once. */
+    float *lse_runs[RING_MAX_RUNS] = {NULL, NULL};
+    for (int qi = 0; qi < n_q; qi++) {
+        const ring_run *q = &q_runs[qi];
+        lse_runs[qi] = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)c->batch * H * q->len);
+        for (long bh = 0; bh < (long)c->batch * H; bh++)
+            memcpy(lse_runs[qi] + bh * q->len, saved + bh * T + q->row, sizeof(float) * (size_t)q->len);
+    }
+
+    for (int step = 0; step < P; step++) {
+        int owner = (r - step + P) % P;
+        float *cur = kv[step % 2];
+        spb_sendrecv kv_xfer, grad_xfer;
+        int more_kv = step < P - 1, grad_arrives = step > 0;
+        if (more_kv)
+            spb_sendrecv_start(&kv_xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, g->sp_comm, c->phase);
+        if (grad_arrives)
+            spb_sendrecv_start(&grad_xfer, grad_out, next, grad_in, prev, block_floats, g->sp_comm, c->phase);
+
+        ring_run k_runs[RING_MAX_RUNS];
+        int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
+        double t0 = spb_now();
+        memset(grad_work, 0, block_bytes);
+        for (int qi = 0; qi < n_q; qi++)
+            for (int ki = 0; ki < n_k; ki++) {
+                const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
+                if (pair_hidden(c, q, k)) continue;
+                spb_attn_desc d = pair_desc(c, q, k);
+                long q_at = (long)q->row * 3 * W, o_at = (long)q->row * W, k_at = (long)k->row * 2 * W;
+                c->backend->backward(&d, qkv + q_at, cur + k_at, cur + k_at + W, o + o_at, lse_runs[qi],
+                                     dout + o_at, dqkv + q_at, grad_work + k_at, grad_work + k_at + W);
+                *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
+            }
+        spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+
+        if (more_kv) spb_sendrecv_wait(&kv_xfer);
+        if (grad_arrives) {
+            spb_sendrecv_wait(&grad_xfer);
+            for (long i = 0; i < block_floats; i++) grad_work[i] += grad_in[i];
+        }
+        /* grad_work now holds owner's accumulation: it is next step's send. */
+        if (P > 1) {
+            float *sent = grad_out;
+            grad_out = grad_work;
+            grad_work = sent;
+        }
+    }
+
+    /* Home run: owner(P-1) = r+1 gets its dK/dV, r receives its own. */
+    const float *own_grad = grad_work;
+    if (P > 1) {
+        spb_sendrecv home;
+        spb_sendrecv_start(&home, grad_out, next, grad_in, prev, block_floats, g->sp_comm, c->phase);
+        spb_sendrecv_wait(&home);
+        own_grad = grad_in;
+    }
+    for (long t = 0; t < BT; t++) memcpy(dqkv + t * 3 * W + W, own_grad + t * 2 * W, sizeof(float) * 2 * W);
+
+    for (int qi = 0; qi < n_q; qi++) spb_mem_free(lse_runs[qi]);
+    spb_mem_free(kv[0]);
+    spb_mem_free(kv[1]);
+    spb_mem_free(grad_work);
+    spb_mem_free(grad_out);
+    spb_mem_free(grad_in);
+}
+
+/* Bytes per link, one layer, one micro-batch of b sequences, hidden h,
+ * T = N/P tokens per rank.  Every transfer is one spb_sendrecv of a
+ * [b][T][2][h] block (K and V, or dK and dV): count = 2·b·T·h floats,
+ * recorded as payload = link bytes = 4·count (bus factor 1).
+ *   forward:  P-1 K/V hops                      = (P-1)·4·2bTh
+ *             = 4·2·b·N·h·(P-1)/P
+ *   backward: P-1 K/V hops, P-1 dK/dV hops one step behind them, 1 home run
+ *             of dK/dV                          = (2P-1)·4·2bTh
+ *             = 4·(2·b·N·h·(P-1)/P + 2·b·N·h)
+ * Blocks travel even when a causal mask hides them from the receiver (the
+ * next rank may need them), so the mask does not change the volume.
+ * P = 1: no transfers. */
+static spb_comm_volume ring_comm_volume(const spb_config *cfg, int sp_degree)
+{
+    if (sp_degree <= 1) return (spb_comm_volume){0.0, 0.0};
+    double block_bytes = 4.0 * 2.0 * cfg->micro_batch_size * (double)(cfg->seq_length / sp_degree) * cfg->hidden_size;
+    return (spb_comm_volume){
+        .forward_bytes = (sp_degree - 1) * block_bytes,
+        .backward_bytes = (2.0 * sp_degree - 1) * block_bytes,
+    };
+}
+
+const spb_strategy spb_strategy_ring = {
+    .name = "ring",
+    .summary = "ring attention: K/V blocks circulate, online-softmax merge (layout contiguous or zigzag)",
+    .validate = ring_validate,
+    .local_positions = ring_local_positions,
+    .attn_saved_floats = ring_saved_floats,
+    .attention_forward = ring_forward,
+    .attention_backward = ring_backward,
+    .comm_volume = ring_comm_volume,
+};
