@@ -89,19 +89,20 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
     int c = count_as_int(count);
     SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
     record(SPB_OP_ALLTOALL, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
-    if (alltoall_logged < ALLTOALL_LOG_MAX) alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
+    if (alltoall_logged < ALLTOALL_LOG_MAX)
+        alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
 }
 
 double spb_comm_replay_alltoalls(void)
 {
     long most = 0;
-    int n = 1;
     for (int i = 0; i < alltoall_logged; i++) {
-        MPI_Comm_size(alltoall_log[i].comm, &n);
-        if (alltoall_log[i].count * n > most) most = alltoall_log[i].count * n;
+        long need = alltoall_log[i].count * group_size(alltoall_log[i].comm);
+        most = need > most ? need : most;
     }
     float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    MPI_Barrier(MPI_COMM_WORLD);
     double t0 = spb_now();
     for (int i = 0; i < alltoall_logged; i++) {
         int c = count_as_int(alltoall_log[i].count);

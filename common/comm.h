@@ -65,10 +65,11 @@ void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase pha
 void spb_allreduce_sum_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);
 void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);
 
-/* Plain MPI_Alltoall of the same counts on the same communicators, in the
- * same order, as the all-to-alls since the last spb_comm_reset (up to a
- * bounded log); returns the seconds they took (the yardstick for a
- * strategy's pack/unpack overhead).  Collective: every rank must call. */
+/* Replays the all-to-alls since the last spb_comm_reset (up to a bounded
+ * log): plain MPI_Alltoall of the same counts on the same communicators, in
+ * the same order, back to back after a barrier, on scratch buffers; returns
+ * the seconds.  Against it, a strategy's exchange cost without the waiting
+ * for other ranks that in-run timings include.  Collective. */
 double spb_comm_replay_alltoalls(void);
 
 const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase);

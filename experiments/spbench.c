@@ -242,7 +242,6 @@ int main(int argc, char **argv)
      * MPI_Alltoall of the same counts, same run. */
     double plain_a2a = 0, exchange = 0;
     if (cfg.compare_alltoall) {
-        MPI_Barrier(MPI_COMM_WORLD);
         plain_a2a = spb_comm_replay_alltoalls() / (measured ? measured : 1);
         spb_allreduce_max_f64(&plain_a2a, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
         exchange = timers[SPB_T_EXCHANGE];
@@ -295,9 +294,9 @@ int main(int argc, char **argv)
                     }
             }
             if (cfg.compare_alltoall && plain_a2a > 0)
-                printf("all-to-all: plain MPI_Alltoall of the run's counts %.3f ms/iteration; the strategy's pack + "
-                       "unpack %.3f ms: (plain + pack/unpack) / plain = %.3f | in-run exchanges %.3f ms (includes "
-                       "waiting for other ranks)\n",
+                printf("all-to-all (ms/iteration): plain MPI_Alltoall of the run's counts, replayed back to back "
+                       "%.3f | the strategy's pack + unpack %.3f | (plain + pack/unpack) / plain = %.3f | in-run "
+                       "exchanges %.3f (include waiting for other ranks)\n",
                        plain_a2a * 1e3, pack_unpack * 1e3, (plain_a2a + pack_unpack) / plain_a2a, exchange * 1e3);
             printf("peak memory/rank (MiB):");
             for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)

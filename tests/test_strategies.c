@@ -34,12 +34,12 @@ static const variant variants[] = {
 };
 enum { NUM_VARIANTS = sizeof variants / sizeof variants[0] };
 
-static void base_config(spb_config *c, const variant *v, int P, int causal, int micro)
+static void base_config(spb_config *c, const variant *v, int P, int causal, int micro, int global)
 {
     spb_config_defaults(c);
     c->num_layers = 2, c->hidden_size = 32, c->num_heads = 4, c->vocab_size = 64;
     c->seq_length = 96; /* not a power of two; 96 = 4 x 24 = 8 x 12 (zigzag chunks) */
-    c->micro_batch_size = micro, c->global_batch_size = GLOBAL_BATCH;
+    c->micro_batch_size = micro, c->global_batch_size = global;
     c->lr = 1e-2, c->weight_decay = 0.1, c->clip_grad = 0.5;
     /* AdamW's update is ~lr·sign(g) for |g| >> eps, so an element whose
      * gradient is tiny flips its update on a rounding difference of the
@@ -81,7 +81,7 @@ static double worst_tensor_error(const spb_gpt *ref, const float *a, const float
     return worst;
 }
 
-static void compare_with_reference(const variant *v, int P, int causal)
+static void compare_with_reference(const variant *v, int P, int causal, int batch)
 {
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -89,8 +89,8 @@ static void compare_with_reference(const variant *v, int P, int causal)
     int D = world / P;
     spb_config rc, dc;
     spb_grid rg, dg;
-    base_config(&rc, NULL, 1, causal, GLOBAL_BATCH);
-    base_config(&dc, v, P, causal, GLOBAL_BATCH / D);
+    base_config(&rc, NULL, 1, causal, batch, batch);
+    base_config(&dc, v, P, causal, batch / D, batch);
     spb_trainer *ref = make(&rc, MPI_COMM_SELF, &rg);
     spb_trainer *dist = make(&dc, MPI_COMM_WORLD, &dg);
     long n = ref->gpt->num_global_params;
@@ -128,7 +128,15 @@ START_TEST(strategy_equals_single_rank)
 {
     const variant *v = &variants[_i / 6];
     int P = (int[]){1, 2, 4}[(_i / 2) % 3], causal = _i % 2;
-    compare_with_reference(v, P, causal);
+    compare_with_reference(v, P, causal, GLOBAL_BATCH);
+}
+END_TEST
+
+/* Micro-batch 1 on a 4-way sequence group (the paper's setting; Ulysses
+ * exchanges without copies on the head side then). */
+START_TEST(micro_batch_one)
+{
+    compare_with_reference(&variants[_i], 4, 1, 1);
 }
 END_TEST
 
@@ -140,9 +148,8 @@ static void measured_layer_bytes(const variant *v, int P, int N, double *fwd, do
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     spb_config c;
     spb_grid g;
-    base_config(&c, v, P, 1, 1);
+    base_config(&c, v, P, 1, 1, world / P); /* one micro-step */
     c.seq_length = N;
-    c.global_batch_size = world / P; /* one micro-step */
     spb_trainer *t = make(&c, MPI_COMM_WORLD, &g);
     spb_comm_reset();
     spb_trainer_gradients(t);
@@ -207,6 +214,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("reproduce_single_rank");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, strategy_equals_single_rank, 0, NUM_VARIANTS * 6);
+    tcase_add_loop_test(tc, micro_batch_one, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, measured_bytes_equal_formula, 0, NUM_VARIANTS);
     tcase_add_test(tc, ulysses_volume_scales_as_the_paper_says);
     suite_add_tcase(s, tc);
