@@ -164,6 +164,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->Ca = g->Hl * g->D;
     g->Fl = g->F / g->tp;
     g->Ttp = g->T * g->tp;
+    g->head_blocks = g->strategy->head_blocks ? g->strategy->head_blocks(grid) : 1;
+    SPB_CHECK(g->Hl % g->head_blocks == 0);
 
     g->positions = SPB_CHECK_PTR(malloc(sizeof(long) * (size_t)g->T));
     if (g->strategy->local_positions) {
@@ -297,6 +299,59 @@ static const float *enter_region(spb_gpt *g, int layer, const float *local, spb_
     return g->region_in;
 }
 
+/* The QKV product and the output projection, in G head blocks when the
+ * strategy asks (strategy.h, head_blocks): block j's q, k and v come from
+ * rows s·Ca + j·row of qkv_w, and the projection sums the blocks' products
+ * with the matching column blocks of proj_w.  G = 1 is one plain product. */
+static void qkv_forward(spb_gpt *g, float *qkv, const float *h, const spb_layer_params *p)
+{
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
+    if (G == 1) {
+        spb_matmul_forward(qkv, h, p->qkv_w, p->qkv_b, BR, C, 3 * g->Ca);
+        return;
+    }
+    for (int j = 0; j < G; j++)
+        for (int s = 0; s < 3; s++) {
+            long w0 = (long)s * g->Ca + (long)j * row; /* first weight row of this block */
+            spb_matmul_forward_ld(qkv + (long)j * BR * 3 * row + s * row, 3 * row, h, C, p->qkv_w + w0 * C, C,
+                                  p->qkv_b + w0, BR, C, row, 0);
+        }
+}
+
+/* dh = d(qkv) · W (overwritten), dW and db accumulated. */
+static void qkv_backward(spb_gpt *g, float *dh, spb_layer_params *dp, const float *dqkv, const float *h,
+                         const spb_layer_params *p)
+{
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
+    if (G == 1) {
+        spb_matmul_backward(dh, dp->qkv_w, dp->qkv_b, dqkv, h, p->qkv_w, BR, C, 3 * g->Ca, 0);
+        return;
+    }
+    for (int j = 0; j < G; j++)
+        for (int s = 0; s < 3; s++) {
+            long w0 = (long)s * g->Ca + (long)j * row;
+            spb_matmul_backward_ld(dh, C, dp->qkv_w + w0 * C, C, dp->qkv_b + w0, dqkv + (long)j * BR * 3 * row + s * row,
+                                   3 * row, h, C, p->qkv_w + w0 * C, C, BR, C, row, j > 0 || s > 0);
+        }
+}
+
+static void proj_forward(spb_gpt *g, float *out, const float *atto, const spb_layer_params *p)
+{
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
+    for (int j = 0; j < G; j++)
+        spb_matmul_forward_ld(out, C, atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, NULL, BR,
+                              row, C, j > 0);
+}
+
+static void proj_backward(spb_gpt *g, float *datto, spb_layer_params *dp, const float *dy, const float *atto,
+                          const spb_layer_params *p)
+{
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
+    for (int j = 0; j < G; j++)
+        spb_matmul_backward_ld(datto + (long)j * BR * row, row, dp->proj_w + (long)j * row, g->Ca, NULL, dy, C,
+                               atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, BR, row, C, 0);
+}
+
 /* Row-parallel output: the product is written to `out` directly when TP = 1;
  * with TP > 1 it goes to region_out as partial sums and exit_tp reduces it
  * into `out`. */
@@ -323,10 +378,10 @@ double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
         /* attention block */
         spb_layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
         const float *h = enter_region(g, l, a->ln1_out, SPB_PHASE_FORWARD);
-        spb_matmul_forward(a->qkv, h, p->qkv_w, p->qkv_b, BR, C, 3 * g->Ca);
+        qkv_forward(g, a->qkv, h, p);
         spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_FORWARD);
         g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->attn_saved);
-        spb_matmul_forward(region_product_target(g, a->res_mid), a->atto, p->proj_w, NULL, BR, g->Ca, C);
+        proj_forward(g, region_product_target(g, a->res_mid), a->atto, p);
         exit_region(g, l, a->res_mid);
         add_bias_rows(a->res_mid, p->proj_b, BT, C);
         spb_add_inplace(a->res_mid, x, (long)BT * C);
@@ -397,11 +452,11 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
         /* attention block */
         bias_grad_rows(dp->proj_b, g->dx, BT, C);
         dy = exit_region_backward(g, l, g->dx);
-        spb_matmul_backward(g->datto, dp->proj_w, NULL, dy, a->atto, p->proj_w, BR, g->Ca, C, 0);
+        proj_backward(g, g->datto, dp, dy, a->atto, p);
         spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_BACKWARD);
         g->strategy->attention_backward(&ctx, a->qkv, a->atto, a->attn_saved, g->datto, g->dqkv);
         h = enter_region(g, l, a->ln1_out, SPB_PHASE_BACKWARD);
-        spb_matmul_backward(g->dtmp, dp->qkv_w, dp->qkv_b, g->dqkv, h, p->qkv_w, BR, C, 3 * g->Ca, 0);
+        qkv_backward(g, g->dtmp, dp, g->dqkv, h, p);
         dln = enter_region_backward(g, l, g->dtmp, dlocal);
         spb_layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT,
                                C);

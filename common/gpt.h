@@ -61,6 +61,7 @@ typedef struct spb_gpt {
     int tp, tp_rank;   /* tensor-parallel degree and rank (over the SP group) */
     int Hl, Ca, Fl;    /* local heads, attention width H/TP·D, ffn width F/TP */
     int Ttp;           /* tokens per sequence inside a TP region (T·TP) */
+    int head_blocks;   /* G: qkv and atto in G head blocks (strategy.h) */
     long *positions;   /* [T] global positions of the local tokens */
     long *positions_tp; /* [Ttp] positions of the TP-region tokens */
     double init_std;

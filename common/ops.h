@@ -18,6 +18,15 @@ void spb_matmul_forward(float *out, const float *inp, const float *W, const floa
 void spb_matmul_backward(float *dinp, float *dW, float *db, const float *dout, const float *inp, const float *W,
                          int rows, int in, int out_f, int accumulate_dinp);
 
+/* The same with explicit row strides (out: ldo, inp: ldi, W: ldw, dinp:
+ * lddi, dW: lddw), for products on column blocks of larger matrices.
+ * accumulate: out += instead of = (the bias is then not added). */
+void spb_matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw, const float *b,
+                           int rows, int in, int out_f, int accumulate);
+void spb_matmul_backward_ld(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
+                            const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
+                            int accumulate_dinp);
+
 /* y = (x - mean) * rstd * w + b per row; keeps mean and rstd for backward. */
 void spb_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                            int rows, int C);

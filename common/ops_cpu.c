@@ -30,26 +30,39 @@ static void sgemm(int transA, int transB, int m, int n, int k, float alpha, cons
     gemm_flops += 2.0 * m * n * k;
 }
 
-void spb_matmul_forward(float *out, const float *inp, const float *W, const float *b, int rows, int in, int out_f)
+void spb_matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw, const float *b,
+                           int rows, int in, int out_f, int accumulate)
 {
-    float beta = 0.0f;
-    if (b) {
-        for (int r = 0; r < rows; r++) memcpy(out + (long)r * out_f, b, sizeof(float) * out_f);
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (b && !accumulate) {
+        for (int r = 0; r < rows; r++) memcpy(out + (long)r * ldo, b, sizeof(float) * out_f);
         beta = 1.0f;
     }
-    sgemm(0, 1, rows, out_f, in, 1.0f, inp, in, W, in, beta, out, out_f);
+    sgemm(0, 1, rows, out_f, in, 1.0f, inp, ldi, W, ldw, beta, out, ldo);
+}
+
+void spb_matmul_forward(float *out, const float *inp, const float *W, const float *b, int rows, int in, int out_f)
+{
+    spb_matmul_forward_ld(out, out_f, inp, in, W, in, b, rows, in, out_f, 0);
+}
+
+void spb_matmul_backward_ld(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
+                            const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
+                            int accumulate_dinp)
+{
+    if (dinp) sgemm(0, 0, rows, in, out_f, 1.0f, dout, ldo, W, ldw, accumulate_dinp ? 1.0f : 0.0f, dinp, lddi);
+    sgemm(1, 0, out_f, in, rows, 1.0f, dout, ldo, inp, ldi, 1.0f, dW, lddw);
+    if (db)
+        for (int r = 0; r < rows; r++) {
+            const float *d = dout + (long)r * ldo;
+            for (int o = 0; o < out_f; o++) db[o] += d[o];
+        }
 }
 
 void spb_matmul_backward(float *dinp, float *dW, float *db, const float *dout, const float *inp, const float *W,
                          int rows, int in, int out_f, int accumulate_dinp)
 {
-    if (dinp) sgemm(0, 0, rows, in, out_f, 1.0f, dout, out_f, W, in, accumulate_dinp ? 1.0f : 0.0f, dinp, in);
-    sgemm(1, 0, out_f, in, rows, 1.0f, dout, out_f, inp, in, 1.0f, dW, in);
-    if (db)
-        for (int r = 0; r < rows; r++) {
-            const float *d = dout + (long)r * out_f;
-            for (int o = 0; o < out_f; o++) db[o] += d[o];
-        }
+    spb_matmul_backward_ld(dinp, in, dW, in, db, dout, out_f, inp, in, W, in, rows, in, out_f, accumulate_dinp);
 }
 
 void spb_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,

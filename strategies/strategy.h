@@ -62,13 +62,19 @@ typedef struct spb_strategy {
      * T > 1, QKV and fc are column-parallel and proj and fcproj
      * row-parallel, sharded T ways over the SP group. */
     int (*tp_degree)(const spb_grid *grid);
+    /* Head-block layout of the attention's input and output (1 when NULL):
+     * with G > 1 the core's QKV product writes qkv as [G][B][tokens][3][H/G][D]
+     * (block j = heads [j·H/G, (j+1)·H/G)) and the output projection reads o
+     * as [G][B][tokens][H/G][D], so an all-to-all over G ranks needs no pack. */
+    int (*head_blocks)(const spb_grid *grid);
     /* Global positions of this rank's T local tokens (NULL: contiguous). */
     void (*local_positions)(const spb_grid *grid, const spb_config *cfg, long *positions);
 
     /* Floats of per-layer storage the attention keeps from forward for
      * backward (log-sum-exp included); the core allocates it (activations). */
     size_t (*attn_saved_floats)(const spb_attn_ctx *ctx);
-    /* qkv: [B][tokens][3][heads][D]; o: [B][tokens][heads][D]. */
+    /* qkv: [B][tokens][3][heads][D]; o: [B][tokens][heads][D] (in head
+     * blocks when head_blocks says so). */
     void (*attention_forward)(const spb_attn_ctx *ctx, const float *qkv, float *o, float *saved);
     /* dqkv is overwritten. */
     void (*attention_backward)(const spb_attn_ctx *ctx, const float *qkv, const float *o, const float *saved,

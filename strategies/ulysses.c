@@ -8,14 +8,13 @@
  * local backward, all-to-all of dQ, dK, dV together.
  *
  * Layouts (T = N/P local tokens, Hp = H/P heads per rank, row = Hp·D):
- *   local    qkv [B][T][3][H][D], o [B][T][H][D]         (what the core holds)
- *   blocks   P blocks of [B][T][w][Hp][D]                (all-to-all buffers;
- *            w = 3 for fused QKV, 1 for O and dO)
+ *   local    P head blocks of [B][T][w][Hp][D]: qkv (w = 3), o and dO (w = 1),
+ *            as the core's products write and read them (head_blocks = P);
+ *            block j is what goes to rank j: the all-to-all's send layout
  *   head     [B][N][w][Hp][D], rank i's tokens at i·T    (what attention reads)
- * The pack into blocks and the unpack out of them are the only passes over
- * memory besides the collectives: attention reads Q/K/V straight out of the
- * fused head layout through the backend's strides; with micro-batch 1 the
- * head side of each exchange is the block layout itself and is not copied. */
+ * With micro-batch 1 the collectives are the only passes over memory:
+ * attention reads Q/K/V straight out of the received blocks through the
+ * backend's strides. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,26 +74,6 @@ static spb_attn_desc head_desc(const ulysses_dims *u, const spb_attn_ctx *c)
     return d;
 }
 
-/* local [B][T][w][H][D] -> blocks: block j = heads [j·Hp, (j+1)·Hp). */
-static void local_to_blocks(const float *local, float *blocks, const ulysses_dims *u, int w)
-{
-    long rows = (long)u->B * u->T * w, block = rows * u->row;
-    size_t bytes = sizeof(float) * (size_t)u->row;
-    for (long r = 0; r < rows; r++)
-        for (int j = 0; j < u->P; j++)
-            memcpy(blocks + j * block + r * u->row, local + (r * u->P + j) * u->row, bytes);
-}
-
-/* Inverse of local_to_blocks: block j holds heads [j·Hp, (j+1)·Hp). */
-static void blocks_to_local(const float *blocks, float *local, const ulysses_dims *u, int w)
-{
-    long rows = (long)u->B * u->T * w, block = rows * u->row;
-    size_t bytes = sizeof(float) * (size_t)u->row;
-    for (long r = 0; r < rows; r++)
-        for (int j = 0; j < u->P; j++)
-            memcpy(local + (r * u->P + j) * u->row, blocks + j * block + r * u->row, bytes);
-}
-
 /* blocks (block i = rank i's T tokens) -> head layout [B][N][w][Hp][D]. */
 static void blocks_to_head(const float *blocks, float *head, const ulysses_dims *u, int w)
 {
@@ -119,7 +98,7 @@ static void head_to_blocks(const float *head, float *blocks, const ulysses_dims 
  * spb_mem_alloc zeroes its block, a pass over memory the exchange does not
  * need.  They live until the process ends: each category's peak is what
  * per-call allocation would reach, but they stay counted as current. */
-static float *send_buf, *recv_buf; /* all-to-all blocks, SPB_MEM_COMM */
+static float *send_buf, *recv_buf; /* regrouping staging for B > 1, SPB_MEM_COMM */
 static float *dout_head, *dqkv_head; /* backward's head-layout dO and dQKV, SPB_MEM_WORKSPACE */
 
 static float *cached(float **slot, spb_mem_category cat, long floats)
@@ -132,30 +111,24 @@ static float *cached(float **slot, spb_mem_category cat, long floats)
     return *slot;
 }
 
-typedef void (*repack_fn)(const float *from, float *to, const ulysses_dims *u, int w);
-
-/* With one sequence per micro-batch (the paper's runs) the block layout of
- * the all-to-all (rank i's tokens as block i) IS the head layout [N][w][Hp][D],
- * so the head side of each exchange needs no copy: receive into it, or send
- * from it, directly.  (Describing the strided local side to MPI as a derived
- * datatype instead of packing it was measured slower with Open MPI 4.1.) */
-static int is_identity(repack_fn f, const ulysses_dims *u)
-{
-    return u->B == 1 && (f == blocks_to_head || f == head_to_blocks);
-}
-
-/* One exchange of w·Hp·D floats per token and rank: pack, all-to-all over
- * the SP group, unpack; timed whole as SPB_T_EXCHANGE. */
-static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, repack_fn pack, const float *in,
-                     repack_fn unpack, float *out)
+/* Local side: the core hands Q, K, V and takes O in head blocks (block j =
+ * heads [j·Hp, (j+1)·Hp) of all local tokens, the head_blocks hook), which is
+ * the all-to-all's own block order: no pack, no unpack.  Head side: with one
+ * sequence per micro-batch (the paper's runs) the blocks (rank i's tokens as
+ * block i) are the head layout [N][w][Hp][D] itself; with B > 1 one
+ * regrouping pass per exchange remains. */
+static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in, float *out)
 {
     long count = (long)u->B * u->T * w * u->row; /* floats per block */
-    float *send = is_identity(pack, u) ? NULL : cached(&send_buf, SPB_MEM_COMM, count * u->P);
-    float *recv = is_identity(unpack, u) ? out : cached(&recv_buf, SPB_MEM_COMM, count * u->P);
+    float *staging = u->B > 1 ? cached(to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
     double t0 = spb_now();
-    if (send) pack(in, send, u, w);
-    spb_alltoall_f32(send ? send : in, recv, count, c->grid->sp_comm, c->phase);
-    if (recv != out) unpack(recv, out, u, w);
+    if (to_head) {
+        spb_alltoall_f32(in, staging ? staging : out, count, c->grid->sp_comm, c->phase);
+        if (staging) blocks_to_head(staging, out, u, w);
+    } else {
+        if (staging) head_to_blocks(in, staging, u, w);
+        spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
+    }
     spb_timer_add(SPB_T_EXCHANGE, spb_now() - t0);
 }
 
@@ -166,7 +139,7 @@ static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, f
     SPB_CHECK(u.N == c->seq_length && (!c->positions || c->positions[0] == (long)c->grid->sp_rank * u.T));
     float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
 
-    exchange(c, &u, 3, local_to_blocks, qkv, blocks_to_head, qkv_h);
+    exchange(c, &u, 3, 1, qkv, qkv_h);
 
     spb_attn_desc d = head_desc(&u, c);
     double t0 = spb_now();
@@ -174,7 +147,7 @@ static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, f
     spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
     *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
 
-    exchange(c, &u, 1, head_to_blocks, o_h, blocks_to_local, o);
+    exchange(c, &u, 1, 0, o_h, o);
 }
 
 static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
@@ -187,7 +160,7 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
     float *dout_h = cached(&dout_head, SPB_MEM_WORKSPACE, head_floats);
     float *dqkv_h = cached(&dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
 
-    exchange(c, &u, 1, local_to_blocks, dout, blocks_to_head, dout_h);
+    exchange(c, &u, 1, 1, dout, dout_h);
 
     spb_attn_desc d = head_desc(&u, c);
     memset(dqkv_h, 0, sizeof(float) * (size_t)(3 * head_floats)); /* the backend accumulates */
@@ -199,7 +172,7 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
 
     /* dQ, dK, dV go back together: every head block of every local token
      * arrives, so dqkv is overwritten in full. */
-    exchange(c, &u, 3, head_to_blocks, dqkv_h, blocks_to_local, dqkv);
+    exchange(c, &u, 3, 0, dqkv_h, dqkv);
 }
 
 static int ulysses_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
@@ -235,8 +208,11 @@ static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
     return v;
 }
 
+static int ulysses_head_blocks(const spb_grid *grid) { return grid->sp_size; }
+
 const spb_strategy spb_strategy_ulysses = {
     .name = "ulysses",
+    .head_blocks = ulysses_head_blocks,
     .summary = "DeepSpeed-Ulysses: all-to-all to H/P heads of the whole sequence around local attention",
     .validate = ulysses_validate,
     .attn_saved_floats = ulysses_saved_floats,

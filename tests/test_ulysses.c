@@ -101,6 +101,22 @@ typedef struct case_result {
     double rerun_differs;                 /* 1 if the second call's O or dQKV bits differ */
 } case_result;
 
+/* The core hands Ulysses its local Q, K, V and takes O in P head blocks
+ * (strategy.h, head_blocks): [B·T][w][H][D] <-> [P][B·T][w][H/P][D]. */
+static void std_to_blocks(const float *std, float *blk, long rows, int w, int P, long row, int back)
+{
+    for (int j = 0; j < P; j++)
+        for (long r = 0; r < rows; r++)
+            for (int s = 0; s < w; s++) {
+                float *b = blk + ((long)j * rows * w + r * w + s) * row;
+                float *a = (float *)std + (r * w + s) * P * row + (long)j * row;
+                if (back)
+                    memcpy(a, b, sizeof(float) * (size_t)row);
+                else
+                    memcpy(b, a, sizeof(float) * (size_t)row);
+            }
+}
+
 static case_result run_case(int N, int P, int causal, const spb_attn_backend *backend)
 {
     case_result res = {0};
@@ -131,8 +147,14 @@ static case_result run_case(int N, int P, int causal, const spb_attn_backend *ba
     long *pos = malloc(sizeof(long) * (size_t)T);
     for (int t = 0; t < T; t++) pos[t] = first + t;
     float *qkv = falloc((long)BATCH * T * 3 * W), *dout = falloc((long)BATCH * T * W);
-    take_slice(qkv_full, qkv, N, T, first, 3 * W);
-    take_slice(dout_full, dout, N, T, first, W);
+    {
+        float *std = falloc((long)BATCH * T * 3 * W);
+        take_slice(qkv_full, std, N, T, first, 3 * W);
+        std_to_blocks(std, qkv, (long)BATCH * T, 3, P, W / P, 0);
+        take_slice(dout_full, std, N, T, first, W);
+        std_to_blocks(std, dout, (long)BATCH * T, 1, P, W / P, 0);
+        spb_mem_free(std);
+    }
     float *o_ref_slice = falloc((long)BATCH * T * W), *dqkv_ref_slice = falloc((long)BATCH * T * 3 * W);
     take_slice(o_ref, o_ref_slice, N, T, first, W);
     take_slice(dqkv_ref, dqkv_ref_slice, N, T, first, 3 * W);
@@ -174,7 +196,14 @@ static case_result run_case(int N, int P, int causal, const spb_attn_backend *ba
         res.alltoall_s = f->seconds + b->seconds;
         if (run == 0) res.flops_fwd = res.flops_bwd = 0.0; /* keep one call's count */
 
-        /* Compare with the reference rows of this rank's tokens. */
+        /* Back to [B·T][w][H][D], then compare with the reference rows of
+         * this rank's tokens. */
+        float *std = falloc((long)BATCH * T * 3 * W);
+        std_to_blocks(std, o[run], (long)BATCH * T, 1, P, W / P, 1);
+        memcpy(o[run], std, sizeof(float) * (size_t)(BATCH * T * W));
+        std_to_blocks(std, dqkv[run], (long)BATCH * T, 3, P, W / P, 1);
+        memcpy(dqkv[run], std, sizeof(float) * (size_t)(BATCH * T * 3 * W));
+        spb_mem_free(std);
         double e = rel_err_part(o[run], o_ref_slice, (long)BATCH * T, 1, 0, W);
         if (!(e <= errs[0])) errs[0] = e;
         for (int s = 0; s < 3; s++) {
