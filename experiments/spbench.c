@@ -241,7 +241,9 @@ int main(int argc, char **argv)
     /* Pack/unpack overhead: the strategy's exchanges against plain
      * MPI_Alltoall of the same counts, same run. */
     double plain_a2a = 0, exchange = 0;
-    if (cfg.compare_alltoall) {
+    long a2a_calls = 0;
+    for (int p = 0; p < SPB_NUM_PHASES; p++) a2a_calls += spb_comm_record_get(SPB_OP_ALLTOALL, (spb_comm_phase)p)->calls;
+    if (cfg.compare_alltoall && a2a_calls > 0) {
         plain_a2a = spb_comm_replay_alltoalls() / (measured ? measured : 1);
         spb_allreduce_max_f64(&plain_a2a, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
         exchange = timers[SPB_T_EXCHANGE];
@@ -351,6 +353,10 @@ int main(int argc, char **argv)
                 spb_row_add(&r, key, "%.0f", peaks[c]);
             }
             spb_row_add(&r, "peak_mem_total_bytes", "%.0f", peaks[SPB_MEM_NUM_CATEGORIES]);
+            spb_row_add(&r, "layer_comm_s", "%.6g", timers[SPB_NUM_TIMERS]);
+            spb_row_add(&r, "other_compute_s", "%.6g",
+                        timers[SPB_T_FORWARD] + timers[SPB_T_BACKWARD] - timers[SPB_T_GEMM] -
+                            timers[SPB_T_ATTENTION] - timers[SPB_NUM_TIMERS]);
             spb_row_add(&r, "comm_time_s", "%.6g", timers[SPB_T_COMM]);
             spb_row_add(&r, "comm_fraction", "%.6g", timers[SPB_T_COMM] / t_med);
             spb_row_add(&r, "comm_link_bytes", "%.0f", comm_total_link);
