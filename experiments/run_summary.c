@@ -1,0 +1,226 @@
+#define _DEFAULT_SOURCE
+#include "run_summary.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/flops.h"
+#include "../common/ops.h"
+#include "../common/report.h"
+#include "spb_version.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times, int measured, double first_loss,
+                       double final_loss)
+{
+    const spb_config *cfg = &tr->cfg;
+    MPI_Comm world_comm = tr->grid->world;
+    const double per = measured ? 1.0 / measured : 0.0;
+    *s = (spb_run_summary){.world = tr->grid->world_size, .measured = measured, .first_loss = first_loss,
+                           .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN};
+    s->tokens_per_iter = (double)cfg->global_batch_size * cfg->seq_length;
+    s->paper_flops = spb_paper_flops_per_iteration(cfg, 0);
+    if (measured > 0) {
+        qsort(times, (size_t)measured, sizeof(double), cmp_double);
+        s->t_med = measured % 2 ? times[measured / 2] : 0.5 * (times[measured / 2 - 1] + times[measured / 2]);
+        s->t_min = times[0];
+        s->t_max = times[measured - 1];
+    }
+    double counted[2] = {spb_gemm_flops() * per, tr->gpt->attn_flops * per};
+    spb_allreduce_sum_f64(counted, 2, world_comm, SPB_PHASE_OTHER);
+    s->counted_gemm = counted[0], s->counted_attn = counted[1];
+
+    const spb_mem_stats *ms = spb_mem_get_stats();
+    for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++) s->peaks[c] = (double)ms->peak[c];
+    s->peaks[SPB_MEM_NUM_CATEGORIES] = (double)ms->peak_total;
+    spb_allreduce_max_f64(s->peaks, SPB_MEM_NUM_CATEGORIES + 1, world_comm, SPB_PHASE_OTHER);
+
+    /* The breakdown of the slowest rank (by time in forward, backward,
+     * reduction and optimizer), whole, so that its parts add up. */
+    for (int k = 0; k < SPB_NUM_TIMERS; k++) s->timers[k] = spb_timer_get((spb_timer_id)k) * per;
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = SPB_PHASE_FORWARD; p <= SPB_PHASE_RECOMPUTE; p++)
+            s->timers[SPB_T_LAYER_COMM] += spb_comm_record_get((spb_comm_op)o, (spb_comm_phase)p)->seconds * per;
+    struct { double busy; int rank; } mine = {s->timers[SPB_T_FORWARD] + s->timers[SPB_T_BACKWARD] +
+                                                  s->timers[SPB_T_GRAD_REDUCE] + s->timers[SPB_T_OPTIMIZER],
+                                              tr->grid->world_rank},
+                                      slowest;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, world_comm);
+    MPI_Bcast(s->timers, SPB_NUM_TIMERS + 1, MPI_DOUBLE, slowest.rank, world_comm);
+
+    /* Communication per (op, phase): bytes are the same on every rank of a
+     * strategy, time is the slowest rank's. */
+    for (int k = 0; k < SPB_COMM_SLOTS; k++) {
+        const spb_comm_record *rec = spb_comm_record_get((spb_comm_op)(k / SPB_NUM_PHASES),
+                                                         (spb_comm_phase)(k % SPB_NUM_PHASES));
+        s->calls[k] = rec->calls * per, s->payload[k] = rec->payload_bytes * per;
+        s->link[k] = rec->link_bytes * per, s->seconds[k] = rec->seconds * per;
+    }
+    /* One reduction for the four arrays, which lie side by side. */
+    _Static_assert(offsetof(spb_run_summary, seconds) == offsetof(spb_run_summary, calls) + 3 * sizeof s->calls,
+                   "calls, payload, link and seconds must be contiguous");
+    spb_allreduce_max_f64(s->calls, 4 * SPB_COMM_SLOTS, world_comm, SPB_PHASE_OTHER);
+    for (int k = 0; k < SPB_COMM_SLOTS; k++) s->link_total += s->link[k];
+
+    /* Pack/unpack overhead: the exchange time less the time inside the
+     * all-to-alls themselves is what the strategy's own copies cost; the
+     * yardstick is plain MPI_Alltoall of the same counts, replayed. */
+    double a2a_calls = 0, a2a_inside = 0;
+    for (int p = 0; p < SPB_NUM_PHASES; p++) {
+        const spb_comm_record *rec = spb_comm_record_get(SPB_OP_ALLTOALL, (spb_comm_phase)p);
+        a2a_calls += (double)rec->calls, a2a_inside += rec->seconds * per;
+    }
+    double local[2] = {spb_timer_get(SPB_T_EXCHANGE) * per - a2a_inside, 0.0};
+    if (cfg->compare_alltoall && a2a_calls > 0) local[1] = spb_comm_replay_alltoalls() * per;
+    spb_allreduce_max_f64(local, 2, world_comm, SPB_PHASE_OTHER);
+    s->pack_unpack = local[0], s->plain_alltoall = local[1];
+    s->exchange = s->timers[SPB_T_EXCHANGE];
+}
+
+static double other_compute(const spb_run_summary *s)
+{
+    return s->timers[SPB_T_FORWARD] + s->timers[SPB_T_BACKWARD] - s->timers[SPB_T_GEMM] -
+           s->timers[SPB_T_ATTENTION] - s->timers[SPB_T_LAYER_COMM];
+}
+
+void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
+{
+    const double *t = s->timers;
+    double compute = t[SPB_T_FORWARD] + t[SPB_T_BACKWARD];
+    printf("summary: %d measured iterations | iteration time median %.2f ms (min %.2f, max %.2f) | tokens/s %.0f | "
+           "TFLOPs/rank paper %.4f counted %.4f | loss %.4f -> %.4f\n",
+           s->measured, s->t_med * 1e3, s->t_min * 1e3, s->t_max * 1e3, s->tokens_per_iter / s->t_med,
+           s->paper_flops / s->t_med / s->world / 1e12,
+           (s->counted_gemm + s->counted_attn) / s->t_med / s->world / 1e12, s->first_loss, s->final_loss);
+    printf("time/iteration (ms, slowest rank):");
+    for (int k = 0; k < SPB_NUM_TIMERS; k++) printf(" %s %.2f", spb_timer_name((spb_timer_id)k), t[k] * 1e3);
+    printf(" | gemm share of compute %.1f%% at %.2f GFLOP/s per rank\n", compute > 0 ? 100 * t[SPB_T_GEMM] / compute : NAN,
+           t[SPB_T_GEMM] > 0 ? s->counted_gemm / s->world / t[SPB_T_GEMM] / 1e9 : NAN);
+    printf("step breakdown of the slowest rank (ms/iteration): matrix products %.2f | attention %.2f | other compute "
+           "%.2f | communication in layers %.2f | gradient reduction %.2f | optimizer %.2f | all communication "
+           "%.1f%% of the step\n",
+           t[SPB_T_GEMM] * 1e3, t[SPB_T_ATTENTION] * 1e3, other_compute(s) * 1e3, t[SPB_T_LAYER_COMM] * 1e3,
+           t[SPB_T_GRAD_REDUCE] * 1e3, t[SPB_T_OPTIMIZER] * 1e3, 100 * t[SPB_T_COMM] / s->t_med);
+    if (s->link_total > 0 || t[SPB_T_COMM] > 0) {
+        printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
+               "MiB/link", "time ms", "algbw GB/s", "busbw GB/s");
+        for (int k = 0; k < SPB_COMM_SLOTS; k++) {
+            if (s->calls[k] == 0) continue;
+            double sec = s->seconds[k];
+            printf("  %-15s %-12s %7.0f %14.3f %14.3f %10.3f %11.3f %11.3f\n",
+                   spb_comm_op_name((spb_comm_op)(k / SPB_NUM_PHASES)),
+                   spb_comm_phase_name((spb_comm_phase)(k % SPB_NUM_PHASES)), s->calls[k], s->payload[k] / 1048576.0,
+                   s->link[k] / 1048576.0, sec * 1e3, sec > 0 ? s->payload[k] / sec / 1e9 : 0.0,
+                   sec > 0 ? s->link[k] / sec / 1e9 : 0.0);
+        }
+    }
+    if (cfg->compare_alltoall && s->plain_alltoall > 0)
+        printf("all-to-all (ms/iteration): plain MPI_Alltoall of the run's counts, replayed back to back %.3f | the "
+               "strategy's pack + unpack %.3f | (plain + pack/unpack) / plain = %.3f | in-run exchanges %.3f (include "
+               "waiting for other ranks)\n",
+               s->plain_alltoall * 1e3, s->pack_unpack * 1e3, (s->plain_alltoall + s->pack_unpack) / s->plain_alltoall,
+               s->exchange * 1e3);
+    printf("peak memory/rank (MiB):");
+    for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
+        printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), s->peaks[c] / 1048576.0);
+    printf(" | total %.2f\n", s->peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
+    fflush(stdout);
+}
+
+/* Link bytes and seconds summed over the slots of one op (phase < 0) or of
+ * one phase (op < 0). */
+static void comm_sum(const spb_run_summary *s, int op, int phase, double *link, double *sec)
+{
+    *link = *sec = 0;
+    for (int k = 0; k < SPB_COMM_SLOTS; k++)
+        if ((op < 0 || k / SPB_NUM_PHASES == op) && (phase < 0 || k % SPB_NUM_PHASES == phase))
+            *link += s->link[k], *sec += s->seconds[k];
+}
+
+int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char *err, size_t errlen)
+{
+    const spb_config *c = &tr->cfg;
+    const spb_grid *g = tr->grid;
+    spb_row r = {0};
+    char host[128] = "unknown", date[32], key[40];
+    gethostname(host, sizeof host);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    spb_row_add(&r, "run_name", "%s", c->run_name);
+    spb_row_add(&r, "status", "%s", "ok");
+    spb_row_add(&r, "strategy", "%s", c->strategy);
+    spb_row_add(&r, "device", "%s", c->device);
+    spb_row_add(&r, "attention", "%s", c->attention);
+    spb_row_add(&r, "world_size", "%d", g->world_size);
+    spb_row_add(&r, "dp", "%d", g->dp_size);
+    spb_row_add(&r, "sp", "%d", g->sp_size);
+    spb_row_add(&r, "zero_stage", "%d", c->zero_stage);
+    spb_row_add(&r, "ring_layout", "%s", c->ring_layout);
+    spb_row_add(&r, "attention_mask", "%s", c->attention_mask);
+    spb_row_add(&r, "num_layers", "%d", c->num_layers);
+    spb_row_add(&r, "hidden_size", "%d", c->hidden_size);
+    spb_row_add(&r, "num_heads", "%d", c->num_heads);
+    spb_row_add(&r, "ffn_hidden_size", "%d", c->ffn_hidden_size);
+    spb_row_add(&r, "vocab_size", "%d", c->vocab_size);
+    spb_row_add(&r, "seq_length", "%d", c->seq_length);
+    spb_row_add(&r, "micro_batch_size", "%d", c->micro_batch_size);
+    spb_row_add(&r, "global_batch_size", "%d", c->global_batch_size);
+    spb_row_add(&r, "num_params", "%ld", tr->gpt->num_global_params);
+    spb_row_add(&r, "train_iters", "%d", c->train_iters);
+    spb_row_add(&r, "measured_iters", "%d", s->measured);
+    spb_row_add(&r, "iter_time_median_s", "%.6g", s->t_med);
+    spb_row_add(&r, "iter_time_min_s", "%.6g", s->t_min);
+    spb_row_add(&r, "iter_time_max_s", "%.6g", s->t_max);
+    spb_row_add(&r, "tokens_per_s", "%.6g", s->tokens_per_iter / s->t_med);
+    spb_row_add(&r, "tflops_paper_per_rank", "%.6g", s->paper_flops / s->t_med / s->world / 1e12);
+    spb_row_add(&r, "tflops_counted_per_rank", "%.6g",
+                (s->counted_gemm + s->counted_attn) / s->t_med / s->world / 1e12);
+    spb_row_add(&r, "first_loss", "%.6f", s->first_loss);
+    spb_row_add(&r, "final_loss", "%.6f", s->final_loss);
+    for (int k = 0; k < SPB_NUM_TIMERS; k++) {
+        snprintf(key, sizeof key, "time_%s_s", spb_timer_name((spb_timer_id)k));
+        spb_row_add(&r, key, "%.6g", s->timers[k]);
+    }
+    for (int k = 0; k < SPB_MEM_NUM_CATEGORIES; k++) {
+        snprintf(key, sizeof key, "peak_mem_%s_bytes", spb_mem_category_name((spb_mem_category)k));
+        spb_row_add(&r, key, "%.0f", s->peaks[k]);
+    }
+    spb_row_add(&r, "peak_mem_total_bytes", "%.0f", s->peaks[SPB_MEM_NUM_CATEGORIES]);
+    spb_row_add(&r, "layer_comm_s", "%.6g", s->timers[SPB_T_LAYER_COMM]);
+    spb_row_add(&r, "other_compute_s", "%.6g", other_compute(s));
+    spb_row_add(&r, "comm_time_s", "%.6g", s->timers[SPB_T_COMM]);
+    spb_row_add(&r, "comm_fraction", "%.6g", s->timers[SPB_T_COMM] / s->t_med);
+    spb_row_add(&r, "comm_link_bytes", "%.0f", s->link_total);
+    spb_row_add(&r, "alltoall_pack_unpack_s", "%.6g", s->pack_unpack);
+    spb_row_add(&r, "alltoall_plain_s", "%.6g", s->plain_alltoall > 0 ? s->plain_alltoall : NAN);
+    spb_row_add(&r, "alltoall_overhead_ratio", "%.6g",
+                s->plain_alltoall > 0 ? (s->plain_alltoall + s->pack_unpack) / s->plain_alltoall : NAN);
+    double link, sec;
+    for (int o = 0; o < SPB_NUM_OPS; o++) {
+        comm_sum(s, o, -1, &link, &sec);
+        snprintf(key, sizeof key, "%s_link_bytes", spb_comm_op_name((spb_comm_op)o));
+        spb_row_add(&r, key, "%.0f", link);
+        snprintf(key, sizeof key, "%s_s", spb_comm_op_name((spb_comm_op)o));
+        spb_row_add(&r, key, "%.6g", sec);
+    }
+    for (int p = 0; p < SPB_NUM_PHASES; p++) {
+        comm_sum(s, -1, p, &link, &sec);
+        snprintf(key, sizeof key, "%s_link_bytes", spb_comm_phase_name((spb_comm_phase)p));
+        spb_row_add(&r, key, "%.0f", link);
+        snprintf(key, sizeof key, "%s_comm_s", spb_comm_phase_name((spb_comm_phase)p));
+        spb_row_add(&r, key, "%.6g", sec);
+    }
+    spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
+    spb_row_add(&r, "blas", "%s", spb_blas_description());
+    spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);
+    spb_row_add(&r, "date", "%s", date);
+    return spb_row_append_csv(&r, c->results, err, errlen);
+}

@@ -1,0 +1,44 @@
+/* The end of a run: statistics over ranks (iteration time, FLOPs, memory,
+ * the slowest rank's step breakdown, communication per collective and
+ * phase), printed as spbench's summary and written as one results row. */
+#ifndef SPB_RUN_SUMMARY_H
+#define SPB_RUN_SUMMARY_H
+
+#include <stddef.h>
+
+#include "../common/comm.h"
+#include "../common/config.h"
+#include "../common/memory.h"
+#include "../common/timer.h"
+#include "../common/train.h"
+
+enum { SPB_COMM_SLOTS = SPB_NUM_OPS * SPB_NUM_PHASES, SPB_T_LAYER_COMM = SPB_NUM_TIMERS };
+
+typedef struct spb_run_summary {
+    int world, measured;
+    double t_med, t_min, t_max;          /* iteration time, slowest rank, measured iterations */
+    double tokens_per_iter, paper_flops; /* per iteration */
+    double counted_gemm, counted_attn;   /* FLOPs per iteration, all ranks */
+    double first_loss, final_loss;
+    double peaks[SPB_MEM_NUM_CATEGORIES + 1]; /* bytes, max over ranks; last = total */
+    /* Per iteration, the slowest rank's (its parts add up); the extra slot
+     * SPB_T_LAYER_COMM is communication inside forward/backward. */
+    double timers[SPB_NUM_TIMERS + 1];
+    /* Per iteration and (op, phase) slot o·SPB_NUM_PHASES + p: calls,
+     * payload bytes, link bytes, seconds (max over ranks). */
+    double calls[SPB_COMM_SLOTS], payload[SPB_COMM_SLOTS], link[SPB_COMM_SLOTS], seconds[SPB_COMM_SLOTS];
+    double link_total;
+    /* --compare-alltoall: plain MPI_Alltoall of the run's counts, replayed;
+     * the strategy's own copies; its in-run exchanges (with waiting). */
+    double plain_alltoall, pack_unpack, exchange;
+} spb_run_summary;
+
+/* Collective over the trainer's world: every rank calls, every rank gets
+ * the same summary.  times: the measured iterations' times (sorted here). */
+void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times, int measured, double first_loss,
+                       double final_loss);
+void spb_print_summary(const spb_run_summary *s, const spb_config *cfg);
+/* Appends the results row to cfg->results; 0 or -1 with a message. */
+int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char *err, size_t errlen);
+
+#endif
