@@ -50,6 +50,8 @@ static const option_spec options[] = {
     OPT("sp-degree", OPT_INT, sp_degree, "sequence-parallel degree P (world = D x P)"),
     OPT("strategy", OPT_STRING, strategy, "sequence-parallel strategy"),
     OPT("zero-stage", OPT_INT, zero_stage, "ZeRO stage 0-3"),
+    OPT("checkpoint-activations", OPT_FLAG, checkpoint_activations,
+        "keep each layer's input only and recompute the layer in backward"),
     OPT("attention", OPT_STRING, attention, "attention backend: flash | naive"),
     OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
     OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),

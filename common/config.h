@@ -35,6 +35,7 @@ typedef struct spb_config {
     int sp_degree;
     char strategy[SPB_NAME_MAX];
     int zero_stage;
+    int checkpoint_activations; /* keep each layer's input only, recompute in backward */
     char attention[SPB_NAME_MAX]; /* attention backend */
     char attention_mask[SPB_NAME_MAX]; /* causal | full */
     int causal;                 /* derived from attention_mask */

@@ -200,7 +200,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->x = SPB_CHECK_PTR(calloc((size_t)g->L + 1, sizeof *g->x));
     g->acts = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->acts));
     for (int l = 0; l <= g->L; l++) g->x[l] = act(BT * C);
-    for (int l = 0; l < g->L; l++) {
+    g->checkpoint = cfg->checkpoint_activations;
+    for (int l = 0; l < (g->checkpoint ? 1 : g->L); l++) {
         spb_layer_acts *a = &g->acts[l];
         a->ln1_out = act(BT * C);
         a->ln1_mean = act(BT);
@@ -224,6 +225,7 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->datto = scratch(BR * g->Ca);
     g->dqkv = scratch(BR * 3 * g->Ca);
     g->dfc = scratch(BR * g->Fl);
+    if (g->checkpoint) g->recompute_out = scratch(BT * C);
     if (g->tp > 1) {
         g->region_in = scratch(BR * C);
         g->region_out = scratch(BR * C);
@@ -234,7 +236,7 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
 void spb_gpt_destroy(spb_gpt *g)
 {
     if (!g) return;
-    for (int l = 0; l < g->L; l++) {
+    for (int l = 0; l < (g->checkpoint ? 1 : g->L); l++) {
         spb_layer_acts *a = &g->acts[l];
         float *bufs[] = {a->ln1_out, a->ln1_mean, a->ln1_rstd, a->qkv, a->atto, a->attn_saved,
                          a->res_mid, a->ln2_out, a->ln2_mean, a->ln2_rstd, a->fc_pre, a->fc_act};
@@ -242,7 +244,7 @@ void spb_gpt_destroy(spb_gpt *g)
     }
     for (int l = 0; l <= g->L; l++) spb_mem_free(g->x[l]);
     float *bufs[] = {g->lnf_out, g->lnf_mean, g->lnf_rstd, g->probs, g->dx, g->dtmp, g->datto, g->dqkv, g->dfc,
-                     g->region_in, g->region_out, g->params, g->grads};
+                     g->region_in, g->region_out, g->recompute_out, g->params, g->grads};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) spb_mem_free(bufs[k]);
     spb_mem_free(g->inputs);
     spb_mem_free(g->targets);
@@ -357,44 +359,53 @@ static void proj_backward(spb_gpt *g, float *datto, spb_layer_params *dp, const 
  * into `out`. */
 static float *region_product_target(spb_gpt *g, float *out) { return g->tp > 1 ? g->region_out : out; }
 
-static void exit_region(spb_gpt *g, int layer, float *out)
+static void exit_region(spb_gpt *g, int layer, float *out, spb_comm_phase phase)
 {
     if (g->tp == 1) return;
-    spb_attn_ctx ctx = region_ctx(g, layer, SPB_PHASE_FORWARD);
+    spb_attn_ctx ctx = region_ctx(g, layer, phase);
     g->strategy->exit_tp(&ctx, g->region_out, out);
 }
+
+/* Layer l from its input x to its output x_out, keeping what its backward
+ * needs in `a`; phase is forward, or recompute under activation
+ * checkpointing (its communication is recorded under that phase). */
+static void layer_forward(spb_gpt *g, int l, spb_layer_acts *a, const float *x, float *x_out, spb_comm_phase phase)
+{
+    const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
+    const spb_layer_params *p = &g->layer[l];
+    /* attention block */
+    spb_layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
+    const float *h = enter_region(g, l, a->ln1_out, phase);
+    qkv_forward(g, a->qkv, h, p);
+    spb_attn_ctx ctx = region_ctx(g, l, phase);
+    g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->attn_saved);
+    proj_forward(g, region_product_target(g, a->res_mid), a->atto, p);
+    exit_region(g, l, a->res_mid, phase);
+    add_bias_rows(a->res_mid, p->proj_b, BT, C);
+    spb_add_inplace(a->res_mid, x, (long)BT * C);
+    /* MLP block */
+    spb_layernorm_forward(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT, C);
+    h = enter_region(g, l, a->ln2_out, phase);
+    spb_matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl);
+    spb_gelu_forward(a->fc_act, a->fc_pre, (long)BR * g->Fl);
+    spb_matmul_forward(region_product_target(g, x_out), a->fc_act, p->fcproj_w, NULL, BR, g->Fl, C);
+    exit_region(g, l, x_out, phase);
+    add_bias_rows(x_out, p->fcproj_b, BT, C);
+    spb_add_inplace(x_out, a->res_mid, (long)BT * C);
+}
+
+/* Under activation checkpointing every layer shares one set of activations
+ * (acts[0]); only the layer inputs x[l] are kept. */
+static spb_layer_acts *layer_acts(spb_gpt *g, int l) { return &g->acts[g->checkpoint ? 0 : l]; }
 
 double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
 {
     double t0 = spb_now();
-    const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
+    const int BT = g->B * g->T, C = g->C;
     memcpy(g->inputs, inputs, sizeof(int) * (size_t)BT);
     memcpy(g->targets, targets, sizeof(int) * (size_t)BT);
     spb_embedding_forward(g->x[0], inputs, g->wte, g->wpe, g->positions, BT, g->T, C);
-    for (int l = 0; l < g->L; l++) {
-        const spb_layer_params *p = &g->layer[l];
-        spb_layer_acts *a = &g->acts[l];
-        float *x = g->x[l];
-        /* attention block */
-        spb_layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
-        const float *h = enter_region(g, l, a->ln1_out, SPB_PHASE_FORWARD);
-        qkv_forward(g, a->qkv, h, p);
-        spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_FORWARD);
-        g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->attn_saved);
-        proj_forward(g, region_product_target(g, a->res_mid), a->atto, p);
-        exit_region(g, l, a->res_mid);
-        add_bias_rows(a->res_mid, p->proj_b, BT, C);
-        spb_add_inplace(a->res_mid, x, (long)BT * C);
-        /* MLP block */
-        spb_layernorm_forward(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT, C);
-        h = enter_region(g, l, a->ln2_out, SPB_PHASE_FORWARD);
-        spb_matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl);
-        spb_gelu_forward(a->fc_act, a->fc_pre, (long)BR * g->Fl);
-        spb_matmul_forward(region_product_target(g, g->x[l + 1]), a->fc_act, p->fcproj_w, NULL, BR, g->Fl, C);
-        exit_region(g, l, g->x[l + 1]);
-        add_bias_rows(g->x[l + 1], p->fcproj_b, BT, C);
-        spb_add_inplace(g->x[l + 1], a->res_mid, (long)BT * C);
-    }
+    for (int l = 0; l < g->L; l++) layer_forward(g, l, layer_acts(g, l), g->x[l], g->x[l + 1], SPB_PHASE_FORWARD);
     spb_layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT, C);
     spb_matmul_forward(g->probs, g->lnf_out, g->wte, NULL, BT, C, g->V);
     double loss_sum = spb_softmax_xent_forward(g->probs, targets, BT, g->V);
@@ -437,7 +448,10 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
     for (int l = g->L - 1; l >= 0; l--) {
         const spb_layer_params *p = &g->layer[l];
         spb_layer_params *dp = &g->dlayer[l];
-        spb_layer_acts *a = &g->acts[l];
+        spb_layer_acts *a = layer_acts(g, l);
+        /* The output goes to scratch: x[l+1] holds it already, and the
+         * recomputation gives the same bits. */
+        if (g->checkpoint) layer_forward(g, l, a, g->x[l], g->recompute_out, SPB_PHASE_RECOMPUTE);
         /* MLP block */
         bias_grad_rows(dp->fcproj_b, g->dx, BT, C);
         const float *dy = exit_region_backward(g, l, g->dx);

@@ -62,6 +62,7 @@ typedef struct spb_gpt {
     int Hl, Ca, Fl;    /* local heads, attention width H/TP·D, ffn width F/TP */
     int Ttp;           /* tokens per sequence inside a TP region (T·TP) */
     int head_blocks;   /* G: qkv and atto in G head blocks (strategy.h) */
+    int checkpoint;    /* activation checkpointing: keep layer inputs, recompute */
     long *positions;   /* [T] global positions of the local tokens */
     long *positions_tp; /* [Ttp] positions of the TP-region tokens */
     double init_std;
@@ -83,11 +84,12 @@ typedef struct spb_gpt {
     /* activations of the last forward (the backward needs them) */
     int *inputs, *targets; /* [B*T] */
     float **x;             /* L+1 residual streams [B*T][C]; x[0] = embeddings */
-    spb_layer_acts *acts;
+    spb_layer_acts *acts; /* per layer; one shared set under checkpointing */
     float *lnf_out, *lnf_mean, *lnf_rstd, *probs;
     /* scratch */
     float *dx, *dtmp, *datto, *dqkv, *dfc;
     float *region_in, *region_out; /* [B*Ttp][C] TP-region buffers (TP > 1) */
+    float *recompute_out;          /* [B*T][C] a recomputed layer's output (discarded) */
 
     double attn_flops; /* counted attention FLOPs so far */
 } spb_gpt;

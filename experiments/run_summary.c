@@ -27,7 +27,7 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
     *s = (spb_run_summary){.world = tr->grid->world_size, .measured = measured, .first_loss = first_loss,
                            .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN};
     s->tokens_per_iter = (double)cfg->global_batch_size * cfg->seq_length;
-    s->paper_flops = spb_paper_flops_per_iteration(cfg, 0);
+    s->paper_flops = spb_paper_flops_per_iteration(cfg, cfg->checkpoint_activations);
     if (measured > 0) {
         qsort(times, (size_t)measured, sizeof(double), cmp_double);
         s->t_med = measured % 2 ? times[measured / 2] : 0.5 * (times[measured / 2 - 1] + times[measured / 2]);
@@ -163,6 +163,7 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "dp", "%d", g->dp_size);
     spb_row_add(&r, "sp", "%d", g->sp_size);
     spb_row_add(&r, "zero_stage", "%d", c->zero_stage);
+    spb_row_add(&r, "checkpoint_activations", "%d", c->checkpoint_activations);
     spb_row_add(&r, "ring_layout", "%s", c->ring_layout);
     spb_row_add(&r, "attention_mask", "%s", c->attention_mask);
     spb_row_add(&r, "num_layers", "%d", c->num_layers);

@@ -207,6 +207,47 @@ START_TEST(ulysses_volume_scales_as_the_paper_says)
 }
 END_TEST
 
+/* Activation checkpointing recomputes each layer's forward from its input:
+ * the same operations on the same values, so losses, gradients and
+ * parameters are bit-identical to the run that keeps all activations; the
+ * recomputation's traffic is recorded under its own phase, equal to the
+ * forward's; and fewer activation bytes are kept. */
+START_TEST(checkpointing_is_exact)
+{
+    const variant *v = &variants[_i];
+    const int P = 2, D = 2;
+    spb_config plain, ckpt;
+    spb_grid gp, gc;
+    base_config(&plain, v, P, 1, GLOBAL_BATCH / D, GLOBAL_BATCH);
+    base_config(&ckpt, v, P, 1, GLOBAL_BATCH / D, GLOBAL_BATCH);
+    ckpt.checkpoint_activations = 1;
+    spb_trainer *a = make(&plain, MPI_COMM_WORLD, &gp);
+    spb_trainer *b = make(&ckpt, MPI_COMM_WORLD, &gc);
+    long n = a->gpt->num_params;
+    spb_comm_reset();
+    double la = spb_trainer_gradients(a);
+    double fwd = 0, rec = 0;
+    for (int op = 0; op < SPB_NUM_OPS; op++) fwd += spb_comm_record_get((spb_comm_op)op, SPB_PHASE_FORWARD)->link_bytes;
+    spb_comm_reset();
+    double lb = spb_trainer_gradients(b);
+    for (int op = 0; op < SPB_NUM_OPS; op++) rec += spb_comm_record_get((spb_comm_op)op, SPB_PHASE_RECOMPUTE)->link_bytes;
+    ck_assert(la == lb);
+    ck_assert_int_eq(memcmp(a->gpt->grads, b->gpt->grads, sizeof(float) * (size_t)n), 0);
+    ck_assert_double_eq(rec, fwd);
+    ck_assert(fwd > 0);
+    spb_trainer_update(a);
+    spb_trainer_update(b);
+    for (int s = 1; s < STEPS; s++) ck_assert(spb_trainer_step(a) == spb_trainer_step(b));
+    ck_assert_int_eq(memcmp(a->gpt->params, b->gpt->params, sizeof(float) * (size_t)n), 0);
+    say("%-8s %-10s P=2 D=2 checkpointing: bit-identical over %d steps; recompute bytes/link %.0f = forward %.0f\n",
+        v->strategy, v->ring_layout, STEPS, rec, fwd);
+    spb_trainer_destroy(a);
+    spb_trainer_destroy(b);
+    spb_grid_destroy(&gp);
+    spb_grid_destroy(&gc);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -216,6 +257,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, strategy_equals_single_rank, 0, NUM_VARIANTS * 6);
     tcase_add_loop_test(tc, micro_batch_one, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, measured_bytes_equal_formula, 0, NUM_VARIANTS);
+    tcase_add_loop_test(tc, checkpointing_is_exact, 0, NUM_VARIANTS);
     tcase_add_test(tc, ulysses_volume_scales_as_the_paper_says);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

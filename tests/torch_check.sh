@@ -37,6 +37,8 @@ small="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24 -
 run synthetic-flash "$spbench" $small --attention flash
 # shellcheck disable=SC2086
 run synthetic-naive "$spbench" $small --attention naive
+# shellcheck disable=SC2086
+run checkpointed "$spbench" $small --checkpoint-activations
 # Longer than one flash tile; real text; larger init so softmaxes are peaked.
 # shellcheck disable=SC2086
 run text-multitile "$spbench" --num-layers 3 --hidden-size 48 --num-attention-heads 3 --seq-length 150 \
