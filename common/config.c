@@ -54,6 +54,8 @@ static const option_spec options[] = {
         "keep each layer's input only and recompute the layer in backward"),
     OPT("attention", OPT_STRING, attention, "attention backend: flash | naive"),
     OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
+    OPT("ulysses-comm", OPT_STRING, ulysses_comm,
+        "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
     OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
     OPT("device", OPT_STRING, device, "cpu"),
     OPT("data", OPT_STRING, data, "byte-level text file (vocabulary 256); default synthetic tokens"),
@@ -106,6 +108,7 @@ void spb_config_defaults(spb_config *c)
     strcpy(c->attention, "flash");
     strcpy(c->attention_mask, "causal");
     strcpy(c->ring_layout, "contiguous");
+    strcpy(c->ulysses_comm, "alltoall");
     strcpy(c->device, "cpu");
     c->log_interval = 1;
     c->timing_warmup = 1;
@@ -250,6 +253,8 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     c->causal = !strcmp(c->attention_mask, "causal");
     if (strcmp(c->ring_layout, "contiguous") && strcmp(c->ring_layout, "zigzag"))
         return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
+    if (strcmp(c->ulysses_comm, "alltoall") && strcmp(c->ulysses_comm, "allgather"))
+        return fail(err, errlen, "unknown --ulysses-comm '%s' (alltoall, allgather)", c->ulysses_comm);
     if (!spb_attn_backend_by_name(c->attention))
         return fail(err, errlen, "unknown --attention '%s' (flash, naive)", c->attention);
     if (c->zero_stage < 0 || c->zero_stage > 3)

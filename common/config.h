@@ -40,6 +40,7 @@ typedef struct spb_config {
     char attention_mask[SPB_NAME_MAX]; /* causal | full */
     int causal;                 /* derived from attention_mask */
     char ring_layout[SPB_NAME_MAX]; /* contiguous | zigzag */
+    char ulysses_comm[SPB_NAME_MAX]; /* alltoall | allgather (ablation) */
     char device[SPB_NAME_MAX];
     /* io */
     char data[SPB_PATH_MAX];    /* byte-level text; empty = synthetic tokens */

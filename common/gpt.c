@@ -132,7 +132,7 @@ static float *scratch(long n) { return spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(f
 
 static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
 {
-    return (spb_attn_ctx){.grid = g->grid, .backend = g->attn, .batch = g->B, .heads = g->Hl,
+    return (spb_attn_ctx){.cfg = &g->cfg, .grid = g->grid, .backend = g->attn, .batch = g->B, .heads = g->Hl,
                           .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
                           .seq_length = g->seq_length, .causal = g->causal, .layer = layer, .phase = phase,
                           .flops = &g->attn_flops};
@@ -141,6 +141,7 @@ static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
 spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
 {
     spb_gpt *g = SPB_CHECK_PTR(calloc(1, sizeof *g));
+    g->cfg = *cfg;
     g->L = cfg->num_layers;
     g->C = cfg->hidden_size;
     g->H = cfg->num_heads;

@@ -66,6 +66,7 @@ typedef struct spb_gpt {
     long *positions;   /* [T] global positions of the local tokens */
     long *positions_tp; /* [Ttp] positions of the TP-region tokens */
     double init_std;
+    spb_config cfg; /* a copy: strategies read their options from it */
     const spb_grid *grid;
     const spb_strategy *strategy;
     const spb_attn_backend *attn;

@@ -29,6 +29,7 @@
 
 /* What a strategy's hooks see of one layer's call. */
 typedef struct spb_attn_ctx {
+    const spb_config *cfg; /* the run's configuration (strategy options) */
     const spb_grid *grid;
     const spb_attn_backend *backend;
     int batch;           /* sequences in the micro-batch */

@@ -99,6 +99,7 @@ static void head_to_blocks(const float *head, float *blocks, const ulysses_dims 
  * need.  They live until the process ends: each category's peak is what
  * per-call allocation would reach, but they stay counted as current. */
 static float *send_buf, *recv_buf; /* regrouping staging for B > 1, SPB_MEM_COMM */
+static float *gather_buf;          /* the allgather variant's P x whole buffers, SPB_MEM_COMM */
 static float *dout_head, *dqkv_head; /* backward's head-layout dO and dQKV, SPB_MEM_WORKSPACE */
 
 static float *cached(float **slot, spb_mem_category cat, long floats)
@@ -117,17 +118,54 @@ static float *cached(float **slot, spb_mem_category cat, long floats)
  * sequence per micro-batch (the paper's runs) the blocks (rank i's tokens as
  * block i) are the head layout [N][w][Hp][D] itself; with B > 1 one
  * regrouping pass per exchange remains. */
+static int uses_allgather(const spb_attn_ctx *c)
+{
+    return c->cfg && !strcmp(c->cfg->ulysses_comm, "allgather");
+}
+
+/* The ablation's exchange (--ulysses-comm allgather): every rank gathers the
+ * whole buffer of every other rank and keeps its slice, reaching the same
+ * layouts as the all-to-all with P times the bytes.  Blocks are the
+ * all-to-all's: the result in `blocks` is what spb_alltoall_f32 would have
+ * received. */
+static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in,
+                               float *blocks)
+{
+    long count = (long)u->B * u->T * w * u->row, whole = count * u->P; /* floats per block, per rank */
+    float *all = cached(&gather_buf, SPB_MEM_COMM, whole * u->P);
+    spb_allgather_f32(in, all, whole, c->grid->sp_comm, c->phase);
+    int me = c->grid->sp_rank;
+    long seq_chunk = (long)u->T * w * u->row;
+    for (int i = 0; i < u->P; i++) {
+        if (to_head) { /* rank i's local blocks: keep block `me` (my heads of its tokens) */
+            memcpy(blocks + i * count, all + i * whole + me * count, sizeof(float) * (size_t)count);
+        } else { /* rank i's head layout [B][N][w][Hp][D]: keep my tokens of its heads */
+            for (int b = 0; b < u->B; b++)
+                memcpy(blocks + i * count + b * seq_chunk, all + i * whole + ((long)b * u->P + me) * seq_chunk,
+                       sizeof(float) * (size_t)seq_chunk);
+        }
+    }
+}
+
 static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in, float *out)
 {
     long count = (long)u->B * u->T * w * u->row; /* floats per block */
     float *staging = u->B > 1 ? cached(to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
     double t0 = spb_now();
     if (to_head) {
-        spb_alltoall_f32(in, staging ? staging : out, count, c->grid->sp_comm, c->phase);
+        float *blocks = staging ? staging : out;
+        if (uses_allgather(c))
+            allgather_exchange(c, u, w, 1, in, blocks);
+        else
+            spb_alltoall_f32(in, blocks, count, c->grid->sp_comm, c->phase);
         if (staging) blocks_to_head(staging, out, u, w);
     } else {
-        if (staging) head_to_blocks(in, staging, u, w);
-        spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
+        if (uses_allgather(c)) /* gathers the head layout itself: no regrouping first */
+            allgather_exchange(c, u, w, 0, in, out);
+        else {
+            if (staging) head_to_blocks(in, staging, u, w);
+            spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
+        }
     }
     spb_timer_add(SPB_T_EXCHANGE, spb_now() - t0);
 }
@@ -199,10 +237,22 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
  * also when (P−1)/P is not a binary fraction. */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
-    double link_share = spb_comm_bus_factor(SPB_OP_ALLTOALL, sp_degree);
     double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
-    double qkv_payload = 4.0 * 3.0 * local_floats, o_payload = 4.0 * local_floats;
     spb_comm_volume v;
+    if (!strcmp(cfg->ulysses_comm, "allgather")) {
+        /* The ablation: each exchange allgathers a rank's whole buffer, P·S
+         * floats for a block of S = b·(N/P)·w·h/P, i.e. b·(N/P)·w·h; the
+         * recorded payload is P times that and the link carries (P−1)/P of
+         * it: 4·b·N·h·(P−1)/P floats per direction for w = 3 + 1, P times
+         * the all-to-all's. */
+        double link_share = spb_comm_bus_factor(SPB_OP_ALLGATHER, sp_degree);
+        double qkv_payload = 4.0 * (3.0 * local_floats) * sp_degree, o_payload = 4.0 * local_floats * sp_degree;
+        v.forward_bytes = qkv_payload * link_share + o_payload * link_share;
+        v.backward_bytes = o_payload * link_share + qkv_payload * link_share;
+        return v;
+    }
+    double link_share = spb_comm_bus_factor(SPB_OP_ALLTOALL, sp_degree);
+    double qkv_payload = 4.0 * 3.0 * local_floats, o_payload = 4.0 * local_floats;
     v.forward_bytes = qkv_payload * link_share + o_payload * link_share;
     v.backward_bytes = o_payload * link_share + qkv_payload * link_share;
     return v;

@@ -41,6 +41,7 @@ cases=(
   "--strategy ring --sp-degree 2 --ring-layout zigzag --seq-length 66"
   "--ring-layout spiral"
   "--attention-mask diagonal"
+  "--ulysses-comm broadcast"
 )
 
 passed=0

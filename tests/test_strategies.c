@@ -24,15 +24,23 @@ enum { STEPS = 3, GLOBAL_BATCH = 4 };
 typedef struct variant {
     const char *strategy;
     const char *ring_layout;
+    const char *ulysses_comm;
 } variant;
 
 static const variant variants[] = {
-    {"megatron", "contiguous"},
-    {"ulysses", "contiguous"},
-    {"ring", "contiguous"},
-    {"ring", "zigzag"},
+    {"megatron", "contiguous", "alltoall"},
+    {"ulysses", "contiguous", "alltoall"},
+    {"ulysses", "contiguous", "allgather"}, /* the ablation's collective */
+    {"ring", "contiguous", "alltoall"},
+    {"ring", "zigzag", "alltoall"},
 };
 enum { NUM_VARIANTS = sizeof variants / sizeof variants[0] };
+
+/* The variant's option that matters, for the report. */
+static const char *label(const variant *v)
+{
+    return !strcmp(v->strategy, "ring") ? v->ring_layout : !strcmp(v->strategy, "ulysses") ? v->ulysses_comm : "";
+}
 
 static void base_config(spb_config *c, const variant *v, int P, int causal, int micro, int global)
 {
@@ -51,6 +59,7 @@ static void base_config(spb_config *c, const variant *v, int P, int causal, int 
     c->sp_degree = P;
     snprintf(c->strategy, sizeof c->strategy, "%s", v ? v->strategy : "none");
     snprintf(c->ring_layout, sizeof c->ring_layout, "%s", v ? v->ring_layout : "contiguous");
+    snprintf(c->ulysses_comm, sizeof c->ulysses_comm, "%s", v ? v->ulysses_comm : "alltoall");
     snprintf(c->attention_mask, sizeof c->attention_mask, "%s", causal ? "causal" : "full");
 }
 
@@ -101,7 +110,7 @@ static void compare_with_reference(const variant *v, int P, int causal, int batc
     double lr = spb_trainer_gradients(ref), ld = spb_trainer_gradients(dist);
     spb_gpt_gather_global(dist->gpt, dist->gpt->grads, global);
     double gerr = worst_tensor_error(ref->gpt, global, ref->gpt->grads, &where);
-    say("%-8s %-10s P=%d D=%d %-6s loss %.9f vs %.9f | worst gradient %-12s %.2e", v->strategy, v->ring_layout, P, D,
+    say("%-8s %-10s P=%d D=%d %-6s loss %.9f vs %.9f | worst gradient %-12s %.2e", v->strategy, label(v), P, D,
         causal ? "causal" : "full", ld, lr, where, gerr);
     ck_assert_double_le(fabs(ld - lr) / lr, 1e-6);
     /* 1e-5 per tensor: both sides are fp32 with sums taken in other orders
@@ -172,7 +181,7 @@ START_TEST(measured_bytes_equal_formula)
         spb_comm_volume vol;
         measured_layer_bytes(v, P, 96, &f, &b, &pf, &vol);
         say("%-8s %-10s P=%d bytes/link/layer forward %.0f (formula %.0f) backward %.0f (formula %.0f)\n",
-            v->strategy, v->ring_layout, P, f, vol.forward_bytes, b, vol.backward_bytes);
+            v->strategy, label(v), P, f, vol.forward_bytes, b, vol.backward_bytes);
         ck_assert(f > 0);
         ck_assert_double_eq(f, vol.forward_bytes);
         ck_assert_double_eq(b, vol.backward_bytes);
@@ -185,14 +194,22 @@ END_TEST
  * payload times the (P-1)/P that leaves the rank. */
 START_TEST(ulysses_volume_scales_as_the_paper_says)
 {
-    const variant ulysses = {"ulysses", "contiguous"}, megatron = {"megatron", "contiguous"};
-    double u2, u4, u4n2, m2, m4, pu2, pu4, pu4n2, pm2, pm4, b;
+    const variant ulysses = {"ulysses", "contiguous", "alltoall"}, megatron = {"megatron", "contiguous", "alltoall"};
+    const variant gather = {"ulysses", "contiguous", "allgather"};
+    double u2, u4, u4n2, m2, m4, pu2, pu4, pu4n2, pm2, pm4, b, g2, g4, pg2, pg4;
     spb_comm_volume vol;
     measured_layer_bytes(&ulysses, 2, 96, &u2, &b, &pu2, &vol);
     measured_layer_bytes(&ulysses, 4, 96, &u4, &b, &pu4, &vol);
     measured_layer_bytes(&ulysses, 4, 192, &u4n2, &b, &pu4n2, &vol);
     measured_layer_bytes(&megatron, 2, 96, &m2, &b, &pm2, &vol);
     measured_layer_bytes(&megatron, 4, 96, &m4, &b, &pm4, &vol);
+    measured_layer_bytes(&gather, 2, 96, &g2, &b, &pg2, &vol);
+    measured_layer_bytes(&gather, 4, 96, &g4, &b, &pg4, &vol);
+    /* The same head split reached by allgather costs what Megatron-SP's
+     * collectives cost: its payload does not shrink with P. */
+    say("allgather-ulysses payload/rank: P=2 %.0f P=4 %.0f (x%.3f)\n", pg2, pg4, pg4 / pg2);
+    ck_assert_double_eq(pg4 / pg2, 1.0);
+    ck_assert_double_eq(g4 / g2, 1.5);
     say("ulysses payload/rank: N,P=2 %.0f  N,P=4 %.0f (x%.3f)  2N,P=4 %.0f (x%.3f) | megatron N,P=2 %.0f N,P=4 %.0f "
         "(x%.3f)\n",
         pu2, pu4, pu4 / pu2, pu4n2, pu4n2 / pu2, pm2, pm4, pm4 / pm2);
@@ -240,7 +257,7 @@ START_TEST(checkpointing_is_exact)
     for (int s = 1; s < STEPS; s++) ck_assert(spb_trainer_step(a) == spb_trainer_step(b));
     ck_assert_int_eq(memcmp(a->gpt->params, b->gpt->params, sizeof(float) * (size_t)n), 0);
     say("%-8s %-10s P=2 D=2 checkpointing: bit-identical over %d steps; recompute bytes/link %.0f = forward %.0f\n",
-        v->strategy, v->ring_layout, STEPS, rec, fwd);
+        v->strategy, label(v), STEPS, rec, fwd);
     spb_trainer_destroy(a);
     spb_trainer_destroy(b);
     spb_grid_destroy(&gp);
