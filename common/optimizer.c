@@ -42,24 +42,28 @@ double spb_sum_squares(const float *x, long n)
     return s;
 }
 
+void spb_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale, float weight_decay,
+                     const spb_config *cfg, long step, double lr)
+{
+    const float b1 = (float)cfg->adam_beta1, b2 = (float)cfg->adam_beta2, eps = (float)cfg->adam_eps;
+    const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    const float flr = (float)lr;
+    for (long i = 0; i < n; i++) {
+        float gi = grad[i] * grad_scale;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float mhat = m[i] / bc1, vhat = v[i] / bc2;
+        p[i] -= flr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p[i]);
+    }
+}
+
 void spb_adamw_update(spb_adamw *o, spb_gpt *g, const spb_config *cfg, double lr, float grad_scale)
 {
     SPB_CHECK(o->n == g->num_params);
     o->step++;
-    const float b1 = (float)cfg->adam_beta1, b2 = (float)cfg->adam_beta2, eps = (float)cfg->adam_eps;
-    const float bc1 = 1.0f - powf(b1, (float)o->step), bc2 = 1.0f - powf(b2, (float)o->step);
-    const float flr = (float)lr;
     for (int t = 0; t < g->num_tensors; t++) {
         const spb_param_tensor *pt = &g->tensors[t];
-        float *p = g->params + pt->offset, *m = o->m + pt->offset, *v = o->v + pt->offset;
-        const float *gr = g->grads + pt->offset;
-        const float wd = pt->decay ? (float)cfg->weight_decay : 0.0f;
-        for (long i = 0; i < pt->numel; i++) {
-            float gi = gr[i] * grad_scale;
-            m[i] = b1 * m[i] + (1.0f - b1) * gi;
-            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-            float mhat = m[i] / bc1, vhat = v[i] / bc2;
-            p[i] -= flr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
-        }
+        spb_adamw_apply(g->params + pt->offset, g->grads + pt->offset, o->m + pt->offset, o->v + pt->offset,
+                        pt->numel, grad_scale, pt->decay ? (float)cfg->weight_decay : 0.0f, cfg, o->step, lr);
     }
 }

@@ -22,6 +22,12 @@ double spb_lr_at(const spb_config *cfg, long it);
 /* Sum of squares of n gradients (in double). */
 double spb_sum_squares(const float *x, long n);
 
+/* The AdamW arithmetic on one contiguous run of elements (shared by the
+ * plain optimizer and ZeRO's partitioned one, so both give the same bits).
+ * step is the update count after this update (>= 1). */
+void spb_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale, float weight_decay,
+                     const spb_config *cfg, long step, double lr);
+
 /* One update of g's parameters from g's gradients times grad_scale (the
  * clipping factor).  Weight decay only on tensors marked decay. */
 void spb_adamw_update(spb_adamw *o, spb_gpt *g, const spb_config *cfg, double lr, float grad_scale);

@@ -16,7 +16,10 @@ spb_trainer *spb_trainer_create(const spb_config *cfg, const spb_grid *grid)
     t->grid = grid;
     t->gpt = spb_gpt_create(cfg, grid);
     spb_gpt_init_params(t->gpt, cfg->seed);
-    t->opt = spb_adamw_create(t->gpt->num_params);
+    if (cfg->zero_stage == 0)
+        t->opt = spb_adamw_create(t->gpt->num_params);
+    else
+        t->zero = spb_zero_create(t->gpt, grid, cfg->zero_stage);
     t->data = spb_data_open(cfg);
     t->accum_steps = spb_config_accum_steps(cfg, grid->world_size);
     t->seq = SPB_CHECK_PTR(malloc(sizeof(int) * ((size_t)cfg->seq_length + 1)));
@@ -31,6 +34,7 @@ void spb_trainer_destroy(spb_trainer *t)
     if (!t) return;
     spb_gpt_destroy(t->gpt);
     spb_adamw_destroy(t->opt);
+    spb_zero_destroy(t->zero);
     spb_data_close(t->data);
     free(t->seq);
     free(t->inputs);
@@ -124,7 +128,10 @@ double spb_trainer_gradients(spb_trainer *t)
         spb_gpt_backward(g, (float)(1.0 / tokens));
     }
     double t0 = spb_now();
-    reduce_gradients(t);
+    if (t->zero)
+        spb_zero_reduce_gradients(t->zero, g);
+    else
+        reduce_gradients(t);
     spb_timer_add(SPB_T_GRAD_REDUCE, spb_now() - t0);
     spb_allreduce_sum_f64(&loss_sum, 1, t->grid->world, SPB_PHASE_OTHER);
     t->loss = loss_sum / tokens;
@@ -135,11 +142,14 @@ void spb_trainer_update(spb_trainer *t)
 {
     double t0 = spb_now();
     spb_gpt *g = t->gpt;
-    t->grad_norm = global_grad_norm(t);
+    t->grad_norm = t->zero ? spb_zero_grad_norm(t->zero, t->grid->world) : global_grad_norm(t);
     float scale = 1.0f;
     if (t->cfg.clip_grad > 0 && t->grad_norm > t->cfg.clip_grad) scale = (float)(t->cfg.clip_grad / t->grad_norm);
     t->lr = spb_lr_at(&t->cfg, t->iteration);
-    spb_adamw_update(t->opt, g, &t->cfg, t->lr, scale);
+    if (t->zero)
+        spb_zero_update(t->zero, g, &t->cfg, t->lr, scale);
+    else
+        spb_adamw_update(t->opt, g, &t->cfg, t->lr, scale);
     t->iteration++;
     spb_timer_add(SPB_T_OPTIMIZER, spb_now() - t0);
 }

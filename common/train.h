@@ -9,12 +9,14 @@
 #include "gpt.h"
 #include "grid.h"
 #include "optimizer.h"
+#include "zero.h"
 
 typedef struct spb_trainer {
     spb_config cfg;
     const spb_grid *grid;
     spb_gpt *gpt;
-    spb_adamw *opt;
+    spb_adamw *opt;   /* ZeRO stage 0 */
+    spb_zero *zero;   /* ZeRO stages 1-2 (partitioned optimizer state) */
     spb_data *data;
     int accum_steps;
     long iteration; /* iterations completed */

@@ -42,6 +42,8 @@ cases=(
   "--ring-layout spiral"
   "--attention-mask diagonal"
   "--ulysses-comm broadcast"
+  "--zero-stage 3"
+  "--zero-stage 1 --save /tmp/spb-never-written.ckpt"
 )
 
 passed=0

@@ -12,6 +12,7 @@
 
 #include "checks.h"
 #include "comm.h"
+#include "memory.h"
 #include "train.h"
 
 enum { STEPS = 3, GLOBAL_BATCH = 4 };
@@ -265,6 +266,66 @@ START_TEST(checkpointing_is_exact)
 }
 END_TEST
 
+/* ZeRO stages 1 and 2 against stage 0 of the same strategy (P = 2, D = 2,
+ * with and without checkpointing): the same AdamW arithmetic on partitions,
+ * so parameters after 3 steps agree to rounding of the reduction order; the
+ * optimizer state per rank shrinks to a slice of each replica class; the
+ * ZeRO traffic per link equals its formula. */
+START_TEST(zero_equals_stage_0)
+{
+    const variant *v = &variants[_i / 4];
+    int stage = 1 + (_i % 2), ckpt = (_i / 2) % 2;
+    const int P = 2, D = 2;
+    spb_config c0, cz;
+    spb_grid g0, gz;
+    base_config(&c0, v, P, 1, GLOBAL_BATCH / D, GLOBAL_BATCH);
+    base_config(&cz, v, P, 1, GLOBAL_BATCH / D, GLOBAL_BATCH);
+    c0.checkpoint_activations = cz.checkpoint_activations = ckpt;
+    cz.zero_stage = stage;
+    size_t opt_before = spb_mem_get_stats()->current[SPB_MEM_OPTIMIZER];
+    spb_trainer *a = make(&c0, MPI_COMM_WORLD, &g0);
+    size_t opt_stage0 = spb_mem_get_stats()->current[SPB_MEM_OPTIMIZER] - opt_before;
+    spb_trainer *b = make(&cz, MPI_COMM_WORLD, &gz);
+    size_t opt_zero = spb_mem_get_stats()->current[SPB_MEM_OPTIMIZER] - opt_before - opt_stage0;
+    spb_comm_reset();
+    for (int st = 0; st < STEPS; st++) {
+        double la = spb_trainer_step(a), lb = spb_trainer_step(b);
+        ck_assert_double_le(fabs(la - lb) / la, 1e-6);
+    }
+    /* ZeRO's own traffic over the 3 steps (b's only: a records none). */
+    double zero_link = 0;
+    for (int op = 0; op < SPB_NUM_OPS; op++) zero_link += spb_comm_record_get((spb_comm_op)op, SPB_PHASE_ZERO)->link_bytes;
+    double expect = 0;
+    for (int k = 0; k < b->zero->num_classes; k++) {
+        const spb_zero_class *zc = &b->zero->cls[k];
+        double part = 4.0 * zc->slice * zc->size * spb_comm_bus_factor(SPB_OP_ALLGATHER, zc->size);
+        expect += STEPS * (stage == 2 ? 2 : 1) * part; /* allgather of parameters (+ reduce-scatter of gradients) */
+    }
+    long n = a->gpt->num_global_params;
+    float *pa = malloc(sizeof(float) * (size_t)n), *pb = malloc(sizeof(float) * (size_t)n);
+    spb_gpt_gather_global(a->gpt, a->gpt->params, pa);
+    spb_gpt_gather_global(b->gpt, b->gpt->params, pb);
+    const char *where = "";
+    double err = worst_tensor_error(a->gpt, pb, pa, &where);
+    say("%-8s %-10s ZeRO-%d%s: params after %d steps vs ZeRO-0 %-12s %.2e | optimizer bytes/rank %zu vs %zu (x%.3f) | "
+        "zero bytes/link %.0f (formula %.0f)\n",
+        v->strategy, label(v), stage, ckpt ? " +ckpt" : "", STEPS, where, err, opt_zero, opt_stage0,
+        (double)opt_zero / opt_stage0, zero_link, expect);
+    ck_assert_msg(err <= 1e-6, "ZeRO-%d %s: parameters of %s off by %.3e", stage, v->strategy, where, err);
+    ck_assert_double_eq(zero_link, expect);
+    /* Replicated tensors split 4 ways (D x P), shards 2 ways (D): the
+     * state per rank is at most half of stage 0's and, without shards, a
+     * quarter (up to the padding of the last slice). */
+    ck_assert_double_le((double)opt_zero / opt_stage0, b->gpt->any_split ? 0.5 + 1e-3 : 0.25 + 1e-3);
+    free(pa);
+    free(pb);
+    spb_trainer_destroy(a);
+    spb_trainer_destroy(b);
+    spb_grid_destroy(&g0);
+    spb_grid_destroy(&gz);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -275,6 +336,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, micro_batch_one, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, measured_bytes_equal_formula, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, checkpointing_is_exact, 0, NUM_VARIANTS);
+    tcase_add_loop_test(tc, zero_equals_stage_0, 0, NUM_VARIANTS * 4);
     tcase_add_test(tc, ulysses_volume_scales_as_the_paper_says);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
