@@ -12,6 +12,7 @@
 
 #include "../strategies/strategy.h"
 #include "attention.h"
+#include "memory_model.h"
 
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_U64, OPT_STRING, OPT_FLAG } opt_kind;
 
@@ -68,6 +69,8 @@ static const option_spec options[] = {
     OPT("log-interval", OPT_INT, log_interval, "print every this many iterations"),
     OPT("timing-warmup", OPT_INT, timing_warmup, "iterations excluded from timing statistics"),
     OPT("quiet", OPT_FLAG, quiet, "no per-iteration lines"),
+    OPT("memory-budget", OPT_STRING, memory_budget,
+        "bytes per rank (80GiB, 512MiB, ...): refuse a run whose predicted peak does not fit"),
     OPT("compare-alltoall", OPT_FLAG, compare_alltoall,
         "at the end, time plain MPI_Alltoall of the run's all-to-all bytes (pack/unpack overhead)"),
 };
@@ -295,6 +298,17 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         if (st.st_size < (off_t)c->seq_length + 1)
             return fail(err, errlen, "--data '%s' has %lld bytes, fewer than --seq-length + 1 = %d",
                         c->data, (long long)st.st_size, c->seq_length + 1);
+    }
+    if (c->memory_budget[0]) {
+        double budget = spb_parse_bytes(c->memory_budget);
+        if (budget <= 0) return fail(err, errlen, "--memory-budget '%s' is not a size (e.g. 80GiB)", c->memory_budget);
+        spb_memory_prediction pred;
+        spb_memory_model(c, world_size, SPB_FP32, &pred);
+        if (pred.total > budget)
+            return fail(err, errlen,
+                        "predicted %.3f GiB per rank (parameters, gradients, optimizer state, activations; fp32) "
+                        "exceeds --memory-budget %s",
+                        pred.total / 1073741824.0, c->memory_budget);
     }
     if (c->load[0] && access(c->load, R_OK) != 0)
         return fail(err, errlen, "--load '%s': %s", c->load, strerror(errno));

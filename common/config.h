@@ -53,7 +53,8 @@ typedef struct spb_config {
     int log_interval;
     int timing_warmup;          /* iterations excluded from timing statistics */
     int quiet;
-    int compare_alltoall;       /* time plain MPI_Alltoall of the same bytes at the end */
+    int compare_alltoall;
+    char memory_budget[SPB_NAME_MAX]; /* e.g. 80GiB: refuse runs the memory model says cannot fit */       /* time plain MPI_Alltoall of the same bytes at the end */
 } spb_config;
 
 /* Defaults for everything (a small model). */

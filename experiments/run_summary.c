@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../common/flops.h"
+#include "../common/memory_model.h"
 #include "../common/ops.h"
 #include "../common/report.h"
 #include "spb_version.h"
@@ -132,6 +133,17 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
         printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), s->peaks[c] / 1048576.0);
     printf(" | total %.2f\n", s->peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
+    /* The model covers what the configuration fixes (not workspace or
+     * communication buffers); the bf16 line is what the GPU path would hold. */
+    spb_memory_prediction fp32, bf16;
+    spb_memory_model(cfg, s->world, SPB_FP32, &fp32);
+    spb_memory_model(cfg, s->world, SPB_BF16_MIXED, &bf16);
+    static const spb_mem_category shown[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
+    printf("memory model (MiB/rank): fp32 predicted");
+    for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), fp32.bytes[shown[k]] / 1048576.0);
+    printf(" | modelled bf16 mixed precision (GPU path)");
+    for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), bf16.bytes[shown[k]] / 1048576.0);
+    printf("\n");
     fflush(stdout);
 }
 
@@ -195,6 +207,11 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
         spb_row_add(&r, key, "%.0f", s->peaks[k]);
     }
     spb_row_add(&r, "peak_mem_total_bytes", "%.0f", s->peaks[SPB_MEM_NUM_CATEGORIES]);
+    spb_memory_prediction model;
+    spb_memory_model(c, g->world_size, SPB_FP32, &model);
+    spb_row_add(&r, "model_fp32_bytes", "%.0f", model.total);
+    spb_memory_model(c, g->world_size, SPB_BF16_MIXED, &model);
+    spb_row_add(&r, "modelled_bf16_bytes", "%.0f", model.total);
     spb_row_add(&r, "layer_comm_s", "%.6g", s->timers[SPB_T_LAYER_COMM]);
     spb_row_add(&r, "other_compute_s", "%.6g", other_compute(s));
     spb_row_add(&r, "comm_time_s", "%.6g", s->timers[SPB_T_COMM]);

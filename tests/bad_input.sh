@@ -43,6 +43,8 @@ cases=(
   "--attention-mask diagonal"
   "--ulysses-comm broadcast"
   "--zero-stage 3"
+  "--memory-budget 1MiB"
+  "--memory-budget lots"
   "--zero-stage 1 --save /tmp/spb-never-written.ckpt"
 )
 

@@ -1,0 +1,137 @@
+/* The memory model against the tracked allocator, under mpiexec -np 4:
+ * parameters, gradients, optimizer state and activations per rank, predicted
+ * from the configuration alone, equal the bytes the run allocates, over a
+ * grid of strategies x ZeRO stages x P x N x checkpointing; and the scaling
+ * the paper's argument rests on holds. */
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checks.h"
+#include "memory_model.h"
+#include "train.h"
+
+#define say(...)                                                                                                       \
+    do {                                                                                                               \
+        if (spb_world_rank() == 0) printf(__VA_ARGS__);                                                               \
+    } while (0)
+
+static const spb_mem_category predicted[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
+
+/* Builds the trainer and returns the bytes it holds per category (the
+ * measured side) and the model's prediction. */
+static void measure(const char *strategy, int P, int zero, int N, int ckpt, double measured[4], double model[4])
+{
+    spb_config c;
+    spb_config_defaults(&c);
+    c.num_layers = 2, c.hidden_size = 32, c.num_heads = 4, c.vocab_size = 64, c.seq_length = N;
+    c.micro_batch_size = 2, c.sp_degree = P, c.zero_stage = zero, c.checkpoint_activations = ckpt;
+    snprintf(c.strategy, sizeof c.strategy, "%s", strategy);
+    char err[256];
+    ck_assert_msg(spb_config_finalize(&c, 4, err, sizeof err) == 0, "%s", err);
+    size_t before[SPB_MEM_NUM_CATEGORIES];
+    memcpy(before, spb_mem_get_stats()->current, sizeof before);
+    spb_grid g;
+    spb_grid_create(&g, MPI_COMM_WORLD, P);
+    spb_trainer *t = spb_trainer_create(&c, &g);
+    spb_memory_prediction pred;
+    spb_memory_model(&c, 4, SPB_FP32, &pred);
+    for (int k = 0; k < 4; k++) {
+        measured[k] = (double)(spb_mem_get_stats()->current[predicted[k]] - before[predicted[k]]);
+        model[k] = pred.bytes[predicted[k]];
+    }
+    spb_trainer_destroy(t);
+    spb_grid_destroy(&g);
+}
+
+START_TEST(model_equals_allocator)
+{
+    const char *strategies[] = {"none", "ulysses", "megatron", "ring"};
+    int cases = 0;
+    for (int s = 0; s < 4; s++)
+        for (int P = 1; P <= 4; P *= 2) {
+            if ((s == 0) != (P == 1)) continue; /* none: P = 1 only; the others P = 2, 4 */
+            for (int zero = 0; zero <= 2; zero++)
+                for (int N = 64; N <= 96; N += 32)
+                    for (int ckpt = 0; ckpt <= 1; ckpt++) {
+                        double m[4], p[4];
+                        measure(strategies[s], P, zero, N, ckpt, m, p);
+                        for (int k = 0; k < 4; k++)
+                            ck_assert_msg(m[k] == p[k], "%s P=%d ZeRO-%d N=%d ckpt=%d: %s measured %.0f, model %.0f",
+                                          strategies[s], P, zero, N, ckpt,
+                                          spb_mem_category_name(predicted[k]), m[k], p[k]);
+                        cases++;
+                    }
+        }
+    say("memory model = allocator (params, grads, optimizer, activations) in %d configurations\n", cases);
+    ck_assert_int_ge(cases, 20);
+}
+END_TEST
+
+START_TEST(scaling)
+{
+    double m2[4], m4[4], p[4], z0[4], z2[4];
+    /* Ulysses' activations per rank scale as 1/P at fixed N. */
+    measure("ulysses", 2, 0, 96, 0, m2, p);
+    measure("ulysses", 4, 0, 96, 0, m4, p);
+    say("ulysses activations/rank: P=2 %.0f, P=4 %.0f (x%.3f)\n", m2[3], m4[3], m4[3] / m2[3]);
+    ck_assert_double_eq_tol(m4[3] / m2[3], 0.5, 1e-12);
+    /* Megatron-SP shards its weights P ways without ZeRO: the sharded part
+     * halves from P = 2 to 4 (embeddings and LayerNorms stay whole). */
+    measure("megatron", 2, 0, 96, 0, m2, p);
+    measure("megatron", 4, 0, 96, 0, m4, p);
+    double C = 32, F = 128, L = 2, whole = 64 * C + 96 * C + L * 6 * C + 2 * C;
+    double sharded2 = m2[0] / 4 - whole, sharded4 = m4[0] / 4 - whole;
+    say("megatron parameter floats/rank: P=2 %.0f, P=4 %.0f; sharded part x%.3f\n", m2[0] / 4, m4[0] / 4,
+        sharded4 / sharded2);
+    ck_assert_double_eq_tol(sharded4 / sharded2, 0.5, 1e-12);
+    ck_assert_double_eq(sharded2, L * (3 * C * C + 3 * C + C * C + 2 * F * C + F) / 2);
+    /* ZeRO partitions the optimizer state over D x P = 4 ranks. */
+    measure("ulysses", 2, 0, 96, 0, z0, p);
+    measure("ulysses", 2, 2, 96, 0, z2, p);
+    say("ulysses optimizer bytes/rank: ZeRO-0 %.0f, ZeRO-2 %.0f (x%.4f)\n", z0[2], z2[2], z2[2] / z0[2]);
+    ck_assert_double_le(z2[2] / z0[2], 0.25 + 1e-3);
+}
+END_TEST
+
+START_TEST(mixed_precision_is_modelled)
+{
+    /* 2 + 2 + 12 bytes per parameter (bf16 weights and gradients, fp32
+     * master weights and moments), activations at 2 bytes. */
+    spb_config c;
+    spb_config_defaults(&c);
+    char err[256];
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), 0);
+    spb_memory_prediction f, b;
+    spb_memory_model(&c, 1, SPB_FP32, &f);
+    spb_memory_model(&c, 1, SPB_BF16_MIXED, &b);
+    double params = f.bytes[SPB_MEM_PARAMS] / 4;
+    ck_assert_double_eq(b.bytes[SPB_MEM_PARAMS] + b.bytes[SPB_MEM_GRADS] + b.bytes[SPB_MEM_OPTIMIZER], 16 * params);
+    ck_assert_double_lt(b.bytes[SPB_MEM_ACTIVATIONS], 0.51 * f.bytes[SPB_MEM_ACTIVATIONS]);
+    ck_assert_double_eq(spb_parse_bytes("80GiB"), 80.0 * 1073741824.0);
+    ck_assert_double_eq(spb_parse_bytes("512MiB"), 512.0 * 1048576.0);
+    ck_assert_double_eq(spb_parse_bytes("1e9"), 1e9);
+    ck_assert_double_eq(spb_parse_bytes("12 parsecs"), -1);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    Suite *s = suite_create("memory_model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, model_equals_allocator);
+    tcase_add_test(tc, scaling);
+    tcase_add_test(tc, mixed_precision_is_modelled);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
