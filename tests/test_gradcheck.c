@@ -11,6 +11,7 @@
 #include "gpt.h"
 #include "grid.h"
 #include "rng.h"
+#include "mpi_check.h"
 
 enum { B = 2 };
 
@@ -186,11 +187,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, gradcheck_flash);
     tcase_add_test(tc, gradcheck_flash_multi_tile);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* MPI does not survive fork */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return spb_run_suite_and_finalize(s);
 }

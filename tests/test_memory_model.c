@@ -12,11 +12,8 @@
 #include "checks.h"
 #include "memory_model.h"
 #include "train.h"
+#include "mpi_check.h"
 
-#define say(...)                                                                                                       \
-    do {                                                                                                               \
-        if (spb_world_rank() == 0) printf(__VA_ARGS__);                                                               \
-    } while (0)
 
 static const spb_mem_category predicted[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
 
@@ -127,11 +124,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, scaling);
     tcase_add_test(tc, mixed_precision_is_modelled);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return spb_run_suite_and_finalize(s);
 }

@@ -17,6 +17,7 @@
 #include "optimizer.h"
 #include "report.h"
 #include "rng.h"
+#include "mpi_check.h"
 
 static int parse_and_finalize(int world, char *err, size_t errlen, spb_config *c, ...)
 {
@@ -227,11 +228,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, results_rows_are_whole_and_headers_checked);
     tcase_add_test(tc, lr_schedule);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return spb_run_suite_and_finalize(s);
 }

@@ -14,13 +14,10 @@
 #include "comm.h"
 #include "memory.h"
 #include "train.h"
+#include "mpi_check.h"
 
 enum { STEPS = 3, GLOBAL_BATCH = 4 };
 
-#define say(...)                                                                                                       \
-    do {                                                                                                               \
-        if (spb_world_rank() == 0) printf(__VA_ARGS__);                                                               \
-    } while (0)
 
 typedef struct variant {
     const char *strategy;
@@ -339,11 +336,5 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, zero_equals_stage_0, 0, NUM_VARIANTS * 4);
     tcase_add_test(tc, ulysses_volume_scales_as_the_paper_says);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return spb_run_suite_and_finalize(s);
 }

@@ -15,14 +15,10 @@
 #include "checkpoint.h"
 #include "checks.h"
 #include "train.h"
+#include "mpi_check.h"
 
 enum { STEPS = 3 };
 
-/* Both ranks compute and assert; rank 0 alone reports. */
-#define say(...)                                                                                                       \
-    do {                                                                                                               \
-        if (spb_world_rank() == 0) printf(__VA_ARGS__);                                                               \
-    } while (0)
 
 static void small_config(spb_config *c, int micro, int global)
 {
@@ -258,11 +254,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, checkpoint_resume_is_exact);
     tcase_add_test(tc, grid_groups);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return spb_run_suite_and_finalize(s);
 }
