@@ -19,6 +19,23 @@ static int tp_degree(const spb_config *c) { return !strcmp(c->strategy, "megatro
 
 static double ceil_div(double a, double b) { return (double)(((long)a + (long)b - 1) / (long)b); }
 
+/* Elements a rank owns under ZeRO (common/zero.c): one slice of every
+ * tensor of a replica class, each tensor cut into `ranks` padded slices. */
+static double owned_under_zero(const spb_config *c, int tp, int D, int P)
+{
+    double C = c->hidden_size, F = c->ffn_hidden_size;
+    const double whole[] = {(double)c->vocab_size * C, (double)c->max_position_embeddings * C, C, C};
+    const double layer_whole[] = {C, C, C, C, C, C}; /* ln1 w/b, proj_b, ln2 w/b, fcproj_b */
+    const double layer_shard[] = {3 * C * C / tp, 3 * C / tp, C * C / tp, F * C / tp, F / tp, C * F / tp};
+    double rep_ranks = (double)D * P, shard_ranks = tp > 1 ? D : rep_ranks, owned = 0;
+    for (int k = 0; k < 4; k++) owned += ceil_div(whole[k], rep_ranks);
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < 6; k++) owned += ceil_div(layer_whole[k], rep_ranks);
+        for (int k = 0; k < 6; k++) owned += ceil_div(layer_shard[k], shard_ranks);
+    }
+    return owned;
+}
+
 void spb_memory_model(const spb_config *c, int world_size, spb_precision precision, spb_memory_prediction *out)
 {
     memset(out, 0, sizeof *out);
@@ -31,13 +48,12 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     out->bytes[SPB_MEM_PARAMS] = pbytes * local;
     out->bytes[SPB_MEM_GRADS] = pbytes * local;
     /* AdamW: m and v in fp32, plus fp32 master weights under mixed
-     * precision; ZeRO >= 1 keeps one slice per rank of each replica class
-     * (replicated tensors over D x P, shards over D). */
+     * precision; ZeRO >= 1 keeps them for the rank's slices only, and the
+     * reduced gradient of those slices in fp32 beside the full local one. */
     double per_param = precision == SPB_FP32 ? 8.0 : 12.0;
-    double held = local;
-    if (c->zero_stage >= 1)
-        held = tp > 1 ? ceil_div(rep, (double)D * P) + ceil_div(shard / tp, D) : ceil_div(rep + shard, (double)D * P);
+    double held = c->zero_stage >= 1 ? owned_under_zero(c, tp, D, P) : local;
     out->bytes[SPB_MEM_OPTIMIZER] = per_param * held;
+    if (c->zero_stage >= 1) out->bytes[SPB_MEM_GRADS] += 4.0 * held;
 
     /* Activations saved for backward (common/gpt.c allocates exactly these). */
     const double B = c->micro_batch_size, N = c->seq_length, T = N / P, C = c->hidden_size;

@@ -9,20 +9,11 @@
 #include "memory.h"
 #include "optimizer.h"
 
-/* Copies the class's tensors of `vec` into or out of its packed order. */
-static void pack(const spb_zero_class *c, const spb_gpt *g, float *vec, int into_packed)
-{
-    long at = 0;
-    for (int k = 0; k < c->num_tensors; k++) {
-        const spb_param_tensor *t = &g->tensors[c->tensors[k]];
-        size_t bytes = sizeof(float) * (size_t)t->numel;
-        if (into_packed)
-            memcpy(c->packed + at, vec + t->offset, bytes);
-        else
-            memcpy(vec + t->offset, c->packed + at, bytes);
-        at += t->numel;
-    }
-}
+/* Each tensor of a replica class is cut into `size` equal slices (the last
+ * padded); a rank owns slice `rank` of every tensor.  Working tensor by
+ * tensor keeps the staging buffer at one padded tensor instead of a packed
+ * copy of the whole class. */
+static long slice_of(long numel, int size) { return (numel + size - 1) / size; }
 
 static void build_class(spb_zero_class *c, const spb_gpt *g, MPI_Comm comm, int replicated)
 {
@@ -30,27 +21,28 @@ static void build_class(spb_zero_class *c, const spb_gpt *g, MPI_Comm comm, int 
     MPI_Comm_size(comm, &c->size);
     MPI_Comm_rank(comm, &c->rank);
     c->tensors = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)g->num_tensors));
-    for (int k = 0; k < g->num_tensors; k++)
-        if ((g->tensors[k].split == SPB_REPLICATED) == replicated) {
-            c->tensors[c->num_tensors++] = k;
-            c->n += g->tensors[k].numel;
-        }
-    c->slice = (c->n + c->size - 1) / c->size;
-    c->packed = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)(c->slice * c->size));
-    c->m = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)c->slice);
-    c->v = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)c->slice);
-    /* The owned range [lo, hi) cut at tensor boundaries (weight decay is per
-     * tensor). */
-    long lo = (long)c->rank * c->slice, hi = lo + c->slice < c->n ? lo + c->slice : c->n, at = 0;
-    c->segments = SPB_CHECK_PTR(calloc((size_t)c->num_tensors + 1, sizeof *c->segments));
-    for (int k = 0; k < c->num_tensors; k++) {
-        const spb_param_tensor *t = &g->tensors[c->tensors[k]];
-        long a = at > lo ? at : lo, b = at + t->numel < hi ? at + t->numel : hi;
-        if (a < b)
-            c->segments[c->num_segments++] =
-                (spb_zero_segment){.packed_lo = a, .n = b - a, .param_offset = t->offset + (a - at), .decay = t->decay};
-        at += t->numel;
+    c->segments = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof *c->segments));
+    long owned = 0, largest = 0;
+    for (int k = 0; k < g->num_tensors; k++) {
+        const spb_param_tensor *t = &g->tensors[k];
+        if ((t->split == SPB_REPLICATED) != replicated) continue;
+        long slice = slice_of(t->numel, c->size), lo = (long)c->rank * slice;
+        long n = lo >= t->numel ? 0 : (lo + slice <= t->numel ? slice : t->numel - lo);
+        c->tensors[c->num_tensors] = k;
+        /* packed_lo: where this tensor's slice starts in the rank's moments */
+        c->segments[c->num_tensors] =
+            (spb_zero_segment){.packed_lo = owned, .n = n, .param_offset = t->offset + lo, .decay = t->decay};
+        c->num_tensors++;
+        c->n += t->numel;
+        owned += slice;
+        largest = slice * c->size > largest ? slice * c->size : largest;
     }
+    c->num_segments = c->num_tensors;
+    c->slice = owned; /* moments per rank: one padded slice per tensor */
+    c->packed = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)largest);
+    c->m = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)owned);
+    c->v = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)owned);
+    c->grad = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)owned);
 }
 
 spb_zero *spb_zero_create(const spb_gpt *g, const spb_grid *grid, int stage)
@@ -71,6 +63,7 @@ void spb_zero_destroy(spb_zero *z)
         spb_mem_free(c->packed);
         spb_mem_free(c->m);
         spb_mem_free(c->v);
+        spb_mem_free(c->grad);
         free(c->tensors);
         free(c->segments);
     }
@@ -81,32 +74,38 @@ void spb_zero_reduce_gradients(spb_zero *z, const spb_gpt *g)
 {
     for (int k = 0; k < z->num_classes; k++) {
         spb_zero_class *c = &z->cls[k];
-        memset(c->packed + c->n, 0, sizeof(float) * (size_t)(c->slice * c->size - c->n)); /* padding */
-        pack(c, g, g->grads, 1);
-        if (c->size == 1) continue;
-        if (z->stage == 1) {
-            spb_allreduce_sum_f32(c->packed, c->slice * c->size, c->comm, SPB_PHASE_GRAD_REDUCE);
-        } else {
-            /* In place: this rank's slice lands where it sits in the packed vector. */
-            float *mine = c->packed + (long)c->rank * c->slice;
-            float *sum = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)c->slice);
-            spb_reduce_scatter_f32(c->packed, sum, c->slice, c->comm, SPB_PHASE_ZERO);
-            memcpy(mine, sum, sizeof(float) * (size_t)c->slice);
-            spb_mem_free(sum);
+        for (int i = 0; i < c->num_tensors; i++) {
+            const spb_param_tensor *t = &g->tensors[c->tensors[i]];
+            const spb_zero_segment *sg = &c->segments[i];
+            long slice = slice_of(t->numel, c->size);
+            float *mine = c->grad + sg->packed_lo;
+            if (c->size == 1) {
+                memcpy(mine, g->grads + t->offset, sizeof(float) * (size_t)t->numel);
+                continue;
+            }
+            /* Padded copy of the tensor's gradient (padding reduces to 0). */
+            memcpy(c->packed, g->grads + t->offset, sizeof(float) * (size_t)t->numel);
+            memset(c->packed + t->numel, 0, sizeof(float) * (size_t)(slice * c->size - t->numel));
+            if (z->stage == 1) {
+                spb_allreduce_sum_f32(c->packed, slice * c->size, c->comm, SPB_PHASE_GRAD_REDUCE);
+                memcpy(mine, c->packed + (long)c->rank * slice, sizeof(float) * (size_t)slice);
+            } else {
+                spb_reduce_scatter_f32(c->packed, mine, slice, c->comm, SPB_PHASE_ZERO);
+            }
         }
     }
 }
 
 double spb_zero_grad_norm(const spb_zero *z, MPI_Comm world)
 {
-    /* Every owned slice is disjoint and together they cover each class once
-     * per replica group; shard classes differ across sequence ranks, so a
-     * sum over the world counts every distinct element exactly once. */
+    /* The owned slices are disjoint and cover each class once per replica
+     * group; shard classes differ across sequence ranks, so a sum over the
+     * world counts every distinct element exactly once. */
     double sum = 0;
     for (int k = 0; k < z->num_classes; k++) {
         const spb_zero_class *c = &z->cls[k];
         for (int s = 0; s < c->num_segments; s++)
-            sum += spb_sum_squares(c->packed + c->segments[s].packed_lo, c->segments[s].n);
+            sum += spb_sum_squares(c->grad + c->segments[s].packed_lo, c->segments[s].n);
     }
     spb_allreduce_sum_f64(&sum, 1, world, SPB_PHASE_OTHER);
     return sqrt(sum);
@@ -117,22 +116,20 @@ void spb_zero_update(spb_zero *z, spb_gpt *g, const spb_config *cfg, double lr, 
     z->step++;
     for (int k = 0; k < z->num_classes; k++) {
         spb_zero_class *c = &z->cls[k];
-        long base = (long)c->rank * c->slice;
-        for (int s = 0; s < c->num_segments; s++) {
-            const spb_zero_segment *sg = &c->segments[s];
-            /* The slice's gradient is in packed; the parameters are the
-             * rank's own copy; moments are indexed from the slice start. */
-            spb_adamw_apply(g->params + sg->param_offset, c->packed + sg->packed_lo, c->m + (sg->packed_lo - base),
-                            c->v + (sg->packed_lo - base), sg->n, grad_scale,
-                            sg->decay ? (float)cfg->weight_decay : 0.0f, cfg, z->step, lr);
+        for (int i = 0; i < c->num_tensors; i++) {
+            const spb_param_tensor *t = &g->tensors[c->tensors[i]];
+            const spb_zero_segment *sg = &c->segments[i];
+            long slice = slice_of(t->numel, c->size);
+            spb_adamw_apply(g->params + sg->param_offset, c->grad + sg->packed_lo, c->m + sg->packed_lo,
+                            c->v + sg->packed_lo, sg->n, grad_scale, sg->decay ? (float)cfg->weight_decay : 0.0f,
+                            cfg, z->step, lr);
+            if (c->size == 1) continue;
+            /* Everyone's updated slice of this tensor to everyone. */
+            float *send = c->packed + (long)c->rank * slice;
+            memset(send, 0, sizeof(float) * (size_t)slice);
+            memcpy(send, g->params + sg->param_offset, sizeof(float) * (size_t)sg->n);
+            spb_allgather_f32(send, c->packed, slice, c->comm, SPB_PHASE_ZERO);
+            memcpy(g->params + t->offset, c->packed, sizeof(float) * (size_t)t->numel);
         }
-        if (c->size == 1) continue;
-        /* Everyone's updated slice to everyone: pack my slice, allgather. */
-        pack(c, g, g->params, 1);
-        float *mine = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)c->slice);
-        memcpy(mine, c->packed + base, sizeof(float) * (size_t)c->slice);
-        spb_allgather_f32(mine, c->packed, c->slice, c->comm, SPB_PHASE_ZERO);
-        spb_mem_free(mine);
-        pack(c, g, g->params, 0);
     }
 }

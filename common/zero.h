@@ -16,8 +16,9 @@
 #include "grid.h"
 
 typedef struct spb_zero_segment {
-    long packed_lo, n; /* a run of the owned slice inside one tensor */
-    long param_offset; /* where it starts in the rank's parameter vector */
+    long packed_lo;    /* where this tensor's slice starts in the rank's moments and gradient slices */
+    long n;            /* elements of the slice that exist (the last slice is shorter) */
+    long param_offset; /* where they sit in the rank's parameter vector */
     int decay;
 } spb_zero_segment;
 
@@ -25,9 +26,10 @@ typedef struct spb_zero_class {
     MPI_Comm comm;
     int size, rank;
     int num_tensors, *tensors; /* indices into the gpt's tensor table, in order */
-    long n, slice;             /* packed length; slice = ceil(n / size) */
-    float *packed;             /* [slice x size]: gradients, then parameters */
-    float *m, *v;              /* [slice] AdamW moments of the owned slice */
+    long n;                    /* elements of the class */
+    long slice;                /* this rank's owned elements, padding included */
+    float *packed;             /* staging: one tensor, padded to a multiple of size */
+    float *m, *v, *grad;       /* [slice] AdamW moments and reduced gradient of the owned slices */
     int num_segments;
     spb_zero_segment *segments;
 } spb_zero_class;

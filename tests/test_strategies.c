@@ -295,8 +295,12 @@ START_TEST(zero_equals_stage_0)
     double expect = 0;
     for (int k = 0; k < b->zero->num_classes; k++) {
         const spb_zero_class *zc = &b->zero->cls[k];
-        double part = 4.0 * zc->slice * zc->size * spb_comm_bus_factor(SPB_OP_ALLGATHER, zc->size);
-        expect += STEPS * (stage == 2 ? 2 : 1) * part; /* allgather of parameters (+ reduce-scatter of gradients) */
+        if (zc->size == 1) continue;
+        for (int i = 0; i < zc->num_tensors; i++) { /* per tensor, padded to a multiple of the group */
+            long numel = b->gpt->tensors[zc->tensors[i]].numel, slice = (numel + zc->size - 1) / zc->size;
+            double part = 4.0 * slice * zc->size * spb_comm_bus_factor(SPB_OP_ALLGATHER, zc->size);
+            expect += STEPS * (stage == 2 ? 2 : 1) * part; /* allgather of parameters (+ reduce-scatter) */
+        }
     }
     long n = a->gpt->num_global_params;
     float *pa = malloc(sizeof(float) * (size_t)n), *pb = malloc(sizeof(float) * (size_t)n);
