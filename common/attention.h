@@ -56,6 +56,16 @@ static inline int spb_attn_visible_keys(const spb_attn_desc *d, long i)
     return last >= d->k_len ? d->k_len : (int)(last + 1);
 }
 
+/* Visible (unmasked) query-key pairs of one call, over batch and heads:
+ * the counted FLOPs are 4·D per pair forward (QKᵀ, PV) and 10·D backward
+ * (flash recomputes the scores: QKᵀ, dV, dP, dQ, dK). */
+static inline double spb_attn_visible_pairs(const spb_attn_desc *d)
+{
+    double per_head = 0.0;
+    for (long i = 0; i < d->q_len; i++) per_head += spb_attn_visible_keys(d, i);
+    return per_head * d->batch * d->heads;
+}
+
 extern const spb_attn_backend spb_attn_naive;  /* reference, materialises scores row by row */
 extern const spb_attn_backend spb_attn_flash;  /* tiled, online softmax, skips masked blocks */
 

@@ -6,7 +6,6 @@
 
 #include "checks.h"
 #include "comm.h"
-#include "memory.h"
 #include "timer.h"
 
 spb_trainer *spb_trainer_create(const spb_config *cfg, const spb_grid *grid)
@@ -63,38 +62,21 @@ static void load_micro_batch(spb_trainer *t, int a)
 
 /* Gradients of replicated tensors are partial sums over the data and
  * sequence ranks (each saw other tokens): summed over D x P.  Shards of a
- * tensor-parallel split are summed over the data-parallel replicas only. */
+ * tensor-parallel split are summed over the data-parallel replicas only.
+ * Consecutive tensors of the same kind are reduced in place as one run. */
 static void reduce_gradients(spb_trainer *t)
 {
     spb_gpt *g = t->gpt;
     const spb_grid *grid = t->grid;
-    if (!g->any_split) {
-        if (grid->world_size > 1) spb_allreduce_sum_f32(g->grads, g->num_params, grid->dpsp_comm, SPB_PHASE_GRAD_REDUCE);
-        return;
-    }
-    for (int pass = 0; pass < 2; pass++) { /* 0: replicated over D x P, 1: shards over D */
-        MPI_Comm comm = pass == 0 ? grid->dpsp_comm : grid->dp_comm;
+    for (int k = 0; k < g->num_tensors;) {
+        int replicated = g->tensors[k].split == SPB_REPLICATED, end = k;
+        while (end < g->num_tensors && (g->tensors[end].split == SPB_REPLICATED) == replicated) end++;
+        MPI_Comm comm = replicated ? grid->dpsp_comm : grid->dp_comm;
         int size;
         MPI_Comm_size(comm, &size);
-        if (size == 1) continue;
-        long n = 0;
-        for (int k = 0; k < g->num_tensors; k++)
-            if ((g->tensors[k].split == SPB_REPLICATED) == (pass == 0)) n += g->tensors[k].numel;
-        float *buf = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)n);
-        long at = 0;
-        for (int k = 0; k < g->num_tensors; k++)
-            if ((g->tensors[k].split == SPB_REPLICATED) == (pass == 0)) {
-                memcpy(buf + at, g->grads + g->tensors[k].offset, sizeof(float) * (size_t)g->tensors[k].numel);
-                at += g->tensors[k].numel;
-            }
-        spb_allreduce_sum_f32(buf, n, comm, SPB_PHASE_GRAD_REDUCE);
-        at = 0;
-        for (int k = 0; k < g->num_tensors; k++)
-            if ((g->tensors[k].split == SPB_REPLICATED) == (pass == 0)) {
-                memcpy(g->grads + g->tensors[k].offset, buf + at, sizeof(float) * (size_t)g->tensors[k].numel);
-                at += g->tensors[k].numel;
-            }
-        spb_mem_free(buf);
+        long first = g->tensors[k].offset, n = g->tensors[end - 1].offset + g->tensors[end - 1].numel - first;
+        if (size > 1) spb_allreduce_sum_f32(g->grads + first, n, comm, SPB_PHASE_GRAD_REDUCE);
+        k = end;
     }
 }
 

@@ -196,6 +196,8 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "tflops_paper_per_rank", "%.6g", s->paper_flops / s->t_med / s->world / 1e12);
     spb_row_add(&r, "tflops_counted_per_rank", "%.6g",
                 (s->counted_gemm + s->counted_attn) / s->t_med / s->world / 1e12);
+    spb_row_add(&r, "gemm_gflops_per_rank", "%.6g",
+                s->timers[SPB_T_GEMM] > 0 ? s->counted_gemm / s->world / s->timers[SPB_T_GEMM] / 1e9 : NAN);
     spb_row_add(&r, "first_loss", "%.6f", s->first_loss);
     spb_row_add(&r, "final_loss", "%.6f", s->final_loss);
     for (int k = 0; k < SPB_NUM_TIMERS; k++) {

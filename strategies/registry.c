@@ -26,14 +26,3 @@ void spb_strategy_names(char *buf, size_t len)
     for (int i = 0; i < NUM_STRATEGIES && used < len; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", registry[i]->name);
 }
-
-double spb_attn_visible_pairs(const spb_attn_desc *d)
-{
-    double per_head = 0.0;
-    if (!d->causal) {
-        per_head = (double)d->q_len * d->k_len;
-    } else {
-        for (long i = 0; i < d->q_len; i++) per_head += spb_attn_visible_keys(d, i);
-    }
-    return per_head * d->batch * d->heads;
-}

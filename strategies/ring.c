@@ -71,22 +71,12 @@ static void ring_local_positions(const spb_grid *grid, const spb_config *cfg, lo
         for (int i = 0; i < runs[k].len; i++) positions[runs[k].row + i] = runs[k].pos + i;
 }
 
-/* The hooks see this rank's positions but not the config: recognise which
- * layout ring_local_positions produced (the other owners use the same one).
- * With P = 1 both layouts give 0..N-1 and contiguous (one run) is chosen. */
+/* The layout the run was configured with (local_positions laid the tokens
+ * out by it; every owner uses the same one). */
 static int ctx_layout_is_zigzag(const spb_attn_ctx *c)
 {
-    int P = c->grid->sp_size, r = c->grid->sp_rank;
-    SPB_CHECK((long)c->tokens * P == c->seq_length);
-    for (int zigzag = 0; zigzag <= 1; zigzag++) {
-        if (zigzag && c->seq_length % (2L * P)) continue;
-        ring_run runs[RING_MAX_RUNS];
-        int n = layout_runs(zigzag, c->seq_length, P, r, runs), match = 1;
-        for (int k = 0; k < n && match; k++)
-            for (int i = 0; i < runs[k].len && match; i++) match = c->positions[runs[k].row + i] == runs[k].pos + i;
-        if (match) return zigzag;
-    }
-    SPB_DIE("ring attention: rank %d's positions follow neither the contiguous nor the zigzag layout", r);
+    SPB_CHECK(c->cfg && (long)c->tokens * c->grid->sp_size == c->seq_length);
+    return is_zigzag(c->cfg);
 }
 
 /* Causal and every key of the pair after every query of it: nothing visible. */

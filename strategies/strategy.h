@@ -100,10 +100,6 @@ const spb_strategy *spb_strategy_by_name(const char *name);
 /* Comma-separated list of registered strategy names. */
 void spb_strategy_names(char *buf, size_t len);
 
-/* Counted attention FLOPs of one backend call from its descriptor: the
- * visible (unmasked) query-key pairs.  Forward counts 4·D per pair (QKᵀ,
- * PV); backward 10·D (flash recomputes the scores: QKᵀ, dV, dP, dQ, dK). */
-double spb_attn_visible_pairs(const spb_attn_desc *d);
 
 
 extern const spb_strategy spb_strategy_none;

@@ -120,7 +120,8 @@ static float *cached(float **slot, spb_mem_category cat, long floats)
  * regrouping pass per exchange remains. */
 static int uses_allgather(const spb_attn_ctx *c)
 {
-    return c->cfg && !strcmp(c->cfg->ulysses_comm, "allgather");
+    SPB_CHECK(c->cfg);
+    return !strcmp(c->cfg->ulysses_comm, "allgather");
 }
 
 /* The ablation's exchange (--ulysses-comm allgather): every rank gathers the

@@ -168,7 +168,7 @@ static ring_result run_ring(const spb_grid *grid, int P, const char *layout, int
     for (long i = 0; i < (long)BATCH * T * WIDTH; i++) o[i] = SENTINEL;
     for (long i = 0; i < (long)BATCH * T * 3 * WIDTH; i++) dqkv[i] = SENTINEL;
 
-    spb_attn_ctx ctx = {.grid = grid, .backend = backend, .batch = BATCH, .heads = HEADS, .head_dim = HEAD_DIM,
+    spb_attn_ctx ctx = {.cfg = &cfg, .grid = grid, .backend = backend, .batch = BATCH, .heads = HEADS, .head_dim = HEAD_DIM,
                         .tokens = T, .positions = positions, .seq_length = SEQ, .causal = causal,
                         .phase = SPB_PHASE_FORWARD, .flops = &res.flops_fwd};
     float *saved = malloc(sizeof(float) * ring->attn_saved_floats(&ctx));

@@ -159,7 +159,9 @@ static case_result run_case(int N, int P, int causal, const spb_attn_backend *ba
     take_slice(o_ref, o_ref_slice, N, T, first, W);
     take_slice(dqkv_ref, dqkv_ref_slice, N, T, first, 3 * W);
 
-    spb_attn_ctx ctx = {.grid = &grid, .backend = backend, .batch = BATCH, .heads = HEADS,
+    spb_config cfg; /* the strategy reads --ulysses-comm from it: the default, all-to-all */
+    spb_config_defaults(&cfg);
+    spb_attn_ctx ctx = {.cfg = &cfg, .grid = &grid, .backend = backend, .batch = BATCH, .heads = HEADS,
                         .head_dim = HEAD_DIM, .tokens = T, .positions = pos, .seq_length = N,
                         .causal = causal, .layer = 0, .phase = SPB_PHASE_FORWARD, .flops = NULL};
     size_t saved_n = spb_strategy_ulysses.attn_saved_floats(&ctx);
