@@ -50,19 +50,19 @@ static int finish_tmp(FILE *f, const char *tmp, const char *path, int write_fail
     return 0;
 }
 
-int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *g, const spb_adamw *opt,
-                        long step, char *err, size_t errlen)
+int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *g, const float *params,
+                        const float *m, const float *v, long step, char *err, size_t errlen)
 {
     unsigned char h[HEADER_BYTES];
     header_start(h, "SPBCKPT");
     int64_t f[NUM_CKPT_FIELDS] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, cfg->seq_length, step,
-                                  g->num_global_params, opt != NULL};
+                                  g->num_global_params, m != NULL && v != NULL};
     memcpy(h + 16, f, sizeof f);
     uint64_t seed = cfg->seed;
     memcpy(h + 96, &seed, 8);
     size_t n = (size_t)g->num_global_params;
     float *global = SPB_CHECK_PTR(malloc(n * sizeof(float)));
-    const float *parts[3] = {g->params, opt ? opt->m : NULL, opt ? opt->v : NULL};
+    const float *parts[3] = {params, m && v ? m : NULL, m && v ? v : NULL};
     int rc = 0, writer = g->grid->world_rank == 0;
     FILE *fp = NULL;
     char tmp[SPB_PATH_MAX + 8];
@@ -81,8 +81,8 @@ int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *
     return rc;
 }
 
-int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb_adamw *opt, long *step,
-                        char *err, size_t errlen)
+int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *g, float *params, float *m,
+                        float *v, long *step, int *has_optimizer, char *err, size_t errlen)
 {
     errno = 0;
     FILE *fp = fopen(path, "rb");
@@ -119,9 +119,10 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb
         snprintf(err, errlen, "checkpoint '%s' is truncated", path);
         goto out;
     }
-    spb_gpt_scatter_global(g, global, g->params);
-    if (opt && f[9]) {
-        float *dst[2] = {opt->m, opt->v};
+    spb_gpt_scatter_global(g, global, params);
+    *has_optimizer = f[9] != 0;
+    if (m && v && f[9]) {
+        float *dst[2] = {m, v};
         for (int k = 0; k < 2; k++) {
             if (read_all(fp, global, n * sizeof(float))) {
                 snprintf(err, errlen, "checkpoint '%s' is truncated in its optimizer state", path);
@@ -129,7 +130,6 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, spb_gpt *g, spb
             }
             spb_gpt_scatter_global(g, global, dst[k]);
         }
-        opt->step = f[7];
     }
     *step = f[7];
     rc = 0;

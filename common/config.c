@@ -262,14 +262,6 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --attention '%s' (flash, naive)", c->attention);
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return fail(err, errlen, "--zero-stage must be 0, 1, 2 or 3 (got %d)", c->zero_stage);
-    if (c->zero_stage == 3)
-        return fail(err, errlen, "--zero-stage 3 is not implemented yet (0, 1, 2)");
-    if (c->zero_stage > 0 && c->dump[0])
-        return fail(err, errlen, "--dump with --zero-stage %d: the dump needs whole reduced gradients (use --zero-stage 0)",
-                    c->zero_stage);
-    if (c->zero_stage > 0 && (c->save[0] || c->load[0]))
-        return fail(err, errlen, "--save/--load with --zero-stage %d: partitioned optimizer state is not written to "
-                                 "checkpoints yet (use --zero-stage 0)", c->zero_stage);
 
     if (world_size % c->sp_degree)
         return fail(err, errlen, "world size %d is not divisible by --sp-degree %d", world_size, c->sp_degree);

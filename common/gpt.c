@@ -63,9 +63,52 @@ static int build_tensor_table(spb_param_tensor *t, int L, int C, int F, int V, i
 long spb_gpt_count_params(const spb_config *c)
 {
     long local = 0, global = 0;
-    build_tensor_table(NULL, c->num_layers, c->hidden_size, c->ffn_hidden_size, c->vocab_size,
-                       c->max_position_embeddings, 1, &local, &global);
+    spb_gpt_tensor_table(c, 1, NULL, &local, &global);
     return global;
+}
+
+int spb_gpt_tensor_table(const spb_config *c, int tp, spb_param_tensor *t, long *num_local, long *num_global)
+{
+    return build_tensor_table(t, c->num_layers, c->hidden_size, c->ffn_hidden_size, c->vocab_size,
+                              c->max_position_embeddings, tp, num_local, num_global);
+}
+
+int spb_gpt_config_tp(const spb_config *cfg)
+{
+    const spb_strategy *s = spb_strategy_by_name(cfg->strategy);
+    /* The hook reads the group sizes only. */
+    spb_grid shape = {.sp_size = cfg->sp_degree, .dp_size = 1, .world_size = cfg->sp_degree};
+    return s && s->tp_degree ? s->tp_degree(&shape) : 1;
+}
+
+/* The views of tensor k: one of the four globals or field k % 12 of a
+ * layer's parameter struct (12 pointers in table order). */
+_Static_assert(sizeof(spb_layer_params) == SPB_TENSORS_PER_LAYER * sizeof(float *), "layer views in table order");
+static float **view_of(spb_gpt *g, int k, int grad)
+{
+    if (k == 0) return grad ? &g->dwte : &g->wte;
+    if (k == 1) return grad ? &g->dwpe : &g->wpe;
+    if (k == g->num_tensors - 2) return grad ? &g->dlnf_w : &g->lnf_w;
+    if (k == g->num_tensors - 1) return grad ? &g->dlnf_b : &g->lnf_b;
+    int l = (k - 2) / SPB_TENSORS_PER_LAYER, f = (k - 2) % SPB_TENSORS_PER_LAYER;
+    return (float **)(grad ? &g->dlayer[l] : &g->layer[l]) + f;
+}
+
+void spb_gpt_point_tensor(spb_gpt *g, int k, float *param, float *grad)
+{
+    if (param) *view_of(g, k, 0) = param;
+    if (grad) *view_of(g, k, 1) = grad;
+}
+
+void spb_gpt_unit_tensors(const spb_gpt *g, int unit, int *first, int *last)
+{
+    if (unit == SPB_UNIT_GLOBALS) {
+        *first = 0, *last = 2; /* and the final LayerNorm's two */
+        return;
+    }
+    SPB_CHECK(unit >= 0 && unit < g->L);
+    *first = 2 + SPB_TENSORS_PER_LAYER * unit;
+    *last = *first + SPB_TENSORS_PER_LAYER;
 }
 
 long spb_gpt_global_index(const spb_gpt *g, const spb_param_tensor *t, long i)
@@ -186,12 +229,18 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     build_tensor_table(g->tensors, g->L, g->C, g->F, g->V, g->maxpos, g->tp, &g->num_params,
                        &g->num_global_params);
     for (int k = 0; k < g->num_tensors; k++) g->any_split |= g->tensors[k].split != SPB_REPLICATED;
-    g->params = spb_mem_alloc(SPB_MEM_PARAMS, sizeof(float) * (size_t)g->num_params);
-    g->grads = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)g->num_params);
+    /* ZeRO-3 keeps parameter slices and ZeRO-2/3 gradient slices (common/
+     * zero.c); their hooks point the views at gathered or per-unit buffers. */
     g->layer = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->layer));
     g->dlayer = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->dlayer));
-    set_views(g, g->params, &g->wte, &g->wpe, &g->lnf_w, &g->lnf_b, g->layer);
-    set_views(g, g->grads, &g->dwte, &g->dwpe, &g->dlnf_w, &g->dlnf_b, g->dlayer);
+    if (cfg->zero_stage < 3) {
+        g->params = spb_mem_alloc(SPB_MEM_PARAMS, sizeof(float) * (size_t)g->num_params);
+        set_views(g, g->params, &g->wte, &g->wpe, &g->lnf_w, &g->lnf_b, g->layer);
+    }
+    if (cfg->zero_stage < 2) {
+        g->grads = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)g->num_params);
+        set_views(g, g->grads, &g->dwte, &g->dwpe, &g->dlnf_w, &g->dlnf_b, g->dlayer);
+    }
 
     long BT = (long)g->B * g->T, BR = (long)g->B * g->Ttp, C = g->C;
     spb_attn_ctx probe = region_ctx(g, 0, SPB_PHASE_FORWARD);
@@ -259,29 +308,45 @@ void spb_gpt_destroy(spb_gpt *g)
     free(g);
 }
 
-void spb_gpt_init_params(spb_gpt *g, uint64_t seed)
+void spb_gpt_init_tensor(const spb_gpt *g, int t, uint64_t seed, float *p)
 {
     const double std = g->init_std, proj_std = g->init_std / sqrt(2.0 * g->L);
-    for (int t = 0; t < g->num_tensors; t++) {
-        const spb_param_tensor *pt = &g->tensors[t];
-        float *p = g->params + pt->offset;
-        const char *kind = strchr(pt->name, '.') ? strchr(pt->name, '.') + 1 : pt->name;
-        int is_ln_weight = !strcmp(kind, "ln1_w") || !strcmp(kind, "ln2_w") || !strcmp(kind, "lnf_w");
-        if (is_ln_weight) {
-            for (long i = 0; i < pt->numel; i++) p[i] = 1.0f;
-        } else if (pt->cols == 1) {
-            memset(p, 0, sizeof(float) * (size_t)pt->numel); /* biases, LayerNorm biases */
-        } else {
-            double s = (!strcmp(kind, "proj_w") || !strcmp(kind, "fcproj_w")) ? proj_std : std;
-            /* Keyed by the element's place in the global tensor. */
-            for (long i = 0; i < pt->numel; i++)
-                p[i] = (float)(s * spb_rng_normal(seed, (uint64_t)t,
-                                                  (uint64_t)(spb_gpt_global_index(g, pt, i) - pt->goffset)));
-        }
+    const spb_param_tensor *pt = &g->tensors[t];
+    const char *kind = strchr(pt->name, '.') ? strchr(pt->name, '.') + 1 : pt->name;
+    int is_ln_weight = !strcmp(kind, "ln1_w") || !strcmp(kind, "ln2_w") || !strcmp(kind, "lnf_w");
+    if (is_ln_weight) {
+        for (long i = 0; i < pt->numel; i++) p[i] = 1.0f;
+    } else if (pt->cols == 1) {
+        memset(p, 0, sizeof(float) * (size_t)pt->numel); /* biases, LayerNorm biases */
+    } else {
+        double s = (!strcmp(kind, "proj_w") || !strcmp(kind, "fcproj_w")) ? proj_std : std;
+        /* Keyed by the element's place in the global tensor. */
+        for (long i = 0; i < pt->numel; i++)
+            p[i] = (float)(s * spb_rng_normal(seed, (uint64_t)t,
+                                              (uint64_t)(spb_gpt_global_index(g, pt, i) - pt->goffset)));
     }
 }
 
-void spb_gpt_zero_grads(spb_gpt *g) { memset(g->grads, 0, sizeof(float) * (size_t)g->num_params); }
+void spb_gpt_init_params(spb_gpt *g, uint64_t seed)
+{
+    if (!g->params) return; /* ZeRO-3: the slices' owners initialise them */
+    for (int t = 0; t < g->num_tensors; t++) spb_gpt_init_tensor(g, t, seed, g->params + g->tensors[t].offset);
+}
+
+void spb_gpt_zero_grads(spb_gpt *g)
+{
+    if (g->grads) memset(g->grads, 0, sizeof(float) * (size_t)g->num_params);
+}
+
+static void unit_before(spb_gpt *g, int unit, spb_comm_phase phase)
+{
+    if (g->hooks.before) g->hooks.before(g->hooks.ctx, g, unit, phase);
+}
+
+static void unit_after(spb_gpt *g, int unit, spb_comm_phase phase)
+{
+    if (g->hooks.after) g->hooks.after(g->hooks.ctx, g, unit, phase);
+}
 
 static void add_bias_rows(float *x, const float *b, long rows, int C)
 {
@@ -405,11 +470,17 @@ double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
     const int BT = g->B * g->T, C = g->C;
     memcpy(g->inputs, inputs, sizeof(int) * (size_t)BT);
     memcpy(g->targets, targets, sizeof(int) * (size_t)BT);
+    unit_before(g, SPB_UNIT_GLOBALS, SPB_PHASE_FORWARD);
     spb_embedding_forward(g->x[0], inputs, g->wte, g->wpe, g->positions, BT, g->T, C);
-    for (int l = 0; l < g->L; l++) layer_forward(g, l, layer_acts(g, l), g->x[l], g->x[l + 1], SPB_PHASE_FORWARD);
+    for (int l = 0; l < g->L; l++) {
+        unit_before(g, l, SPB_PHASE_FORWARD);
+        layer_forward(g, l, layer_acts(g, l), g->x[l], g->x[l + 1], SPB_PHASE_FORWARD);
+        unit_after(g, l, SPB_PHASE_FORWARD);
+    }
     spb_layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT, C);
     spb_matmul_forward(g->probs, g->lnf_out, g->wte, NULL, BT, C, g->V);
     double loss_sum = spb_softmax_xent_forward(g->probs, targets, BT, g->V);
+    unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_FORWARD);
     spb_timer_add(SPB_T_FORWARD, spb_now() - t0);
     return loss_sum;
 }
@@ -436,6 +507,7 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
 {
     double t0 = spb_now();
     const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
+    unit_before(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
     spb_softmax_xent_backward(g->probs, g->targets, BT, g->V, loss_scale);
     /* LM head (tied): dlnf_out = dlogits · wte, dwte += dlogitsᵀ · lnf_out */
     spb_matmul_backward(g->dtmp, g->dwte, NULL, g->probs, g->lnf_out, g->wte, BT, C, g->V, 0);
@@ -447,6 +519,7 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
     float *dlocal = g->region_in;
     /* g->dx holds d loss / d x[l+1] on entry to each layer, d x[l] on exit. */
     for (int l = g->L - 1; l >= 0; l--) {
+        unit_before(g, l, SPB_PHASE_BACKWARD);
         const spb_layer_params *p = &g->layer[l];
         spb_layer_params *dp = &g->dlayer[l];
         spb_layer_acts *a = layer_acts(g, l);
@@ -475,7 +548,9 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
         dln = enter_region_backward(g, l, g->dtmp, dlocal);
         spb_layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT,
                                C);
+        unit_after(g, l, SPB_PHASE_BACKWARD);
     }
     spb_embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, g->positions, BT, g->T, C);
+    unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
     spb_timer_add(SPB_T_BACKWARD, spb_now() - t0);
 }

@@ -53,6 +53,21 @@ typedef struct spb_layer_acts {
     float *fc_pre, *fc_act;               /* TP region tokens, local ffn columns */
 } spb_layer_acts;
 
+/* Where a unit of parameters lives for the duration of its use: ZeRO-3
+ * gathers a layer's parameters before its forward and again before its
+ * backward and frees them after; ZeRO-2/3 give each unit a gradient buffer
+ * for its backward and reduce-scatter it after.  unit is a layer index or
+ * SPB_UNIT_GLOBALS (embeddings and final LayerNorm: before forward, kept
+ * until the end of backward).  phase: SPB_PHASE_FORWARD or _BACKWARD.  The
+ * hooks point the core's views at their buffers (spb_gpt_point_tensor). */
+enum { SPB_UNIT_GLOBALS = -1 };
+struct spb_gpt;
+typedef struct spb_param_hooks {
+    void *ctx;
+    void (*before)(void *ctx, struct spb_gpt *g, int unit, spb_comm_phase phase);
+    void (*after)(void *ctx, struct spb_gpt *g, int unit, spb_comm_phase phase);
+} spb_param_hooks;
+
 typedef struct spb_gpt {
     int L, C, H, D, F, V, maxpos;
     int B, T;          /* micro-batch sequences, local tokens per sequence */
@@ -76,8 +91,10 @@ typedef struct spb_gpt {
     int num_tensors;
     spb_param_tensor *tensors;
     int any_split;     /* some tensor is sharded */
-    float *params, *grads;
-    /* views into params / grads */
+    float *params, *grads; /* whole local vectors; NULL when ZeRO-3 (params)
+                              or ZeRO-2/3 (grads) keep only slices */
+    spb_param_hooks hooks;
+    /* views into params / grads, or into the hooks' buffers */
     float *wte, *wpe, *lnf_w, *lnf_b;
     float *dwte, *dwpe, *dlnf_w, *dlnf_b;
     spb_layer_params *layer, *dlayer;
@@ -101,8 +118,21 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid);
 void spb_gpt_destroy(spb_gpt *g);
 
 /* Counter-based initialisation: element i of global tensor t from
- * (seed, t, i), whatever the split. */
+ * (seed, t, i), whatever the split.  init_tensor writes tensor k's local
+ * elements to out (for owners of slices). */
 void spb_gpt_init_params(spb_gpt *g, uint64_t seed);
+void spb_gpt_init_tensor(const spb_gpt *g, int k, uint64_t seed, float *out);
+
+/* The tensor table of a configuration with tensor-parallel degree tp (t may
+ * be NULL to count); returns the number of tensors. */
+int spb_gpt_tensor_table(const spb_config *cfg, int tp, spb_param_tensor *t, long *num_local, long *num_global);
+/* The tensor-parallel degree the configuration's strategy uses at P ranks. */
+int spb_gpt_config_tp(const spb_config *cfg);
+/* Points the core's view of tensor k at param and/or grad (NULL: unchanged). */
+void spb_gpt_point_tensor(spb_gpt *g, int k, float *param, float *grad);
+/* Tensors [first, last) of a unit (a layer or SPB_UNIT_GLOBALS: the
+ * globals are tensors 0, 1 and the last two, returned as two ranges). */
+void spb_gpt_unit_tensors(const spb_gpt *g, int unit, int *first, int *last);
 
 /* Parameter count of a configuration, unsharded (no allocation). */
 long spb_gpt_count_params(const spb_config *cfg);

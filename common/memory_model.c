@@ -1,5 +1,8 @@
 #include "memory_model.h"
 
+#include "gpt.h"
+#include "zero.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -15,45 +18,36 @@ static void parameter_counts(const spb_config *c, double *replicated, double *sh
     *shardable = L * (3.0 * C * C + 3.0 * C + C * C + F * C + F + C * F);
 }
 
-static int tp_degree(const spb_config *c) { return !strcmp(c->strategy, "megatron") ? c->sp_degree : 1; }
-
-static double ceil_div(double a, double b) { return (double)(((long)a + (long)b - 1) / (long)b); }
-
-/* Elements a rank owns under ZeRO (common/zero.c): one slice of every
- * tensor of a replica class, each tensor cut into `ranks` padded slices. */
-static double owned_under_zero(const spb_config *c, int tp, int D, int P)
-{
-    double C = c->hidden_size, F = c->ffn_hidden_size;
-    const double whole[] = {(double)c->vocab_size * C, (double)c->max_position_embeddings * C, C, C};
-    const double layer_whole[] = {C, C, C, C, C, C}; /* ln1 w/b, proj_b, ln2 w/b, fcproj_b */
-    const double layer_shard[] = {3 * C * C / tp, 3 * C / tp, C * C / tp, F * C / tp, F / tp, C * F / tp};
-    double rep_ranks = (double)D * P, shard_ranks = tp > 1 ? D : rep_ranks, owned = 0;
-    for (int k = 0; k < 4; k++) owned += ceil_div(whole[k], rep_ranks);
-    for (int l = 0; l < c->num_layers; l++) {
-        for (int k = 0; k < 6; k++) owned += ceil_div(layer_whole[k], rep_ranks);
-        for (int k = 0; k < 6; k++) owned += ceil_div(layer_shard[k], shard_ranks);
-    }
-    return owned;
-}
+static int tp_degree(const spb_config *c) { return spb_gpt_config_tp(c); }
 
 void spb_memory_model(const spb_config *c, int world_size, spb_precision precision, spb_memory_prediction *out)
 {
     memset(out, 0, sizeof *out);
-    const int P = c->sp_degree, D = world_size / P, tp = tp_degree(c);
+    const int P = c->sp_degree, tp = tp_degree(c);
     double rep, shard;
     parameter_counts(c, &rep, &shard);
-    double local = rep + shard / tp; /* parameters this rank holds */
+    const double local = rep + shard / tp; /* parameters this rank holds whole */
+    spb_zero_sizes z;
+    spb_zero_sizes_of(c, world_size, &z);
 
-    const double pbytes = precision == SPB_FP32 ? 4.0 : 2.0;
-    out->bytes[SPB_MEM_PARAMS] = pbytes * local;
-    out->bytes[SPB_MEM_GRADS] = pbytes * local;
-    /* AdamW: m and v in fp32, plus fp32 master weights under mixed
-     * precision; ZeRO >= 1 keeps them for the rank's slices only, and the
-     * reduced gradient of those slices in fp32 beside the full local one. */
-    double per_param = precision == SPB_FP32 ? 8.0 : 12.0;
-    double held = c->zero_stage >= 1 ? owned_under_zero(c, tp, D, P) : local;
-    out->bytes[SPB_MEM_OPTIMIZER] = per_param * held;
-    if (c->zero_stage >= 1) out->bytes[SPB_MEM_GRADS] += 4.0 * held;
+    /* fp32 everywhere on the CPU; under mixed precision bf16 parameters and
+     * gradients, fp32 master weights with the AdamW moments (12 bytes) and
+     * fp32 reduced gradient slices. */
+    const double pbytes = precision == SPB_FP32 ? 4.0 : 2.0, per_param = precision == SPB_FP32 ? 8.0 : 12.0;
+    const int stage = c->zero_stage;
+    /* Stage 3 keeps only the owned parameter slices. */
+    out->bytes[SPB_MEM_PARAMS] = pbytes * (stage == 3 ? z.owned : local);
+    /* Stages 0-1 keep the whole local gradient (stage 1 plus its reduced
+     * slices); stages 2-3 the reduced slices plus, at the peak of backward,
+     * the globals' gradient buffer and one layer's (common/zero.c). */
+    if (stage <= 1)
+        out->bytes[SPB_MEM_GRADS] = pbytes * local + (stage == 1 ? 4.0 * z.owned : 0.0);
+    else
+        out->bytes[SPB_MEM_GRADS] = 4.0 * z.owned + pbytes * (z.global_elems + z.layer_elems);
+    out->bytes[SPB_MEM_OPTIMIZER] = per_param * (stage >= 1 ? z.owned : local);
+    /* Workspace: only ZeRO-3's gathered parameters (the globals for the
+     * whole step, one layer at a time) are predicted; scratch is measured. */
+    if (stage == 3) out->bytes[SPB_MEM_WORKSPACE] = pbytes * (z.global_elems + z.layer_elems);
 
     /* Activations saved for backward (common/gpt.c allocates exactly these). */
     const double B = c->micro_batch_size, N = c->seq_length, T = N / P, C = c->hidden_size;

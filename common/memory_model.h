@@ -6,8 +6,9 @@
  *
  * It predicts the categories whose size the configuration fixes:
  * parameters, gradients, optimizer state and activations saved for
- * backward.  Workspace and communication buffers are transient and left at
- * zero here (reported measured only). */
+ * backward, and under ZeRO-3 the gathered parameters (workspace).  Other
+ * workspace and communication buffers are transient and reported measured
+ * only. */
 #ifndef SPB_MEMORY_MODEL_H
 #define SPB_MEMORY_MODEL_H
 

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "checks.h"
+#include "memory.h"
 #include "comm.h"
 #include "timer.h"
 
@@ -18,7 +20,7 @@ spb_trainer *spb_trainer_create(const spb_config *cfg, const spb_grid *grid)
     if (cfg->zero_stage == 0)
         t->opt = spb_adamw_create(t->gpt->num_params);
     else
-        t->zero = spb_zero_create(t->gpt, grid, cfg->zero_stage);
+        t->zero = spb_zero_create(t->gpt, grid, cfg->zero_stage, cfg->seed);
     t->data = spb_data_open(cfg);
     t->accum_steps = spb_config_accum_steps(cfg, grid->world_size);
     t->seq = SPB_CHECK_PTR(malloc(sizeof(int) * ((size_t)cfg->seq_length + 1)));
@@ -99,6 +101,7 @@ double spb_trainer_gradients(spb_trainer *t)
     spb_gpt *g = t->gpt;
     const double tokens = (double)t->cfg.global_batch_size * t->cfg.seq_length;
     spb_gpt_zero_grads(g);
+    if (t->zero) spb_zero_begin_gradients(t->zero);
     double loss_sum = 0.0;
     for (int a = 0; a < t->accum_steps; a++) {
         double t0 = spb_now();
@@ -141,4 +144,71 @@ double spb_trainer_step(spb_trainer *t)
     double loss = spb_trainer_gradients(t);
     spb_trainer_update(t);
     return loss;
+}
+
+static float *local_vector(const spb_trainer *t)
+{
+    return spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)t->gpt->num_params);
+}
+
+void spb_trainer_local_params(const spb_trainer *t, float *local)
+{
+    if (t->zero)
+        spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_PARAMS, local);
+    else
+        memcpy(local, t->gpt->params, sizeof(float) * (size_t)t->gpt->num_params);
+}
+
+void spb_trainer_local_grads(const spb_trainer *t, float *local)
+{
+    if (t->zero)
+        spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_GRAD, local);
+    else
+        memcpy(local, t->gpt->grads, sizeof(float) * (size_t)t->gpt->num_params);
+}
+
+int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer, char *err, size_t errlen)
+{
+    if (!t->zero)
+        return spb_checkpoint_save(path, &t->cfg, t->gpt, t->gpt->params, with_optimizer ? t->opt->m : NULL,
+                                   with_optimizer ? t->opt->v : NULL, t->iteration, err, errlen);
+    float *p = local_vector(t), *m = NULL, *v = NULL;
+    spb_trainer_local_params(t, p);
+    if (with_optimizer) {
+        m = local_vector(t), v = local_vector(t);
+        spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_M, m);
+        spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_V, v);
+    }
+    int rc = spb_checkpoint_save(path, &t->cfg, t->gpt, p, m, v, t->iteration, err, errlen);
+    spb_mem_free(p);
+    spb_mem_free(m);
+    spb_mem_free(v);
+    return rc;
+}
+
+int spb_trainer_load(spb_trainer *t, const char *path, char *err, size_t errlen)
+{
+    long step = 0;
+    int has_optimizer = 0, rc;
+    if (!t->zero) {
+        rc = spb_checkpoint_load(path, &t->cfg, t->gpt, t->gpt->params, t->opt->m, t->opt->v, &step, &has_optimizer,
+                                 err, errlen);
+        if (!rc && has_optimizer) t->opt->step = step;
+    } else {
+        float *p = local_vector(t), *m = local_vector(t), *v = local_vector(t);
+        rc = spb_checkpoint_load(path, &t->cfg, t->gpt, p, m, v, &step, &has_optimizer, err, errlen);
+        if (!rc) {
+            spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_PARAMS, p);
+            if (has_optimizer) {
+                spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_M, m);
+                spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_V, v);
+                t->zero->step = step;
+            }
+        }
+        spb_mem_free(p);
+        spb_mem_free(m);
+        spb_mem_free(v);
+    }
+    if (!rc) t->iteration = step;
+    return rc;
 }

@@ -16,7 +16,7 @@ typedef struct spb_trainer {
     const spb_grid *grid;
     spb_gpt *gpt;
     spb_adamw *opt;   /* ZeRO stage 0 */
-    spb_zero *zero;   /* ZeRO stages 1-2 (partitioned optimizer state) */
+    spb_zero *zero;   /* ZeRO stages 1-3 (partitioned state) */
     spb_data *data;
     int accum_steps;
     long iteration; /* iterations completed */
@@ -38,6 +38,18 @@ double spb_trainer_gradients(spb_trainer *t);
 void spb_trainer_update(spb_trainer *t);
 /* gradients + update; returns the loss. */
 double spb_trainer_step(spb_trainer *t);
+
+/* Checkpoints of the model and optimizer state whatever the ZeRO stage
+ * (partitioned state is gathered to whole local vectors first).  Both are
+ * collective; load sets the iteration to the saved step.  The optimizer
+ * state is written when with_optimizer (a dump's checkpoint has none). */
+int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer, char *err, size_t errlen);
+int spb_trainer_load(spb_trainer *t, const char *path, char *err, size_t errlen);
+/* This rank's reduced gradients as a whole local vector (after
+ * spb_trainer_gradients; collective under ZeRO). */
+void spb_trainer_local_grads(const spb_trainer *t, float *local);
+/* This rank's parameters as a whole local vector (collective under ZeRO-3). */
+void spb_trainer_local_params(const spb_trainer *t, float *local);
 
 /* Global sample index of local micro-step a, local sequence j. */
 long spb_trainer_sample_index(const spb_trainer *t, int a, int j);

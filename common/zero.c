@@ -5,18 +5,21 @@
 #include <string.h>
 
 #include "checks.h"
-#include "comm.h"
 #include "memory.h"
+#include "ops.h"
 #include "optimizer.h"
 
 /* Each tensor of a replica class is cut into `size` equal slices (the last
  * padded); a rank owns slice `rank` of every tensor.  Working tensor by
- * tensor keeps the staging buffer at one padded tensor instead of a packed
- * copy of the whole class. */
+ * tensor keeps staging at one padded tensor instead of a copy of the class. */
 static long slice_of(long numel, int size) { return (numel + size - 1) / size; }
 
-static void build_class(spb_zero_class *c, const spb_gpt *g, MPI_Comm comm, int replicated)
+/* The class of a tensor: replicated ones over D x P, shards over D. */
+static int class_of(const spb_param_tensor *t) { return t->split != SPB_REPLICATED; }
+
+static void build_class(spb_zero *z, int cls, const spb_gpt *g, MPI_Comm comm)
 {
+    spb_zero_class *c = &z->cls[cls];
     c->comm = comm;
     MPI_Comm_size(comm, &c->size);
     MPI_Comm_rank(comm, &c->rank);
@@ -25,11 +28,12 @@ static void build_class(spb_zero_class *c, const spb_gpt *g, MPI_Comm comm, int 
     long owned = 0, largest = 0;
     for (int k = 0; k < g->num_tensors; k++) {
         const spb_param_tensor *t = &g->tensors[k];
-        if ((t->split == SPB_REPLICATED) != replicated) continue;
+        if (class_of(t) != cls) continue;
         long slice = slice_of(t->numel, c->size), lo = (long)c->rank * slice;
         long n = lo >= t->numel ? 0 : (lo + slice <= t->numel ? slice : t->numel - lo);
+        z->tensor_class[k] = cls;
+        z->tensor_segment[k] = c->num_tensors;
         c->tensors[c->num_tensors] = k;
-        /* packed_lo: where this tensor's slice starts in the rank's moments */
         c->segments[c->num_tensors] =
             (spb_zero_segment){.packed_lo = owned, .n = n, .param_offset = t->offset + lo, .decay = t->decay};
         c->num_tensors++;
@@ -37,21 +41,145 @@ static void build_class(spb_zero_class *c, const spb_gpt *g, MPI_Comm comm, int 
         owned += slice;
         largest = slice * c->size > largest ? slice * c->size : largest;
     }
-    c->num_segments = c->num_tensors;
-    c->slice = owned; /* moments per rank: one padded slice per tensor */
-    c->packed = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)largest);
+    c->slice = owned;
+    if (z->stage <= 2 && c->size > 1) c->packed = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)largest);
+    if (z->stage == 3) c->p = spb_mem_alloc(SPB_MEM_PARAMS, sizeof(float) * (size_t)owned);
     c->m = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)owned);
     c->v = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)owned);
     c->grad = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)owned);
+    if (z->stage >= 2 && c->size > 1) c->reduced = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)(largest / c->size));
 }
 
-spb_zero *spb_zero_create(const spb_gpt *g, const spb_grid *grid, int stage)
+/* The tensors of a unit: a layer's 12, or the four globals. */
+static int unit_tensors(const spb_gpt *g, int unit, int *ks)
 {
-    SPB_CHECK(stage == 1 || stage == 2);
+    if (unit == SPB_UNIT_GLOBALS) {
+        ks[0] = 0, ks[1] = 1, ks[2] = g->num_tensors - 2, ks[3] = g->num_tensors - 1;
+        return 4;
+    }
+    int first, last;
+    spb_gpt_unit_tensors(g, unit, &first, &last);
+    for (int k = first; k < last; k++) ks[k - first] = k;
+    return last - first;
+}
+
+static long padded_of(const spb_zero *z, const spb_gpt *g, int k)
+{
+    const spb_zero_class *c = &z->cls[z->tensor_class[k]];
+    return slice_of(g->tensors[k].numel, c->size) * c->size;
+}
+
+/* Stage 3: allgather a unit's slices into one padded buffer (workspace). */
+static float *gather_unit(spb_zero *z, spb_gpt *g, int unit, long elems)
+{
+    int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
+    float *buf = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)elems);
+    for (int i = 0; i < n; i++) {
+        int k = ks[i];
+        const spb_zero_class *c = &z->cls[z->tensor_class[k]];
+        const spb_zero_segment *sg = &c->segments[z->tensor_segment[k]];
+        float *dst = buf + z->work_offset[k];
+        if (c->size == 1)
+            memcpy(dst, c->p + sg->packed_lo, sizeof(float) * (size_t)g->tensors[k].numel);
+        else
+            spb_allgather_f32(c->p + sg->packed_lo, dst, slice_of(g->tensors[k].numel, c->size), c->comm,
+                              SPB_PHASE_ZERO);
+        spb_gpt_point_tensor(g, k, dst, NULL);
+    }
+    return buf;
+}
+
+/* Stages 2-3: reduce-scatter a unit's gradient buffer into the owned
+ * slices, adding to what earlier micro-steps left there. */
+static void reduce_unit(spb_zero *z, spb_gpt *g, int unit, const float *buf)
+{
+    int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
+    for (int i = 0; i < n; i++) {
+        int k = ks[i];
+        spb_zero_class *c = &z->cls[z->tensor_class[k]];
+        const spb_zero_segment *sg = &c->segments[z->tensor_segment[k]];
+        const float *src = buf + z->work_offset[k];
+        if (c->size > 1) {
+            spb_reduce_scatter_f32(src, c->reduced, slice_of(g->tensors[k].numel, c->size), c->comm, SPB_PHASE_ZERO);
+            src = c->reduced;
+        }
+        spb_add_inplace(c->grad + sg->packed_lo, src, sg->n);
+    }
+}
+
+static void zero_unit_before(void *ctx, spb_gpt *g, int unit, spb_comm_phase phase)
+{
+    spb_zero *z = ctx;
+    int global = unit == SPB_UNIT_GLOBALS;
+    long elems = global ? z->global_elems : z->layer_elems;
+    float **params = global ? &z->global_params : &z->layer_params;
+    if (z->stage == 3 && !*params) *params = gather_unit(z, g, unit, elems);
+    if (phase == SPB_PHASE_BACKWARD && z->stage >= 2) {
+        float **grads = global ? &z->global_grads : &z->layer_grads;
+        SPB_CHECK(*grads == NULL);
+        *grads = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)elems);
+        int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
+        for (int i = 0; i < n; i++) spb_gpt_point_tensor(g, ks[i], NULL, *grads + z->work_offset[ks[i]]);
+    }
+}
+
+static void zero_unit_after(void *ctx, spb_gpt *g, int unit, spb_comm_phase phase)
+{
+    spb_zero *z = ctx;
+    int global = unit == SPB_UNIT_GLOBALS;
+    if (phase == SPB_PHASE_BACKWARD && z->stage >= 2) {
+        float **grads = global ? &z->global_grads : &z->layer_grads;
+        reduce_unit(z, g, unit, *grads);
+        spb_mem_free(*grads);
+        *grads = NULL;
+    }
+    /* The globals stay from the start of forward to the end of backward. */
+    if (z->stage == 3 && (phase == SPB_PHASE_BACKWARD || !global)) {
+        float **params = global ? &z->global_params : &z->layer_params;
+        spb_mem_free(*params);
+        *params = NULL;
+    }
+}
+
+/* Stage 3: each owner initialises its slices, one tensor at a time. */
+static void init_slices(spb_zero *z, const spb_gpt *g, uint64_t seed)
+{
+    long largest = 0;
+    for (int k = 0; k < g->num_tensors; k++) largest = g->tensors[k].numel > largest ? g->tensors[k].numel : largest;
+    float *whole = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)largest);
+    for (int k = 0; k < g->num_tensors; k++) {
+        spb_zero_class *c = &z->cls[z->tensor_class[k]];
+        const spb_zero_segment *sg = &c->segments[z->tensor_segment[k]];
+        spb_gpt_init_tensor(g, k, seed, whole);
+        memcpy(c->p + sg->packed_lo, whole + (sg->param_offset - g->tensors[k].offset), sizeof(float) * (size_t)sg->n);
+    }
+    spb_mem_free(whole);
+}
+
+spb_zero *spb_zero_create(spb_gpt *g, const spb_grid *grid, int stage, uint64_t seed)
+{
+    SPB_CHECK(stage >= 1 && stage <= 3);
     spb_zero *z = SPB_CHECK_PTR(calloc(1, sizeof *z));
     z->stage = stage;
-    build_class(&z->cls[z->num_classes++], g, grid->dpsp_comm, 1);
-    if (g->any_split) build_class(&z->cls[z->num_classes++], g, grid->dp_comm, 0);
+    z->tensor_class = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof(int)));
+    z->tensor_segment = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof(int)));
+    z->work_offset = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof(long)));
+    build_class(z, z->num_classes++, g, grid->dpsp_comm);
+    if (g->any_split) build_class(z, z->num_classes++, g, grid->dp_comm);
+    /* Unit buffers: each tensor padded to its class's slices, so that the
+     * allgather lands and the reduce-scatter starts in place. */
+    for (int unit = SPB_UNIT_GLOBALS; unit < g->L; unit++) {
+        int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
+        long off = 0;
+        for (int i = 0; i < n; i++) {
+            z->work_offset[ks[i]] = off;
+            off += padded_of(z, g, ks[i]);
+        }
+        if (unit == SPB_UNIT_GLOBALS) z->global_elems = off;
+        else z->layer_elems = off;
+    }
+    if (stage == 3) init_slices(z, g, seed);
+    if (stage >= 2) g->hooks = (spb_param_hooks){.ctx = z, .before = zero_unit_before, .after = zero_unit_after};
     return z;
 }
 
@@ -60,18 +188,29 @@ void spb_zero_destroy(spb_zero *z)
     if (!z) return;
     for (int k = 0; k < z->num_classes; k++) {
         spb_zero_class *c = &z->cls[k];
-        spb_mem_free(c->packed);
-        spb_mem_free(c->m);
-        spb_mem_free(c->v);
-        spb_mem_free(c->grad);
+        float *bufs[] = {c->packed, c->p, c->m, c->v, c->grad, c->reduced};
+        for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++) spb_mem_free(bufs[b]);
         free(c->tensors);
         free(c->segments);
     }
+    float *units[] = {z->layer_params, z->global_params, z->layer_grads, z->global_grads};
+    for (size_t b = 0; b < sizeof units / sizeof units[0]; b++) spb_mem_free(units[b]);
+    free(z->tensor_class);
+    free(z->tensor_segment);
+    free(z->work_offset);
     free(z);
+}
+
+void spb_zero_begin_gradients(spb_zero *z)
+{
+    if (z->stage < 2) return; /* stage 1 overwrites its slices */
+    for (int k = 0; k < z->num_classes; k++)
+        memset(z->cls[k].grad, 0, sizeof(float) * (size_t)z->cls[k].slice);
 }
 
 void spb_zero_reduce_gradients(spb_zero *z, const spb_gpt *g)
 {
+    if (z->stage >= 2) return; /* reduce-scattered unit by unit in backward */
     for (int k = 0; k < z->num_classes; k++) {
         spb_zero_class *c = &z->cls[k];
         for (int i = 0; i < c->num_tensors; i++) {
@@ -86,12 +225,8 @@ void spb_zero_reduce_gradients(spb_zero *z, const spb_gpt *g)
             /* Padded copy of the tensor's gradient (padding reduces to 0). */
             memcpy(c->packed, g->grads + t->offset, sizeof(float) * (size_t)t->numel);
             memset(c->packed + t->numel, 0, sizeof(float) * (size_t)(slice * c->size - t->numel));
-            if (z->stage == 1) {
-                spb_allreduce_sum_f32(c->packed, slice * c->size, c->comm, SPB_PHASE_GRAD_REDUCE);
-                memcpy(mine, c->packed + (long)c->rank * slice, sizeof(float) * (size_t)slice);
-            } else {
-                spb_reduce_scatter_f32(c->packed, mine, slice, c->comm, SPB_PHASE_ZERO);
-            }
+            spb_allreduce_sum_f32(c->packed, slice * c->size, c->comm, SPB_PHASE_GRAD_REDUCE);
+            memcpy(mine, c->packed + (long)c->rank * slice, sizeof(float) * (size_t)slice);
         }
     }
 }
@@ -104,7 +239,7 @@ double spb_zero_grad_norm(const spb_zero *z, MPI_Comm world)
     double sum = 0;
     for (int k = 0; k < z->num_classes; k++) {
         const spb_zero_class *c = &z->cls[k];
-        for (int s = 0; s < c->num_segments; s++)
+        for (int s = 0; s < c->num_tensors; s++)
             sum += spb_sum_squares(c->grad + c->segments[s].packed_lo, c->segments[s].n);
     }
     spb_allreduce_sum_f64(&sum, 1, world, SPB_PHASE_OTHER);
@@ -119,12 +254,12 @@ void spb_zero_update(spb_zero *z, spb_gpt *g, const spb_config *cfg, double lr, 
         for (int i = 0; i < c->num_tensors; i++) {
             const spb_param_tensor *t = &g->tensors[c->tensors[i]];
             const spb_zero_segment *sg = &c->segments[i];
-            long slice = slice_of(t->numel, c->size);
-            spb_adamw_apply(g->params + sg->param_offset, c->grad + sg->packed_lo, c->m + sg->packed_lo,
-                            c->v + sg->packed_lo, sg->n, grad_scale, sg->decay ? (float)cfg->weight_decay : 0.0f,
-                            cfg, z->step, lr);
-            if (c->size == 1) continue;
+            float *p = z->stage == 3 ? c->p + sg->packed_lo : g->params + sg->param_offset;
+            spb_adamw_apply(p, c->grad + sg->packed_lo, c->m + sg->packed_lo, c->v + sg->packed_lo, sg->n,
+                            grad_scale, sg->decay ? (float)cfg->weight_decay : 0.0f, cfg, z->step, lr);
+            if (z->stage == 3 || c->size == 1) continue; /* stage 3 gathers before use */
             /* Everyone's updated slice of this tensor to everyone. */
+            long slice = slice_of(t->numel, c->size);
             float *send = c->packed + (long)c->rank * slice;
             memset(send, 0, sizeof(float) * (size_t)slice);
             memcpy(send, g->params + sg->param_offset, sizeof(float) * (size_t)sg->n);
@@ -132,4 +267,151 @@ void spb_zero_update(spb_zero *z, spb_gpt *g, const spb_config *cfg, double lr, 
             memcpy(g->params + t->offset, c->packed, sizeof(float) * (size_t)t->numel);
         }
     }
+}
+
+static float *state_of(const spb_zero_class *c, spb_zero_state which)
+{
+    switch (which) {
+    case SPB_ZERO_PARAMS: return c->p;
+    case SPB_ZERO_M: return c->m;
+    case SPB_ZERO_V: return c->v;
+    case SPB_ZERO_GRAD: return c->grad;
+    }
+    return NULL;
+}
+
+void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state which, float *local)
+{
+    if (which == SPB_ZERO_PARAMS && z->stage < 3) {
+        memcpy(local, g->params, sizeof(float) * (size_t)g->num_params);
+        return;
+    }
+    for (int k = 0; k < z->num_classes; k++) {
+        const spb_zero_class *c = &z->cls[k];
+        const float *src = state_of(c, which);
+        for (int i = 0; i < c->num_tensors; i++) {
+            const spb_param_tensor *t = &g->tensors[c->tensors[i]];
+            const spb_zero_segment *sg = &c->segments[i];
+            long slice = slice_of(t->numel, c->size);
+            float *all = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)(slice * c->size));
+            if (c->size > 1)
+                spb_allgather_f32(src + sg->packed_lo, all, slice, c->comm, SPB_PHASE_OTHER);
+            else
+                memcpy(all, src + sg->packed_lo, sizeof(float) * (size_t)slice);
+            memcpy(local + t->offset, all, sizeof(float) * (size_t)t->numel);
+            spb_mem_free(all);
+        }
+    }
+}
+
+void spb_zero_scatter_local(spb_zero *z, spb_gpt *g, spb_zero_state which, const float *local)
+{
+    if (which == SPB_ZERO_PARAMS && z->stage < 3) {
+        memcpy(g->params, local, sizeof(float) * (size_t)g->num_params);
+        return;
+    }
+    for (int k = 0; k < z->num_classes; k++) {
+        spb_zero_class *c = &z->cls[k];
+        float *dst = state_of(c, which);
+        for (int i = 0; i < c->num_tensors; i++) {
+            const spb_zero_segment *sg = &c->segments[i];
+            memcpy(dst + sg->packed_lo, local + sg->param_offset, sizeof(float) * (size_t)sg->n);
+        }
+    }
+}
+
+/* --- from the configuration alone ---------------------------------------- */
+
+typedef struct zero_shape {
+    int num_tensors;
+    spb_param_tensor *tensors;
+    int size[2]; /* group sizes of the two classes: D x P, D */
+} zero_shape;
+
+static void shape_of(const spb_config *cfg, int world_size, zero_shape *s)
+{
+    int tp = spb_gpt_config_tp(cfg), P = cfg->sp_degree, D = world_size / P;
+    long local, global;
+    s->num_tensors = spb_gpt_tensor_table(cfg, tp, NULL, &local, &global);
+    s->tensors = SPB_CHECK_PTR(calloc((size_t)s->num_tensors, sizeof *s->tensors));
+    spb_gpt_tensor_table(cfg, tp, s->tensors, &local, &global);
+    s->size[0] = D * P, s->size[1] = D;
+}
+
+void spb_zero_sizes_of(const spb_config *cfg, int world_size, spb_zero_sizes *out)
+{
+    zero_shape s;
+    shape_of(cfg, world_size, &s);
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < s.num_tensors; k++) {
+        const spb_param_tensor *t = &s.tensors[k];
+        int size = s.size[class_of(t)];
+        double slice = (double)slice_of(t->numel, size), padded = slice * size;
+        out->owned += slice;
+        if (t->layer == 0) out->layer_elems += padded;
+        if (t->layer < 0) out->global_elems += padded;
+        if (padded > out->largest_padded_tensor) out->largest_padded_tensor = padded;
+        if (slice > out->largest_slice) out->largest_slice = slice;
+    }
+    free(s.tensors);
+}
+
+static void add_item(spb_comm_item *items, int *n, spb_comm_op op, spb_comm_phase phase, spb_group_kind group,
+                     int size, double calls, double payload)
+{
+    if (size <= 1 || calls == 0) return;
+    for (int i = 0; i < *n; i++)
+        if (items[i].op == op && items[i].phase == phase && items[i].group == group) {
+            items[i].calls += calls;
+            items[i].payload_bytes += payload;
+            items[i].link_bytes += payload * spb_comm_bus_factor(op, size);
+            return;
+        }
+    SPB_CHECK(*n < SPB_ZERO_MAX_ITEMS);
+    items[(*n)++] = (spb_comm_item){.op = op, .phase = phase, .group = group, .group_size = size, .calls = calls,
+                                    .payload_bytes = payload,
+                                    .link_bytes = payload * spb_comm_bus_factor(op, size)};
+}
+
+int spb_zero_comm_items(const spb_config *cfg, int world_size, spb_comm_item *items)
+{
+    zero_shape s;
+    shape_of(cfg, world_size, &s);
+    const double A = spb_config_accum_steps(cfg, world_size);
+    int n = 0;
+    for (int k = 0; k < s.num_tensors;) {
+        const spb_param_tensor *t = &s.tensors[k];
+        int cls = class_of(t), size = s.size[cls];
+        spb_group_kind group = cls ? SPB_GROUP_DP : SPB_GROUP_DPSP;
+        if (cfg->zero_stage == 0) {
+            /* common/train.c: consecutive tensors of one class, one all-reduce. */
+            int end = k;
+            double elems = 0;
+            while (end < s.num_tensors && class_of(&s.tensors[end]) == cls) elems += (double)s.tensors[end++].numel;
+            add_item(items, &n, SPB_OP_ALLREDUCE, SPB_PHASE_GRAD_REDUCE, group, size, 1, 4.0 * elems);
+            k = end;
+            continue;
+        }
+        double padded = 4.0 * (double)slice_of(t->numel, size) * size;
+        switch (cfg->zero_stage) {
+        case 1:
+            add_item(items, &n, SPB_OP_ALLREDUCE, SPB_PHASE_GRAD_REDUCE, group, size, 1, padded);
+            add_item(items, &n, SPB_OP_ALLGATHER, SPB_PHASE_ZERO, group, size, 1, padded);
+            break;
+        case 2:
+            add_item(items, &n, SPB_OP_REDUCE_SCATTER, SPB_PHASE_ZERO, group, size, A, A * padded);
+            add_item(items, &n, SPB_OP_ALLGATHER, SPB_PHASE_ZERO, group, size, 1, padded);
+            break;
+        default: {
+            /* Layers are gathered for forward and again for backward, the
+             * globals once per micro-step. */
+            double gathers = (t->layer >= 0 ? 2.0 : 1.0) * A;
+            add_item(items, &n, SPB_OP_REDUCE_SCATTER, SPB_PHASE_ZERO, group, size, A, A * padded);
+            add_item(items, &n, SPB_OP_ALLGATHER, SPB_PHASE_ZERO, group, size, gathers, gathers * padded);
+        }
+        }
+        k++;
+    }
+    free(s.tensors);
+    return n;
 }

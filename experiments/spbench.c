@@ -59,9 +59,12 @@ static int write_dump(spb_trainer *t, double loss, char *err, size_t errlen)
     global_batch(t, t->iteration, in, tg);
     char ckpt[SPB_PATH_MAX + 8];
     snprintf(ckpt, sizeof ckpt, "%s.ckpt", c->dump);
-    int rc = spb_checkpoint_save(ckpt, c, t->gpt, NULL, t->iteration, err, errlen); /* collective */
+    int rc = spb_trainer_save(t, ckpt, 0, err, errlen); /* collective */
     float *grads = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)t->gpt->num_global_params));
-    spb_gpt_gather_global(t->gpt, t->gpt->grads, grads); /* collective */
+    float *local = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)t->gpt->num_params));
+    spb_trainer_local_grads(t, local);             /* collective under ZeRO */
+    spb_gpt_gather_global(t->gpt, local, grads);   /* collective */
+    free(local);
     if (!rc && t->grid->world_rank == 0)
         rc = spb_dump_write(c->dump, c->global_batch_size, c->seq_length, c->vocab_size, in, tg, loss, grads,
                             t->gpt->num_global_params, err, errlen);
@@ -99,13 +102,11 @@ int main(int argc, char **argv)
     spb_trainer *tr = spb_trainer_create(&cfg, &grid);
     spb_gpt *g = tr->gpt;
     if (cfg.load[0]) {
-        long step = 0;
-        int lbad = spb_checkpoint_load(cfg.load, &cfg, g, tr->opt, &step, err, sizeof err) != 0;
+        int lbad = spb_trainer_load(tr, cfg.load, err, sizeof err) != 0;
         if (agree_on_error(lbad, err, rank)) {
             MPI_Finalize();
             return 2;
         }
-        tr->iteration = step;
     }
 
     const double tokens_per_iter = (double)cfg.global_batch_size * cfg.seq_length;
@@ -190,7 +191,7 @@ int main(int argc, char **argv)
             rc = 2;
         }
     }
-    if (cfg.save[0] && spb_checkpoint_save(cfg.save, &cfg, g, tr->opt, tr->iteration, err, sizeof err)) {
+    if (cfg.save[0] && spb_trainer_save(tr, cfg.save, 1, err, sizeof err)) {
         fprintf(stderr, "spbench: error: %s\n", err);
         rc = 2;
     }

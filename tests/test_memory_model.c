@@ -17,9 +17,12 @@
 
 static const spb_mem_category predicted[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
 
-/* Builds the trainer and returns the bytes it holds per category (the
- * measured side) and the model's prediction. */
-static void measure(const char *strategy, int P, int zero, int N, int ckpt, double measured[4], double model[4])
+/* Builds the trainer on groups of `world` ranks, takes one step and returns
+ * the peak bytes per category over it (the measured side; ZeRO-2/3's
+ * gradient and gathered buffers live only inside the step) and the
+ * model's prediction. */
+static void measure_on(int world, const char *strategy, int P, int zero, int N, int ckpt, double measured[4],
+                       double model[4])
 {
     spb_config c;
     spb_config_defaults(&c);
@@ -27,20 +30,30 @@ static void measure(const char *strategy, int P, int zero, int N, int ckpt, doub
     c.micro_batch_size = 2, c.sp_degree = P, c.zero_stage = zero, c.checkpoint_activations = ckpt;
     snprintf(c.strategy, sizeof c.strategy, "%s", strategy);
     char err[256];
-    ck_assert_msg(spb_config_finalize(&c, 4, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(spb_config_finalize(&c, world, err, sizeof err) == 0, "%s", err);
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, spb_world_rank() / world, 0, &comm);
     size_t before[SPB_MEM_NUM_CATEGORIES];
     memcpy(before, spb_mem_get_stats()->current, sizeof before);
+    spb_mem_reset_peaks();
     spb_grid g;
-    spb_grid_create(&g, MPI_COMM_WORLD, P);
+    spb_grid_create(&g, comm, P);
     spb_trainer *t = spb_trainer_create(&c, &g);
+    spb_trainer_step(t);
     spb_memory_prediction pred;
-    spb_memory_model(&c, 4, SPB_FP32, &pred);
+    spb_memory_model(&c, world, SPB_FP32, &pred);
     for (int k = 0; k < 4; k++) {
-        measured[k] = (double)(spb_mem_get_stats()->current[predicted[k]] - before[predicted[k]]);
+        measured[k] = (double)(spb_mem_get_stats()->peak[predicted[k]] - before[predicted[k]]);
         model[k] = pred.bytes[predicted[k]];
     }
     spb_trainer_destroy(t);
     spb_grid_destroy(&g);
+    MPI_Comm_free(&comm);
+}
+
+static void measure(const char *strategy, int P, int zero, int N, int ckpt, double measured[4], double model[4])
+{
+    measure_on(4, strategy, P, zero, N, ckpt, measured, model);
 }
 
 START_TEST(model_equals_allocator)
@@ -50,7 +63,7 @@ START_TEST(model_equals_allocator)
     for (int s = 0; s < 4; s++)
         for (int P = 1; P <= 4; P *= 2) {
             if ((s == 0) != (P == 1)) continue; /* none: P = 1 only; the others P = 2, 4 */
-            for (int zero = 0; zero <= 2; zero++)
+            for (int zero = 0; zero <= 3; zero++)
                 for (int N = 64; N <= 96; N += 32)
                     for (int ckpt = 0; ckpt <= 1; ckpt++) {
                         double m[4], p[4];
@@ -90,6 +103,22 @@ START_TEST(scaling)
     measure("ulysses", 2, 2, 96, 0, z2, p);
     say("ulysses optimizer bytes/rank: ZeRO-0 %.0f, ZeRO-2 %.0f (x%.4f)\n", z0[2], z2[2], z2[2] / z0[2]);
     ck_assert_double_le(z2[2] / z0[2], 0.25 + 1e-3);
+    /* ZeRO-3 partitions the parameters too: bytes per rank scale as
+     * 1/(D x P), from 2 ranks to 4, for each strategy without shards (up
+     * to the padding of the last slice of each tensor). */
+    const char *replicating[] = {"none", "ulysses", "ring"};
+    for (int s = 0; s < 3; s++) {
+        int P2 = s == 0 ? 1 : 2, P4 = s == 0 ? 1 : 4;
+        double w2[4], w4[4], full[4];
+        measure_on(2, replicating[s], P2, 3, 96, 0, w2, p);
+        measure_on(4, replicating[s], P4, 3, 96, 0, w4, p);
+        measure_on(4, replicating[s], P4, 0, 96, 0, full, p);
+        say("%-8s ZeRO-3 parameter bytes/rank: D x P = 2: %.0f, 4: %.0f (x%.4f); ZeRO-0 %.0f (x%.4f)\n", replicating[s],
+            w2[0], w4[0], w4[0] / w2[0], full[0], w4[0] / full[0]);
+        ck_assert_double_eq_tol(w4[0] / w2[0], 0.5, 2e-3);
+        ck_assert_double_eq_tol(w4[0] / full[0], 0.25, 2e-3);
+        ck_assert_double_eq_tol(w2[0] / full[0], 0.5, 2e-3);
+    }
 }
 END_TEST
 

@@ -47,5 +47,10 @@ run text-multitile "$spbench" --num-layers 3 --hidden-size 48 --num-attention-he
 # gradient of the whole global batch.
 # shellcheck disable=SC2086
 run dp2-accum "$mpiexec" -np 2 "$spbench" $small --micro-batch-size 1 --global-batch-size 4
+# Ulysses over 2 ranks with ZeRO-3: the dump gathers the reduce-scattered
+# gradient slices and the checkpoint the partitioned parameters.
+# shellcheck disable=SC2086
+run ulysses-zero3 "$mpiexec" -np 2 "$spbench" $small --strategy ulysses --sp-degree 2 --zero-stage 3 \
+    --global-batch-size 6
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
