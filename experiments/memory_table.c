@@ -3,8 +3,11 @@
  * (fig. 5), bf16 mixed precision with activation checkpointing, per
  * strategy, sequence-parallel degree and ZeRO stage: bytes per rank at
  * N = 8K ... 256K, and the largest N that fits 40 and 80 GiB.  The model
- * covers parameters, gradients, optimizer state and the activations spbench
- * keeps; workspace and communication buffers are not in it.
+ * covers parameters, gradients, optimizer state, the activations spbench
+ * keeps and, under ZeRO-3, the gathered parameters (the globals and one
+ * layer); other workspace and communication buffers are not in it.  The
+ * learned position embedding has N rows (max-position-embeddings = N), as
+ * in the runs spbench makes.
  * Usage: memory_table [7B|30B] */
 #include <stdio.h>
 #include <string.h>
@@ -53,8 +56,8 @@ int main(int argc, char **argv)
     const long lengths[] = {8192, 16384, 32768, 65536, 131072, 262144};
     printf("MODELLED (memory model, not measured): %s GPT (L %d, h %d, %d heads, vocab 50257) on %d ranks, "
            "micro-batch 1, bf16 mixed precision (2+2+12 bytes per parameter), activation checkpointing; "
-           "GiB per rank for parameters + gradients + optimizer state + kept activations (no workspace or "
-           "communication buffers).\n\n",
+           "GiB per rank for parameters + gradients + optimizer state + kept activations + ZeRO-3's gathered "
+           "parameters (no other workspace or communication buffers); learned position embeddings of N rows.\n\n",
            big ? "30B" : "7B", L, h, heads, world);
     printf("| strategy | P | D | ZeRO |");
     for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) printf(" N=%ldK |", lengths[k] / 1024);
@@ -63,7 +66,7 @@ int main(int argc, char **argv)
     printf("\n");
     for (int s = 0; s < 3; s++)
         for (int d = 0; d < 2; d++)
-            for (int zero = 0; zero <= 2; zero++) {
+            for (int zero = 0; zero <= 3; zero++) {
                 int P = degrees[d];
                 printf("| %s | %d | %d | %d |", strategies[s], P, world / P, zero);
                 for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
