@@ -1,0 +1,45 @@
+# CUDA backend targets (included by the top-level CMakeLists.txt after the
+# spbcuda library is defined): cuBLASLt and NCCL for spbcuda, the host
+# helpers, the check program spbench-gpu-check and its tests.
+if(SPB_HAVE_CUDA AND TARGET spbcuda)
+  set_target_properties(spbcuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+  target_sources(spbcuda PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c)
+  target_link_libraries(spbcuda PUBLIC CUDA::cublasLt)
+  # ptxas warnings about register spills of the SIMPLE attention kernels are expected.
+  target_compile_options(spbcuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+
+  # NCCL ships no CMake config: look for the header and the library.
+  find_path(SPB_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/local/include)
+  find_library(SPB_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu /usr/local/lib)
+  if(SPB_NCCL_INCLUDE_DIR AND SPB_NCCL_LIBRARY)
+    message(STATUS "spbench NCCL: ${SPB_NCCL_LIBRARY}")
+    target_include_directories(spbcuda PUBLIC ${SPB_NCCL_INCLUDE_DIR})
+    target_link_libraries(spbcuda PUBLIC ${SPB_NCCL_LIBRARY})
+    target_compile_definitions(spbcuda PUBLIC SPB_HAVE_NCCL=1)
+  else()
+    # The glob put nccl_comm.cu into spbcuda: take it out again.
+    get_target_property(spb_cuda_srcs spbcuda SOURCES)
+    list(FILTER spb_cuda_srcs EXCLUDE REGEX "nccl_comm\\.cu$")
+    set_property(TARGET spbcuda PROPERTY SOURCES ${spb_cuda_srcs})
+    message(STATUS "spbench NCCL: not found, common/cuda/nccl_comm.cu left out")
+  endif()
+
+  add_executable(spbench-gpu-check ${CMAKE_SOURCE_DIR}/experiments/gpu_check.cu)
+  set_target_properties(spbench-gpu-check PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+  add_dependencies(spbench-gpu-check spb_version)
+  target_include_directories(spbench-gpu-check PRIVATE ${CMAKE_BINARY_DIR}/generated)
+  target_compile_definitions(spbench-gpu-check PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
+  target_link_libraries(spbench-gpu-check PRIVATE spbcore spbcuda CUDA::cudart)
+
+  if(BUILD_TESTING)
+    # Kernels against the CPU reference; SKIPPED (77) where no GPU is visible.
+    add_test(NAME gpu_check COMMAND spbench-gpu-check --check-only)
+    set_tests_properties(gpu_check PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+    # Host logic of the GPU code (no GPU needed): layouts, tolerances, CSV.
+    add_executable(test_gpu_util ${CMAKE_SOURCE_DIR}/tests/gpu/test_gpu_util.c ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c)
+    target_include_directories(test_gpu_util PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda)
+    target_link_libraries(test_gpu_util PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
+    add_test(NAME gpu_util COMMAND test_gpu_util)
+    set_tests_properties(gpu_util PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
+  endif()
+endif()

@@ -1,0 +1,642 @@
+/* Row-wise and elementwise kernels of the GPT core (spb_cuda.h), each in a
+ * SIMPLE version (serial loops as in ops_cpu.c, one thread per row/column/
+ * element) and, where it matters, a FAST one (warp per row, vector loads,
+ * block reductions). */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "cuda_check.h"
+#include "spb_cuda.h"
+#include "ulysses_layout.h"
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+typedef __nv_bfloat16 bf16;
+
+static inline unsigned blocks_for(long n, int threads)
+{
+    long b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 2147483647L ? 2147483647L : b));
+}
+#define LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
+
+__device__ __forceinline__ float ld(const spb_bf16 *p, long i) { return __bfloat162float(((const bf16 *)p)[i]); }
+__device__ __forceinline__ void st(spb_bf16 *p, long i, float x) { ((bf16 *)p)[i] = __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* ---- conversions ---------------------------------------------------------- */
+__global__ void k_f32_to_bf16(spb_bf16 *out, const float *in, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        st(out, i, in[i]);
+}
+__global__ void k_bf16_to_f32(float *out, const spb_bf16 *in, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        out[i] = ld(in, i);
+}
+static unsigned grid_stride_blocks(long n) { unsigned b = blocks_for(n, 256); return b > 65535u * 8 ? 65535u * 8 : b; }
+
+extern "C" void spb_cuda_f32_to_bf16(spb_bf16 *out, const float *in, long n, cudaStream_t s)
+{
+    if (n <= 0) return;
+    k_f32_to_bf16<<<grid_stride_blocks(n), 256, 0, s>>>(out, in, n);
+    LAUNCH_CHECK();
+}
+extern "C" void spb_cuda_bf16_to_f32(float *out, const spb_bf16 *in, long n, cudaStream_t s)
+{
+    if (n <= 0) return;
+    k_bf16_to_f32<<<grid_stride_blocks(n), 256, 0, s>>>(out, in, n);
+    LAUNCH_CHECK();
+}
+
+/* ---- embedding ---------------------------------------------------------------- */
+__global__ void k_embed_fwd_simple(float *out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                                   const long *pos, int rows, int T, int C)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= (long)rows * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    out[i] = ld(wte, (long)tokens[r] * C + c) + ld(wpe, pos[r % T] * C + c);
+}
+/* one block per row, 8 bf16 per 16-byte load (C % 8 == 0) */
+__global__ void k_embed_fwd_fast(float *out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                                 const long *pos, int T, int C)
+{
+    int r = blockIdx.x;
+    const uint4 *e = (const uint4 *)(wte + (long)tokens[r] * C);
+    const uint4 *p = (const uint4 *)(wpe + pos[r % T] * C);
+    float4 *y = (float4 *)(out + (long)r * C);
+    for (int c = threadIdx.x; c < C / 8; c += blockDim.x) {
+        uint4 a = e[c], b = p[c];
+        const bf16 *ah = (const bf16 *)&a, *bh = (const bf16 *)&b;
+        float v[8];
+        for (int j = 0; j < 8; j++) v[j] = __bfloat162float(ah[j]) + __bfloat162float(bh[j]);
+        y[2 * c] = make_float4(v[0], v[1], v[2], v[3]);
+        y[2 * c + 1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+}
+extern "C" void spb_cuda_embedding_forward(float *out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                                           const long *positions, int rows, int T, int C, spb_cuda_impl impl,
+                                           cudaStream_t s)
+{
+    if (impl == SPB_CUDA_FAST && C % 8 == 0)
+        k_embed_fwd_fast<<<rows, 128, 0, s>>>(out, tokens, wte, wpe, positions, T, C);
+    else
+        k_embed_fwd_simple<<<blocks_for((long)rows * C, 256), 256, 0, s>>>(out, tokens, wte, wpe, positions, rows, T,
+                                                                            C);
+    LAUNCH_CHECK();
+}
+
+__global__ void k_embed_bwd_simple(float *dwte, float *dwpe, const float *dout, const int *tokens, const long *pos,
+                                   int rows, int T, int C)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= (long)rows * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    atomicAdd(dwte + (long)tokens[r] * C + c, dout[i]);
+    atomicAdd(dwpe + pos[r % T] * C + c, dout[i]);
+}
+/* Positions repeat every T rows: the wpe gradient of position row t sums B
+ * rows without atomics (one thread per (t, c)); wte keeps atomics (tokens
+ * repeat arbitrarily). */
+__global__ void k_embed_bwd_wpe(float *dwpe, const float *dout, const long *pos, int rows, int T, int C)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= (long)T * C) return;
+    int t = (int)(i / C), c = (int)(i % C);
+    float acc = 0.0f;
+    for (int r = t; r < rows; r += T) acc += dout[(long)r * C + c];
+    dwpe[pos[t] * C + c] += acc;
+}
+__global__ void k_embed_bwd_wte(float *dwte, const float *dout, const int *tokens, int rows, int C)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= (long)rows * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    atomicAdd(dwte + (long)tokens[r] * C + c, dout[i]);
+}
+extern "C" void spb_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                                            const long *positions, int rows, int T, int C, spb_cuda_impl impl,
+                                            cudaStream_t s)
+{
+    long n = (long)rows * C;
+    if (impl == SPB_CUDA_FAST) {
+        /* positions[t] distinct within a sequence (a permutation of positions) */
+        k_embed_bwd_wpe<<<blocks_for((long)T * C, 256), 256, 0, s>>>(dwpe, dout, positions, rows, T, C);
+        LAUNCH_CHECK();
+        k_embed_bwd_wte<<<blocks_for(n, 256), 256, 0, s>>>(dwte, dout, tokens, rows, C);
+    } else {
+        k_embed_bwd_simple<<<blocks_for(n, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, positions, rows, T, C);
+    }
+    LAUNCH_CHECK();
+}
+
+/* ---- LayerNorm ------------------------------------------------------------------ */
+__global__ void k_ln_fwd_simple(spb_bf16 *out, float *mean, float *rstd, const float *inp, const float *w,
+                                const float *b, int rows, int C)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float *x = inp + (long)r * C;
+    float m = 0.0f;
+    for (int i = 0; i < C; i++) m += x[i];
+    m /= (float)C;
+    float v = 0.0f;
+    for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+    v /= (float)C;
+    float sd = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = 0; i < C; i++) st(out, (long)r * C + i, (x[i] - m) * sd * w[i] + b[i]);
+    mean[r] = m;
+    rstd[r] = sd;
+}
+/* one warp per row, two passes over the row (it stays in L1/L2) */
+__global__ void k_ln_fwd_fast(spb_bf16 *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int rows, int C)
+{
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const float *x = inp + (long)r * C;
+    float m = 0.0f;
+    for (int i = lane; i < C; i += 32) m += x[i];
+    m = warp_sum(m) / (float)C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
+    v = warp_sum(v) / (float)C;
+    float sd = rsqrtf(v + 1e-5f);
+    for (int i = lane; i < C; i += 32) st(out, (long)r * C + i, (x[i] - m) * sd * w[i] + b[i]);
+    if (lane == 0) {
+        mean[r] = m;
+        rstd[r] = sd;
+    }
+}
+extern "C" void spb_cuda_layernorm_forward(spb_bf16 *out, float *mean, float *rstd, const float *inp, const float *w,
+                                           const float *b, int rows, int C, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (impl == SPB_CUDA_FAST)
+        k_ln_fwd_fast<<<blocks_for(rows, 8), 256, 0, s>>>(out, mean, rstd, inp, w, b, rows, C);
+    else
+        k_ln_fwd_simple<<<blocks_for(rows, 128), 128, 0, s>>>(out, mean, rstd, inp, w, b, rows, C);
+    LAUNCH_CHECK();
+}
+
+__global__ void k_ln_bwd_dx_simple(float *dinp, const spb_bf16 *dout, const float *inp, const float *w,
+                                   const float *mean, const float *rstd, int rows, int C)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float *x = inp + (long)r * C;
+    float m = mean[r], sd = rstd[r], sum_g = 0.0f, sum_gx = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float g = ld(dout, (long)r * C + i) * w[i];
+        sum_g += g;
+        sum_gx += g * (x[i] - m) * sd;
+    }
+    sum_g /= (float)C;
+    sum_gx /= (float)C;
+    for (int i = 0; i < C; i++) {
+        float xhat = (x[i] - m) * sd;
+        dinp[(long)r * C + i] += sd * (ld(dout, (long)r * C + i) * w[i] - sum_g - xhat * sum_gx);
+    }
+}
+__global__ void k_ln_bwd_dwdb_simple(float *dw, float *db, const spb_bf16 *dout, const float *inp, const float *mean,
+                                     const float *rstd, int rows, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        float dy = ld(dout, (long)r * C + i);
+        sb += dy;
+        sw += dy * (inp[(long)r * C + i] - mean[r]) * rstd[r];
+    }
+    dw[i] += sw;
+    db[i] += sb;
+}
+/* dx: warp per row.  dw, db: each block takes a strip of rows, every thread
+ * a column at a time, then one atomicAdd per column per block. */
+__global__ void k_ln_bwd_dx_fast(float *dinp, const spb_bf16 *dout, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int rows, int C)
+{
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const float *x = inp + (long)r * C;
+    const long o = (long)r * C;
+    float m = mean[r], sd = rstd[r], sum_g = 0.0f, sum_gx = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float g = ld(dout, o + i) * w[i];
+        sum_g += g;
+        sum_gx += g * (x[i] - m) * sd;
+    }
+    sum_g = warp_sum(sum_g) / (float)C;
+    sum_gx = warp_sum(sum_gx) / (float)C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (x[i] - m) * sd;
+        dinp[o + i] += sd * (ld(dout, o + i) * w[i] - sum_g - xhat * sum_gx);
+    }
+}
+#define LN_ROWS_PER_BLOCK 64
+__global__ void k_ln_bwd_dwdb_fast(float *dw, float *db, const spb_bf16 *dout, const float *inp, const float *mean,
+                                   const float *rstd, int rows, int C)
+{
+    int r0 = blockIdx.y * LN_ROWS_PER_BLOCK, r1 = min(rows, r0 + LN_ROWS_PER_BLOCK);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < C; i += gridDim.x * blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int r = r0; r < r1; r++) {
+            float dy = ld(dout, (long)r * C + i);
+            sb += dy;
+            sw += dy * (inp[(long)r * C + i] - mean[r]) * rstd[r];
+        }
+        atomicAdd(dw + i, sw);
+        atomicAdd(db + i, sb);
+    }
+}
+extern "C" void spb_cuda_layernorm_backward(float *dinp, float *dw, float *db, const spb_bf16 *dout, const float *inp,
+                                            const float *w, const float *mean, const float *rstd, int rows, int C,
+                                            spb_cuda_impl impl, cudaStream_t s)
+{
+    if (impl == SPB_CUDA_FAST) {
+        k_ln_bwd_dx_fast<<<blocks_for(rows, 8), 256, 0, s>>>(dinp, dout, inp, w, mean, rstd, rows, C);
+        LAUNCH_CHECK();
+        dim3 grid(blocks_for(C, 256), (rows + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+        k_ln_bwd_dwdb_fast<<<grid, 256, 0, s>>>(dw, db, dout, inp, mean, rstd, rows, C);
+    } else {
+        k_ln_bwd_dx_simple<<<blocks_for(rows, 128), 128, 0, s>>>(dinp, dout, inp, w, mean, rstd, rows, C);
+        LAUNCH_CHECK();
+        k_ln_bwd_dwdb_simple<<<blocks_for(C, 128), 128, 0, s>>>(dw, db, dout, inp, mean, rstd, rows, C);
+    }
+    LAUNCH_CHECK();
+}
+
+/* ---- GELU, residual add (elementwise; FAST = 8 bf16 per 16-byte access) ---- */
+__device__ __forceinline__ float gelu_f(float x)
+{
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    float du = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+__global__ void k_gelu_fwd_simple(spb_bf16 *out, const spb_bf16 *inp, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) st(out, i, gelu_f(ld(inp, i)));
+}
+__global__ void k_gelu_bwd_simple(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) st(dinp, i, ld(dout, i) * gelu_grad(ld(inp, i)));
+}
+__global__ void k_gelu_fwd_fast(uint4 *out, const uint4 *inp, long n8)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        uint4 a = inp[i], y;
+        const bf16 *ah = (const bf16 *)&a;
+        bf16 *yh = (bf16 *)&y;
+        for (int j = 0; j < 8; j++) yh[j] = __float2bfloat16_rn(gelu_f(__bfloat162float(ah[j])));
+        out[i] = y;
+    }
+}
+__global__ void k_gelu_bwd_fast(uint4 *dinp, const uint4 *inp, const uint4 *dout, long n8)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        uint4 a = inp[i], g = dout[i], y;
+        const bf16 *ah = (const bf16 *)&a, *gh = (const bf16 *)&g;
+        bf16 *yh = (bf16 *)&y;
+        for (int j = 0; j < 8; j++)
+            yh[j] = __float2bfloat16_rn(__bfloat162float(gh[j]) * gelu_grad(__bfloat162float(ah[j])));
+        dinp[i] = y;
+    }
+}
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+extern "C" void spb_cuda_gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (n <= 0) return;
+    if (impl == SPB_CUDA_FAST && n % 8 == 0 && aligned16(out) && aligned16(inp))
+        k_gelu_fwd_fast<<<grid_stride_blocks(n / 8), 256, 0, s>>>((uint4 *)out, (const uint4 *)inp, n / 8);
+    else
+        k_gelu_fwd_simple<<<blocks_for(n, 256), 256, 0, s>>>(out, inp, n);
+    LAUNCH_CHECK();
+}
+extern "C" void spb_cuda_gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n,
+                                       spb_cuda_impl impl, cudaStream_t s)
+{
+    if (n <= 0) return;
+    if (impl == SPB_CUDA_FAST && n % 8 == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout))
+        k_gelu_bwd_fast<<<grid_stride_blocks(n / 8), 256, 0, s>>>((uint4 *)dinp, (const uint4 *)inp,
+                                                                   (const uint4 *)dout, n / 8);
+    else
+        k_gelu_bwd_simple<<<blocks_for(n, 256), 256, 0, s>>>(dinp, inp, dout, n);
+    LAUNCH_CHECK();
+}
+
+__global__ void k_residual_simple(float *a, const spb_bf16 *b, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) a[i] += ld(b, i);
+}
+__global__ void k_residual_fast(float4 *a, const uint4 *b, long n8)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        uint4 v = b[i];
+        const bf16 *h = (const bf16 *)&v;
+        float4 x0 = a[2 * i], x1 = a[2 * i + 1];
+        x0.x += __bfloat162float(h[0]), x0.y += __bfloat162float(h[1]);
+        x0.z += __bfloat162float(h[2]), x0.w += __bfloat162float(h[3]);
+        x1.x += __bfloat162float(h[4]), x1.y += __bfloat162float(h[5]);
+        x1.z += __bfloat162float(h[6]), x1.w += __bfloat162float(h[7]);
+        a[2 * i] = x0, a[2 * i + 1] = x1;
+    }
+}
+extern "C" void spb_cuda_residual_add(float *a, const spb_bf16 *b, long n, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (n <= 0) return;
+    if (impl == SPB_CUDA_FAST && n % 8 == 0 && aligned16(a) && aligned16(b))
+        k_residual_fast<<<grid_stride_blocks(n / 8), 256, 0, s>>>((float4 *)a, (const uint4 *)b, n / 8);
+    else
+        k_residual_simple<<<blocks_for(n, 256), 256, 0, s>>>(a, b, n);
+    LAUNCH_CHECK();
+}
+
+/* ---- bias gradient -------------------------------------------------------------- */
+__global__ void k_bias_grad_simple(float *db, const spb_bf16 *dout, int rows, int n)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    float acc = 0.0f;
+    for (int r = 0; r < rows; r++) acc += ld(dout, (long)r * n + c);
+    db[c] += acc;
+}
+/* block (32 columns x 8 row lanes) over a strip of rows; smem reduce; one
+ * atomicAdd per column per strip. */
+#define BG_ROWS 256
+__global__ void k_bias_grad_fast(float *db, const spb_bf16 *dout, int rows, int n)
+{
+    __shared__ float part[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * BG_ROWS, r1 = min(rows, r0 + BG_ROWS);
+    float acc = 0.0f;
+    if (c < n)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += ld(dout, (long)r * n + c);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < n) {
+        float t = 0.0f;
+        for (int j = 0; j < 8; j++) t += part[j][threadIdx.x];
+        atomicAdd(db + c, t);
+    }
+}
+extern "C" void spb_cuda_bias_grad(float *db, const spb_bf16 *dout, int rows, int n, spb_cuda_impl impl,
+                                   cudaStream_t s)
+{
+    if (impl == SPB_CUDA_FAST) {
+        dim3 grid((n + 31) / 32, (rows + BG_ROWS - 1) / BG_ROWS), block(32, 8);
+        k_bias_grad_fast<<<grid, block, 0, s>>>(db, dout, rows, n);
+    } else {
+        k_bias_grad_simple<<<blocks_for(n, 128), 128, 0, s>>>(db, dout, rows, n);
+    }
+    LAUNCH_CHECK();
+}
+
+/* ---- softmax cross-entropy -------------------------------------------------------- */
+__global__ void k_xent_fwd_simple(float *losses, const spb_bf16 *logits, const int *targets, int rows, int V)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const long o = (long)r * V;
+    float mx = ld(logits, o);
+    for (int v = 1; v < V; v++) mx = fmaxf(mx, ld(logits, o + v));
+    float sum = 0.0f;
+    for (int v = 0; v < V; v++) sum += expf(ld(logits, o + v) - mx);
+    losses[r] = logf(sum) - (ld(logits, o + targets[r]) - mx);
+}
+__global__ void k_xent_bwd_simple(spb_bf16 *dlogits, const spb_bf16 *logits, const int *targets, int rows, int V,
+                                  float scale)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const long o = (long)r * V;
+    float mx = ld(logits, o);
+    for (int v = 1; v < V; v++) mx = fmaxf(mx, ld(logits, o + v));
+    float sum = 0.0f;
+    for (int v = 0; v < V; v++) sum += expf(ld(logits, o + v) - mx);
+    for (int v = 0; v < V; v++) {
+        float p = expf(ld(logits, o + v) - mx) / sum;
+        st(dlogits, o + v, scale * (p - (v == targets[r] ? 1.0f : 0.0f)));
+    }
+}
+/* block per row: one pass for the online (max, sum), block-reduced */
+__device__ void row_max_sum(const spb_bf16 *row, int V, float *mx_out, float *sum_out)
+{
+    __shared__ float sm[32], ss[32];
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = ld(row, v);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    /* warp merge of (m, s) pairs */
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        float mm = fmaxf(m, m2);
+        s = (m == -INFINITY ? 0.0f : s * expf(m - mm)) + (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
+        m = mm;
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    if (lane == 0) sm[warp] = m, ss[warp] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = sm[0], S = ss[0];
+        for (int j = 1; j < nw; j++) {
+            float mm = fmaxf(M, sm[j]);
+            S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) + (sm[j] == -INFINITY ? 0.0f : ss[j] * expf(sm[j] - mm));
+            M = mm;
+        }
+        sm[0] = M, ss[0] = S;
+    }
+    __syncthreads();
+    *mx_out = sm[0];
+    *sum_out = ss[0];
+}
+__global__ void k_xent_fwd_fast(float *losses, const spb_bf16 *logits, const int *targets, int V)
+{
+    int r = blockIdx.x;
+    const spb_bf16 *row = logits + (long)r * V;
+    float mx, sum;
+    row_max_sum(row, V, &mx, &sum);
+    if (threadIdx.x == 0) losses[r] = logf(sum) - (ld(row, targets[r]) - mx);
+}
+__global__ void k_xent_bwd_fast(spb_bf16 *dlogits, const spb_bf16 *logits, const int *targets, int V, float scale)
+{
+    int r = blockIdx.x;
+    const spb_bf16 *row = logits + (long)r * V;
+    float mx, sum;
+    row_max_sum(row, V, &mx, &sum);
+    float inv = 1.0f / sum;
+    int t = targets[r];
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float p = expf(ld(row, v) - mx) * inv;
+        st(dlogits + (long)r * V, v, scale * (p - (v == t ? 1.0f : 0.0f)));
+    }
+}
+extern "C" void spb_cuda_softmax_xent_forward(float *losses, const spb_bf16 *logits, const int *targets, int rows,
+                                              int V, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (impl == SPB_CUDA_FAST)
+        k_xent_fwd_fast<<<rows, 512, 0, s>>>(losses, logits, targets, V);
+    else
+        k_xent_fwd_simple<<<blocks_for(rows, 64), 64, 0, s>>>(losses, logits, targets, rows, V);
+    LAUNCH_CHECK();
+}
+extern "C" void spb_cuda_softmax_xent_backward(spb_bf16 *dlogits, const spb_bf16 *logits, const int *targets,
+                                               int rows, int V, float scale, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (impl == SPB_CUDA_FAST)
+        k_xent_bwd_fast<<<rows, 512, 0, s>>>(dlogits, logits, targets, V, scale);
+    else
+        k_xent_bwd_simple<<<blocks_for(rows, 64), 64, 0, s>>>(dlogits, logits, targets, rows, V, scale);
+    LAUNCH_CHECK();
+}
+
+/* ---- AdamW (optimizer.c's spb_adamw_apply, element for element) ------------------- */
+struct adam_args {
+    float b1, b2, eps, bc1, bc2, lr, wd, gs;
+};
+__device__ __forceinline__ float adam_one(float &p, float g, float &m, float &v, const adam_args &a)
+{
+    g *= a.gs;
+    m = a.b1 * m + (1.0f - a.b1) * g;
+    v = a.b2 * v + (1.0f - a.b2) * g * g;
+    float mhat = m / a.bc1, vhat = v / a.bc2;
+    p -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.wd * p);
+    return p;
+}
+__global__ void k_adamw_simple(float *p, spb_bf16 *pb, const float *g, float *m, float *v, long n, adam_args a)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float pi = p[i], mi = m[i], vi = v[i];
+    adam_one(pi, g[i], mi, vi, a);
+    p[i] = pi, m[i] = mi, v[i] = vi;
+    if (pb) st(pb, i, pi);
+}
+__global__ void k_adamw_fast(float4 *p, uint2 *pb, const float4 *g, float4 *m, float4 *v, long n4, adam_args a)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
+        float4 P = p[i], G = g[i], M = m[i], Vv = v[i];
+        adam_one(P.x, G.x, M.x, Vv.x, a);
+        adam_one(P.y, G.y, M.y, Vv.y, a);
+        adam_one(P.z, G.z, M.z, Vv.z, a);
+        adam_one(P.w, G.w, M.w, Vv.w, a);
+        p[i] = P, m[i] = M, v[i] = Vv;
+        if (pb) {
+            __nv_bfloat162 lo = __floats2bfloat162_rn(P.x, P.y), hi = __floats2bfloat162_rn(P.z, P.w);
+            uint2 o;
+            o.x = *(unsigned *)&lo;
+            o.y = *(unsigned *)&hi;
+            pb[i] = o;
+        }
+    }
+}
+extern "C" void spb_cuda_adamw(float *p, spb_bf16 *p_bf16, const float *grad, float *m, float *v, long n,
+                               float grad_scale, float weight_decay, float beta1, float beta2, float eps, long step,
+                               float lr, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (n <= 0) return;
+    adam_args a;
+    a.b1 = beta1, a.b2 = beta2, a.eps = eps, a.lr = lr, a.wd = weight_decay, a.gs = grad_scale;
+    a.bc1 = 1.0f - powf(beta1, (float)step); /* on the host, as optimizer.c */
+    a.bc2 = 1.0f - powf(beta2, (float)step);
+    if (impl == SPB_CUDA_FAST && n % 4 == 0 && aligned16(p) && aligned16(grad) && aligned16(m) && aligned16(v) &&
+        ((uintptr_t)p_bf16 & 7) == 0)
+        k_adamw_fast<<<grid_stride_blocks(n / 4), 256, 0, s>>>((float4 *)p, (uint2 *)p_bf16, (const float4 *)grad,
+                                                                (float4 *)m, (float4 *)v, n / 4, a);
+    else
+        k_adamw_simple<<<blocks_for(n, 256), 256, 0, s>>>(p, p_bf16, grad, m, v, n, a);
+    LAUNCH_CHECK();
+}
+
+/* ---- Ulysses permutes -------------------------------------------------------------- */
+/* SIMPLE: one thread per element through the index maps (ulysses_layout.h).
+ * FAST: one thread per contiguous run of D (pack) or 8 elements (head). */
+__global__ void k_perm_simple(spb_bf16 *dst, const spb_bf16 *src, spb_ulysses_layout u, int which, int inverse)
+{
+    long n = spb_ulysses_numel(u);
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long j = which == 0 ? spb_ulysses_pack_index(u, i) : spb_ulysses_head_index(u, i);
+        if (inverse)
+            dst[i] = src[j];
+        else
+            dst[j] = src[i];
+    }
+}
+/* vectors of 8 bf16: D % 8 == 0 keeps every 8-run inside one head row, and the
+ * maps move whole head rows (pack) / whole chunks (head) */
+__global__ void k_perm_fast(uint4 *dst, const uint4 *src, spb_ulysses_layout u, int which, int inverse)
+{
+    long n8 = spb_ulysses_numel(u) / 8;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        long e = i * 8;
+        long j = (which == 0 ? spb_ulysses_pack_index(u, e) : spb_ulysses_head_index(u, e)) / 8;
+        if (inverse)
+            dst[i] = src[j];
+        else
+            dst[j] = src[i];
+    }
+}
+static void permute(spb_bf16 *dst, const spb_bf16 *src, spb_ulysses_layout u, int which, int inverse,
+                    spb_cuda_impl impl, cudaStream_t s)
+{
+    long n = spb_ulysses_numel(u);
+    if (n <= 0) return;
+    if (impl == SPB_CUDA_FAST && u.D % 8 == 0 && aligned16(dst) && aligned16(src))
+        k_perm_fast<<<grid_stride_blocks(n / 8), 256, 0, s>>>((uint4 *)dst, (const uint4 *)src, u, which, inverse);
+    else
+        k_perm_simple<<<grid_stride_blocks(n), 256, 0, s>>>(dst, src, u, which, inverse);
+    LAUNCH_CHECK();
+}
+static spb_ulysses_layout lay(int P, int B, int T, int w, int Hp, int D)
+{
+    spb_ulysses_layout u;
+    u.P = P, u.B = B, u.T = T, u.w = w, u.Hp = Hp, u.D = D;
+    return u;
+}
+extern "C" void spb_cuda_ulysses_pack(spb_bf16 *blocks, const spb_bf16 *natural, int P, int B, int T, int w, int Hp,
+                                      int D, spb_cuda_impl impl, cudaStream_t s)
+{
+    permute(blocks, natural, lay(P, B, T, w, Hp, D), 0, 0, impl, s);
+}
+extern "C" void spb_cuda_ulysses_unpack(spb_bf16 *natural, const spb_bf16 *blocks, int P, int B, int T, int w, int Hp,
+                                        int D, spb_cuda_impl impl, cudaStream_t s)
+{
+    permute(natural, blocks, lay(P, B, T, w, Hp, D), 0, 1, impl, s);
+}
+extern "C" void spb_cuda_ulysses_blocks_to_head(spb_bf16 *head, const spb_bf16 *blocks, int P, int B, int T, int w,
+                                                int Hp, int D, spb_cuda_impl impl, cudaStream_t s)
+{
+    permute(head, blocks, lay(P, B, T, w, Hp, D), 1, 0, impl, s);
+}
+extern "C" void spb_cuda_ulysses_head_to_blocks(spb_bf16 *blocks, const spb_bf16 *head, int P, int B, int T, int w,
+                                                int Hp, int D, spb_cuda_impl impl, cudaStream_t s)
+{
+    permute(blocks, head, lay(P, B, T, w, Hp, D), 1, 1, impl, s);
+}

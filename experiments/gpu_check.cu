@@ -1,0 +1,645 @@
+/* spbench-gpu-check: the CUDA kernels against the CPU fp32 reference, then
+ * timings at the paper's 7B shape (docs/GPU.md).
+ *
+ *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...]
+ *
+ * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 77 no CUDA
+ * device (ctest's skip code).  Each check runs the GPU kernel and the CPU
+ * reference (common/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
+ * same inputs, those the GPU sees in bf16 rounded to bf16 for the CPU too, so
+ * the difference is the GPU's own rounding and summation order; it is held
+ * against a bound from gpu_util.h (stated there and in docs/GPU.md). */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda_check.h"
+#include "cuda_device.h"
+#include "gpu_util.h"
+#include "spb_cuda.h"
+#include "ulysses_layout.h"
+
+extern "C" {
+#include "attention.h"
+#include "config.h"
+#include "ops.h"
+}
+
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+extern "C" void spb_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                                float weight_decay, const spb_config *cfg, long step, double lr);
+#endif
+
+#ifndef SPB_GIT_COMMIT
+#if __has_include("spb_version.h")
+#include "spb_version.h"
+#define SPB_GIT_COMMIT SPB_VERSION_COMMIT
+#else
+#define SPB_GIT_COMMIT "unknown"
+#endif
+#endif
+
+/* ---------------------------------------------------------------- helpers -- */
+static unsigned long long rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static std::vector<float> randv(long n, float scale, bool bf16_exact)
+{
+    std::vector<float> v((size_t)n);
+    for (auto &x : v) x = bf16_exact ? spb_bf16_round(scale * frand()) : scale * frand();
+    return v;
+}
+template <typename T> static T *dev(const std::vector<T> &h)
+{
+    T *d = (T *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(T) * h.size());
+    SPB_CUDA_CHECK(cudaMemcpy(d, h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice));
+    return d;
+}
+static spb_bf16 *dev_bf16(const std::vector<float> &h)
+{
+    std::vector<spb_bf16> b(h.size());
+    for (size_t i = 0; i < h.size(); i++) b[i] = spb_bf16_from_f32(h[i]);
+    return dev(b);
+}
+static std::vector<float> host_f32(const float *d, long n)
+{
+    std::vector<float> h((size_t)n);
+    SPB_CUDA_CHECK(cudaMemcpy(h.data(), d, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    return h;
+}
+static std::vector<float> host_bf16(const spb_bf16 *d, long n)
+{
+    std::vector<spb_bf16> b((size_t)n);
+    SPB_CUDA_CHECK(cudaMemcpy(b.data(), d, sizeof(spb_bf16) * n, cudaMemcpyDeviceToHost));
+    std::vector<float> h((size_t)n);
+    for (long i = 0; i < n; i++) h[i] = spb_bf16_to_f32(b[i]);
+    return h;
+}
+static void rnd(std::vector<float> &v) { for (auto &x : v) x = spb_bf16_round(x); }
+
+struct env_info {
+    char gpu[256], driver[32], runtime[32];
+};
+static env_info envi;
+static FILE *check_csv, *time_csv;
+static int failures, checks_run;
+
+static void report(const char *kernel, spb_cuda_impl impl, const char *shape, double err, double tol)
+{
+    bool pass = err <= tol;
+    checks_run++;
+    if (!pass) failures++;
+    printf("%-28s %-6s %-34s max_rel_err %-10.3e tol %-9.2e %s\n", kernel, spb_cuda_impl_name(impl), shape, err,
+           tol, pass ? "PASS" : "FAIL");
+    if (check_csv) {
+        char e[32], t[32];
+        snprintf(e, sizeof e, "%.4e", err);
+        snprintf(t, sizeof t, "%.4e", tol);
+        const char *f[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kernel, spb_cuda_impl_name(impl),
+                           shape, e, t, pass ? "PASS" : "FAIL"};
+        for (int i = 0; i < 10; i++) spb_csv_field(check_csv, f[i], i == 9);
+    }
+}
+static void check(const char *kernel, spb_cuda_impl impl, const char *shape, const std::vector<float> &got,
+                  const std::vector<float> &want, double tol)
+{
+    report(kernel, impl, shape, spb_max_rel_err(got.data(), want.data(), (long)want.size()), tol);
+}
+
+/* ------------------------------------------------------------ the checks -- */
+static void check_convert()
+{
+    const long n = 4099;
+    auto x = randv(n, 100.0f, false);
+    float *dx = dev(x);
+    spb_bf16 *db = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * n);
+    spb_cuda_f32_to_bf16(db, dx, n, 0);
+    auto got = host_bf16(db, n), want = x;
+    rnd(want);
+    check("convert f32->bf16", SPB_CUDA_SIMPLE, "n=4099", got, want, 0.0);
+    spb_cuda_free(dx), spb_cuda_free(db);
+}
+
+static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
+{
+    const int rows = 136, in = 200, outf = 264;
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows=%d in=%d out=%d", rows, in, outf);
+    auto x = randv((long)rows * in, 1.0f, true), W = randv((long)outf * in, 0.1f, true), b = randv(outf, 0.5f, false);
+    auto dy = randv((long)rows * outf, 1.0f, true), dx0 = randv((long)rows * in, 1.0f, true);
+    auto dW0 = randv((long)outf * in, 1.0f, false), db0 = randv(outf, 1.0f, false);
+    spb_bf16 *dxb = dev_bf16(x), *dWb = dev_bf16(W), *ddy = dev_bf16(dy);
+    float *dbias = dev(b);
+    /* forward, fp32 and bf16 out */
+    std::vector<float> ref((size_t)rows * outf);
+    spb_matmul_forward(ref.data(), x.data(), W.data(), b.data(), rows, in, outf);
+    float *yf = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows * outf);
+    spb_bf16 *yb = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2L * rows * outf);
+    spb_cuda_matmul_forward(g, yf, 1, dxb, dWb, dbias, rows, in, outf, 0);
+    check("matmul fwd (fp32 out)", impl, shape, host_f32(yf, (long)rows * outf), ref, spb_tol_f32_sum(in));
+    spb_cuda_matmul_forward(g, yb, 0, dxb, dWb, dbias, rows, in, outf, 0);
+    /* bias added to the bf16 product: two roundings */
+    check("matmul fwd (bf16 out)", impl, shape, host_bf16(yb, (long)rows * outf), ref, 2 * spb_tol_bf16_sum(in));
+    /* backward: dinp accumulated onto dx0, dW and db accumulated */
+    for (int acc = 0; acc < 2; acc++) {
+        std::vector<float> rdx = dx0, rdW = dW0, rdb = db0;
+        spb_matmul_backward(rdx.data(), rdW.data(), rdb.data(), dy.data(), x.data(), W.data(), rows, in, outf, acc);
+        spb_bf16 *gdx = dev_bf16(dx0);
+        float *gdW = dev(dW0), *gdb = dev(db0);
+        spb_cuda_matmul_backward(g, gdx, gdW, gdb, ddy, dxb, dWb, rows, in, outf, acc, impl, 0);
+        check(acc ? "matmul bwd dinp (+=)" : "matmul bwd dinp (=)", impl, shape, host_bf16(gdx, (long)rows * in), rdx,
+              (acc ? 2 : 1) * spb_tol_bf16_sum(outf));
+        check("matmul bwd dW (+=, fp32)", impl, shape, host_f32(gdW, (long)outf * in), rdW, spb_tol_f32_sum(rows));
+        check("matmul bwd db (+=, fp32)", impl, shape, host_f32(gdb, outf), rdb, spb_tol_f32_sum(rows));
+        spb_cuda_free(gdx), spb_cuda_free(gdW), spb_cuda_free(gdb);
+    }
+    /* fp32 reference product vs the CPU's sgemm (both fp32 end to end) */
+    if (impl == SPB_CUDA_SIMPLE) {
+        float *dxf = dev(x), *dWf = dev(W);
+        float *out = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4L * rows * outf);
+        spb_cuda_sgemm_simple(0, 1, rows, outf, in, 1.0f, dxf, in, dWf, in, 0.0f, out, outf, 0);
+        std::vector<float> r2((size_t)rows * outf);
+        spb_matmul_forward(r2.data(), x.data(), W.data(), NULL, rows, in, outf);
+        check("sgemm fp32 reference", impl, shape, host_f32(out, (long)rows * outf), r2, spb_tol_f32_sum(in));
+        spb_cuda_free(dxf), spb_cuda_free(dWf), spb_cuda_free(out);
+    }
+    spb_cuda_free(dxb), spb_cuda_free(dWb), spb_cuda_free(ddy), spb_cuda_free(dbias), spb_cuda_free(yf),
+        spb_cuda_free(yb);
+}
+
+static void check_rowwise(spb_cuda_impl impl)
+{
+    const int B = 3, T = 40, rows = B * T, C = 264, V = 1000;
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows=%d C=%d", rows, C);
+    /* embedding */
+    std::vector<int> tok(rows);
+    std::vector<long> pos(T);
+    for (int r = 0; r < rows; r++) tok[r] = (r * 37) % 50; /* repeats: atomics */
+    for (int t = 0; t < T; t++) pos[t] = 17 + (t * 7) % T; /* a permutation of positions */
+    auto wte = randv(50L * C, 1.0f, true), wpe = randv((17L + T) * C, 1.0f, true);
+    int *dtok = dev(tok);
+    long *dpos = dev(pos);
+    spb_bf16 *dwte = dev_bf16(wte), *dwpe = dev_bf16(wpe);
+    std::vector<float> ref((size_t)rows * C);
+    spb_embedding_forward(ref.data(), tok.data(), wte.data(), wpe.data(), pos.data(), rows, T, C);
+    float *out = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows * C);
+    spb_cuda_embedding_forward(out, dtok, dwte, dwpe, dpos, rows, T, C, impl, 0);
+    check("embedding fwd", impl, shape, host_f32(out, (long)rows * C), ref, 2 * SPB_F32_U);
+    auto dout = randv((long)rows * C, 1.0f, false), gte = randv(50L * C, 1.0f, false),
+         gpe = randv((17L + T) * C, 1.0f, false);
+    {
+        auto rte = gte, rpe = gpe;
+        spb_embedding_backward(rte.data(), rpe.data(), dout.data(), tok.data(), pos.data(), rows, T, C);
+        float *ddout = dev(dout), *dgte = dev(gte), *dgpe = dev(gpe);
+        spb_cuda_embedding_backward(dgte, dgpe, ddout, dtok, dpos, rows, T, C, impl, 0);
+        check("embedding bwd dwte", impl, shape, host_f32(dgte, 50L * C), rte, spb_tol_f32_sum(rows));
+        check("embedding bwd dwpe", impl, shape, host_f32(dgpe, (17L + T) * C), rpe, spb_tol_f32_sum(rows));
+        spb_cuda_free(ddout), spb_cuda_free(dgte), spb_cuda_free(dgpe);
+    }
+    /* LayerNorm: fp32 input, bf16 output */
+    auto x = randv((long)rows * C, 2.0f, false), w = randv(C, 1.0f, false), bb = randv(C, 1.0f, false);
+    for (int r = 0; r < rows; r++) x[(size_t)r * C] += 3.0f; /* a non-zero mean */
+    std::vector<float> ry((size_t)rows * C), rm(rows), rs(rows);
+    spb_layernorm_forward(ry.data(), rm.data(), rs.data(), x.data(), w.data(), bb.data(), rows, C);
+    float *dx = dev(x), *dw = dev(w), *dbb = dev(bb);
+    float *dm = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows),
+          *ds = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows);
+    spb_bf16 *dy = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2L * rows * C);
+    spb_cuda_layernorm_forward(dy, dm, ds, dx, dw, dbb, rows, C, impl, 0);
+    check("layernorm fwd out", impl, shape, host_bf16(dy, (long)rows * C), ry, spb_tol_bf16_sum(C));
+    check("layernorm fwd mean", impl, shape, host_f32(dm, rows), rm, spb_tol_f32_sum(C));
+    check("layernorm fwd rstd", impl, shape, host_f32(ds, rows), rs, spb_tol_f32_sum(C));
+    {
+        auto g = randv((long)rows * C, 1.0f, true), dxin = randv((long)rows * C, 1.0f, false),
+             gw = randv(C, 1.0f, false), gb = randv(C, 1.0f, false);
+        auto rdx = dxin, rgw = gw, rgb = gb;
+        spb_layernorm_backward(rdx.data(), rgw.data(), rgb.data(), g.data(), x.data(), w.data(), rm.data(), rs.data(),
+                               rows, C);
+        float *gdx = dev(dxin), *ggw = dev(gw), *ggb = dev(gb), *grm = dev(rm), *grs = dev(rs);
+        spb_bf16 *gg = dev_bf16(g);
+        spb_cuda_layernorm_backward(gdx, ggw, ggb, gg, dx, dw, grm, grs, rows, C, impl, 0);
+        check("layernorm bwd dinp (+=)", impl, shape, host_f32(gdx, (long)rows * C), rdx, spb_tol_f32_sum(C));
+        check("layernorm bwd dw (+=)", impl, shape, host_f32(ggw, C), rgw, spb_tol_f32_sum(rows));
+        check("layernorm bwd db (+=)", impl, shape, host_f32(ggb, C), rgb, spb_tol_f32_sum(rows));
+        spb_cuda_free(gdx), spb_cuda_free(ggw), spb_cuda_free(ggb), spb_cuda_free(grm), spb_cuda_free(grs),
+            spb_cuda_free(gg);
+    }
+    /* GELU, residual add, bias grad (n a multiple of 8 -> the vector path) */
+    {
+        long n = (long)rows * C;
+        auto a = randv(n, 3.0f, true), g = randv(n, 1.0f, true);
+        std::vector<float> rf((size_t)n), rb((size_t)n);
+        spb_gelu_forward(rf.data(), a.data(), n);
+        spb_gelu_backward(rb.data(), a.data(), g.data(), n);
+        spb_bf16 *da = dev_bf16(a), *dg = dev_bf16(g), *o = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * n);
+        spb_cuda_gelu_forward(o, da, n, impl, 0);
+        check("gelu fwd", impl, shape, host_bf16(o, n), rf, spb_tol_bf16_out());
+        spb_cuda_gelu_backward(o, da, dg, n, impl, 0);
+        check("gelu bwd", impl, shape, host_bf16(o, n), rb, spb_tol_bf16_out());
+        auto acc = randv(n, 1.0f, false), racc = acc;
+        spb_add_inplace(racc.data(), g.data(), n);
+        float *dacc = dev(acc);
+        spb_cuda_residual_add(dacc, dg, n, impl, 0);
+        check("residual add", impl, shape, host_f32(dacc, n), racc, SPB_F32_U);
+        auto db0 = randv(C, 1.0f, false);
+        std::vector<float> rdb = db0;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < C; c++) rdb[c] += g[(size_t)r * C + c];
+        float *ddb = dev(db0);
+        spb_cuda_bias_grad(ddb, dg, rows, C, impl, 0);
+        check("bias grad (+=)", impl, shape, host_f32(ddb, C), rdb, spb_tol_f32_sum(rows));
+        spb_cuda_free(da), spb_cuda_free(dg), spb_cuda_free(o), spb_cuda_free(dacc), spb_cuda_free(ddb);
+    }
+    /* softmax cross-entropy */
+    {
+        char sh[64];
+        snprintf(sh, sizeof sh, "rows=%d V=%d", rows, V);
+        auto lg = randv((long)rows * V, 8.0f, true);
+        std::vector<int> tg(rows);
+        for (int r = 0; r < rows; r++) tg[r] = (r * 131) % V;
+        std::vector<float> probs = lg, rl(rows);
+        for (int r = 0; r < rows; r++) /* per-row losses from the batch function */
+            rl[r] = (float)spb_softmax_xent_forward(probs.data() + (size_t)r * V, tg.data() + r, 1, V);
+        float scale = 1.0f / rows;
+        spb_softmax_xent_backward(probs.data(), tg.data(), rows, V, scale);
+        spb_bf16 *dl = dev_bf16(lg), *dd = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2L * rows * V);
+        int *dtg = dev(tg);
+        float *dloss = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows);
+        spb_cuda_softmax_xent_forward(dloss, dl, dtg, rows, V, impl, 0);
+        check("softmax xent fwd loss", impl, sh, host_f32(dloss, rows), rl, spb_tol_f32_sum(V));
+        spb_cuda_softmax_xent_backward(dd, dl, dtg, rows, V, scale, impl, 0);
+        check("softmax xent bwd dlogits", impl, sh, host_bf16(dd, (long)rows * V), probs, spb_tol_bf16_sum(V));
+        spb_cuda_free(dl), spb_cuda_free(dd), spb_cuda_free(dtg), spb_cuda_free(dloss);
+    }
+    spb_cuda_free(dtok), spb_cuda_free(dpos), spb_cuda_free(dwte), spb_cuda_free(dwpe), spb_cuda_free(out);
+    spb_cuda_free(dx), spb_cuda_free(dw), spb_cuda_free(dbb), spb_cuda_free(dm), spb_cuda_free(ds), spb_cuda_free(dy);
+}
+
+static void ref_adamw(float *p, const float *g, float *m, float *v, long n, float gs, float wd, float b1, float b2,
+                      float eps, long step, float lr)
+{
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+    spb_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.adam_beta1 = b1, cfg.adam_beta2 = b2, cfg.adam_eps = eps;
+    spb_adamw_apply(p, g, m, v, n, gs, wd, &cfg, step, lr);
+#else /* standalone build without optimizer.c: its arithmetic, line for line */
+    const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    for (long i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float mhat = m[i] / bc1, vhat = v[i] / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+#endif
+}
+
+static void check_adamw(spb_cuda_impl impl)
+{
+    const long n = 10000;
+    auto p = randv(n, 1.0f, false), g = randv(n, 0.1f, false), m = randv(n, 0.01f, false), v = randv(n, 0.001f, false);
+    for (auto &x : v) x = fabsf(x);
+    float *dp = dev(p), *dg = dev(g), *dm = dev(m), *dv = dev(v);
+    spb_bf16 *pb = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_PARAMS, 2 * n);
+    for (long step = 1; step <= 3; step++) {
+        ref_adamw(p.data(), g.data(), m.data(), v.data(), n, 0.7f, 0.1f, 0.9f, 0.95f, 1e-8f, step, 3e-4f);
+        spb_cuda_adamw(dp, pb, dg, dm, dv, n, 0.7f, 0.1f, 0.9f, 0.95f, 1e-8f, step, 3e-4f, impl, 0);
+    }
+    /* fp32 elementwise: a few roundings (and an FMA) per step */
+    check("adamw params (fp32)", impl, "n=10000 3 steps", host_f32(dp, n), p, 64 * SPB_F32_U);
+    check("adamw m", impl, "n=10000 3 steps", host_f32(dm, n), m, 64 * SPB_F32_U);
+    check("adamw v", impl, "n=10000 3 steps", host_f32(dv, n), v, 64 * SPB_F32_U);
+    check("adamw params (bf16 copy)", impl, "n=10000 3 steps", host_bf16(pb, n), p, spb_tol_bf16_out());
+    spb_cuda_free(dp), spb_cuda_free(dg), spb_cuda_free(dm), spb_cuda_free(dv), spb_cuda_free(pb);
+}
+
+static void check_ulysses(spb_cuda_impl impl)
+{
+    spb_ulysses_layout u = {4, 2, 6, 3, 2, 64};
+    long n = spb_ulysses_numel(u);
+    auto x = randv(n, 1.0f, true);
+    spb_bf16 *dx = dev_bf16(x), *d1 = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_COMM, 2 * n),
+             *d2 = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_COMM, 2 * n);
+    std::vector<float> want((size_t)n);
+    const char *shape = "P=4 B=2 T=6 w=3 Hp=2 D=64";
+    for (long i = 0; i < n; i++) want[spb_ulysses_pack_index(u, i)] = x[i];
+    spb_cuda_ulysses_pack(d1, dx, u.P, u.B, u.T, u.w, u.Hp, u.D, impl, 0);
+    check("ulysses pack", impl, shape, host_bf16(d1, n), want, 0.0);
+    spb_cuda_ulysses_unpack(d2, d1, u.P, u.B, u.T, u.w, u.Hp, u.D, impl, 0);
+    check("ulysses unpack (round trip)", impl, shape, host_bf16(d2, n), x, 0.0);
+    for (long i = 0; i < n; i++) want[spb_ulysses_head_index(u, i)] = x[i];
+    spb_cuda_ulysses_blocks_to_head(d1, dx, u.P, u.B, u.T, u.w, u.Hp, u.D, impl, 0);
+    check("ulysses blocks_to_head", impl, shape, host_bf16(d1, n), want, 0.0);
+    spb_cuda_ulysses_head_to_blocks(d2, d1, u.P, u.B, u.T, u.w, u.Hp, u.D, impl, 0);
+    check("ulysses head_to_blocks (trip)", impl, shape, host_bf16(d2, n), x, 0.0);
+    spb_cuda_free(dx), spb_cuda_free(d1), spb_cuda_free(d2);
+}
+
+/* Attention on a fused QKV buffer [B][T][3][H][D] (the core's layout), O and
+ * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
+ * values.  Cases: self causal, self full, a ring block below the diagonal
+ * (offsets, partly masked), and a block above it where early rows see no key. */
+static void check_attention(spb_cuda_impl impl, int D)
+{
+    struct tc {
+        const char *name;
+        int len, causal;
+        long qoff, koff;
+    } cases[] = {{"self causal", 200, 1, 0, 0},
+                 {"self full", 200, 0, 0, 0},
+                 {"ring block q>k", 192, 1, 256, 128},
+                 {"ring block rows w/o keys", 160, 1, 0, 100}};
+    const int B = 2, H = 3;
+    for (const tc &c : cases) {
+        const int T = c.len;
+        long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
+        auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), dqkv0 = randv(nq, 0.1f, false);
+        spb_attn_desc d;
+        memset(&d, 0, sizeof d);
+        d.batch = B, d.heads = H, d.head_dim = D, d.q_len = T, d.k_len = T;
+        d.q_offset = c.qoff, d.k_offset = c.koff, d.causal = c.causal, d.scale = 1.0f / sqrtf((float)D);
+        d.q_token_stride = d.k_token_stride = 3L * H * D;
+        d.q_batch_stride = d.k_batch_stride = 3L * H * D * T;
+        d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+        const long qo = 0, ko = (long)H * D, vo = 2L * H * D;
+        std::vector<float> ro((size_t)no), rl((size_t)nl);
+        spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+        spb_bf16 *gqkv = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+        float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
+        int ran_fast = spb_cuda_attention_forward(&d, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, impl, 0);
+        char shape[96], kname[64];
+        snprintf(shape, sizeof shape, "%s D=%d B=%d H=%d T=%d", c.name, D, B, H, T);
+        if (impl == SPB_CUDA_FAST && !ran_fast) report("attention fast path taken", impl, shape, 1.0, 0.0);
+        snprintf(kname, sizeof kname, "flash fwd O");
+        check(kname, impl, shape, host_bf16(go, no), ro, spb_tol_attn_forward());
+        check("flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
+        /* backward from the same O (rounded to bf16, as the GPU stores it) and lse */
+        std::vector<float> ob = ro;
+        rnd(ob);
+        std::vector<float> rd = dqkv0;
+        spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
+                                dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+        spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout);
+        float *glr = dev(rl), *gd = dev(dqkv0), *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * nl);
+        spb_cuda_attention_backward(&d, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo, ws,
+                                    impl, 0);
+        check("flash bwd dQ,dK,dV (+=)", impl, shape, host_f32(gd, nq), rd, spb_tol_attn_backward());
+        spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
+        spb_cuda_free(glr), spb_cuda_free(gd), spb_cuda_free(ws);
+    }
+}
+
+/* ------------------------------------------------------------ the timings -- */
+struct timer_ev {
+    cudaEvent_t a, b;
+    timer_ev()
+    {
+        SPB_CUDA_CHECK(cudaEventCreate(&a));
+        SPB_CUDA_CHECK(cudaEventCreate(&b));
+    }
+    ~timer_ev() { cudaEventDestroy(a), cudaEventDestroy(b); }
+};
+/* median milliseconds of reps runs after one warm-up; fewer reps when one run
+ * is slow (the script's 8-minute budget) */
+template <typename F> static double time_ms(F f, int reps)
+{
+    timer_ev ev;
+    double ms[64];
+    SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
+    f(); /* warm-up (also picks and caches the cuBLASLt algorithm) */
+    SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
+    SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
+    float first = 0.0f;
+    SPB_CUDA_CHECK(cudaEventElapsedTime(&first, ev.a, ev.b));
+    if (first > 1000.0f && reps > 3) reps = 3;
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++) {
+        SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
+        f();
+        SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
+        SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
+        float t = 0.0f;
+        SPB_CUDA_CHECK(cudaEventElapsedTime(&t, ev.a, ev.b));
+        ms[r] = t;
+    }
+    return spb_median(ms, reps);
+}
+
+static double peak_tflops;
+static void timing_row(const char *kind, const char *name, long tokens, long m, long n, long k, int causal, int reps,
+                       double ms, double flops)
+{
+    double tf = flops / (ms * 1e-3) / 1e12;
+    double pct = peak_tflops > 0 ? 100.0 * tf / peak_tflops : 0.0;
+    printf("%-10s %-22s %6ld %6ld %6ld %6ld %-6s %9.3f %8.1f %6.1f%%\n", kind, name, tokens, m, n, k,
+           causal < 0 ? "-" : (causal ? "yes" : "no"), ms, tf, pct);
+    if (time_csv) {
+        char f[9][32];
+        snprintf(f[0], 32, "%ld", tokens), snprintf(f[1], 32, "%ld", m), snprintf(f[2], 32, "%ld", n);
+        snprintf(f[3], 32, "%ld", k), snprintf(f[4], 32, "%s", causal < 0 ? "" : (causal ? "1" : "0"));
+        snprintf(f[5], 32, "%d", reps), snprintf(f[6], 32, "%.4f", ms), snprintf(f[7], 32, "%.2f", tf);
+        snprintf(f[8], 32, "%.2f", pct);
+        const char *row[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kind, name, f[0], f[1],
+                             f[2],     f[3],        f[4],         f[5],           f[6], f[7], f[8]};
+        for (int i = 0; i < 15; i++) spb_csv_field(time_csv, row[i], i == 14);
+        fflush(time_csv);
+    }
+}
+
+static void fill_bf16(spb_bf16 *d, long n)
+{
+    float *tmp = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * n);
+    std::vector<float> h((size_t)(n < (1 << 20) ? n : (1 << 20)));
+    for (auto &x : h) x = 0.5f * frand();
+    for (long o = 0; o < n; o += (long)h.size()) {
+        long c = n - o < (long)h.size() ? n - o : (long)h.size();
+        SPB_CUDA_CHECK(cudaMemcpy(tmp + o, h.data(), 4 * c, cudaMemcpyHostToDevice));
+    }
+    spb_cuda_f32_to_bf16(d, tmp, n, 0);
+    SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    spb_cuda_free(tmp);
+}
+
+static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int reps)
+{
+    const long C = 4096, F = 16384, H = 32, Dh = 128;
+    printf("\n%-10s %-22s %6s %6s %6s %6s %-6s %9s %8s %7s\n", "kind", "name", "tokens", "m", "n", "k", "causal",
+           "median_ms", "TFLOP/s", "of_peak");
+    /* the reference rate: a large square bf16 GEMM */
+    {
+        const long S = 8192;
+        spb_bf16 *a = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * S * S),
+                 *b = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * S * S),
+                 *c = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * S * S);
+        fill_bf16(a, S * S), fill_bf16(b, S * S);
+        double ms = time_ms([&] { spb_cuda_gemm_bf16(g, 0, 1, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S, 0, 0); }, reps);
+        double flops = 2.0 * S * S * S;
+        peak_tflops = flops / (ms * 1e-3) / 1e12;
+        timing_row("gemm", "square 8192 (peak ref)", 0, S, S, S, -1, reps, ms, flops);
+        spb_cuda_free(a), spb_cuda_free(b), spb_cuda_free(c);
+    }
+    long maxN = 0;
+    for (long n : tokens) maxN = n > maxN ? n : maxN;
+    /* buffers for the largest shape, reused */
+    spb_bf16 *X = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * maxN * F),
+             *Y = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * maxN * F),
+             *W = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_PARAMS, 2 * F * C);
+    float *dW = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * F * C);
+    fill_bf16(X, maxN * F), fill_bf16(Y, maxN * F), fill_bf16(W, F * C);
+    SPB_CUDA_CHECK(cudaMemset(dW, 0, 4 * F * C));
+    struct lin {
+        const char *name;
+        long in, out;
+    } layers[] = {{"qkv", C, 3 * C}, {"proj", C, C}, {"fc", C, F}, {"fcproj", F, C}};
+    for (long N : tokens) {
+        for (const lin &L : layers) {
+            char nm[48];
+            double flops = 2.0 * N * L.in * L.out;
+            snprintf(nm, sizeof nm, "%s fwd", L.name); /* Y[N][out] = X[N][in] W[out][in]ᵀ */
+            double ms = time_ms([&] { spb_cuda_gemm_bf16(g, 0, 1, N, L.out, L.in, 1.0f, X, L.in, W, L.in, 0.0f, Y,
+                                                         L.out, 0, 0); }, reps);
+            timing_row("gemm", nm, N, N, L.out, L.in, -1, reps, ms, flops);
+            snprintf(nm, sizeof nm, "%s bwd dinp", L.name); /* dX[N][in] = dY[N][out] W[out][in] */
+            ms = time_ms([&] { spb_cuda_gemm_bf16(g, 0, 0, N, L.in, L.out, 1.0f, Y, L.out, W, L.in, 0.0f, X, L.in, 0,
+                                                  0); }, reps);
+            timing_row("gemm", nm, N, N, L.in, L.out, -1, reps, ms, flops);
+            snprintf(nm, sizeof nm, "%s bwd dW", L.name); /* dW[out][in] += dY[N][out]ᵀ X[N][in], fp32 */
+            ms = time_ms([&] { spb_cuda_gemm_bf16(g, 1, 0, L.out, L.in, N, 1.0f, Y, L.out, X, L.in, 1.0f, dW, L.in, 1,
+                                                  0); }, reps);
+            timing_row("gemm", nm, N, L.out, L.in, N, -1, reps, ms, flops);
+        }
+    }
+    spb_cuda_free(X), spb_cuda_free(Y), spb_cuda_free(W), spb_cuda_free(dW);
+
+    /* flash attention, one sequence of N tokens, 32 heads of 128 */
+    long nq = maxN * H * Dh;
+    spb_bf16 *q = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *k = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *v = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *o = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *dout = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
+    float *dq = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), *dk = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq),
+          *dv = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), *lse = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * maxN * H),
+          *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * maxN * H);
+    fill_bf16(q, nq), fill_bf16(k, nq), fill_bf16(v, nq), fill_bf16(dout, nq);
+    SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq));
+    SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
+    SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    for (long N : tokens)
+        for (int causal = 1; causal >= 0; causal--) {
+            spb_attn_desc d;
+            memset(&d, 0, sizeof d);
+            d.batch = 1, d.heads = (int)H, d.head_dim = (int)Dh, d.q_len = d.k_len = (int)N, d.causal = causal;
+            d.scale = 1.0f / sqrtf((float)Dh);
+            d.q_token_stride = d.k_token_stride = d.o_token_stride = H * Dh;
+            d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * H * Dh;
+            double pairs = spb_attn_visible_pairs(&d);
+            spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); /* a valid O and lse for backward */
+            double ms = time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
+            timing_row("attention", "flash fwd (mma)", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
+            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
+                                                           0); }, reps);
+            timing_row("attention", "flash bwd (mma)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+        }
+    spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
+    spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
+}
+
+/* ------------------------------------------------------------------ main -- */
+static void usage(void)
+{
+    fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...]\n");
+}
+
+int main(int argc, char **argv)
+{
+    int check_only = 0, reps = 7;
+    const char *out = "results/gpu";
+    std::vector<long> tokens = {4096, 8192, 16384, 32768};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--check-only"))
+            check_only = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+            tokens.clear();
+            for (char *s = argv[++i]; *s;) {
+                long n = strtol(s, &s, 10);
+                if (n <= 0) return usage(), 2;
+                tokens.push_back(n);
+                if (*s == ',') s++;
+                else if (*s) return usage(), 2;
+            }
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    if (spb_cuda_device_count() == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    SPB_CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    SPB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv), cudaRuntimeGetVersion(&rt);
+    snprintf(envi.gpu, sizeof envi.gpu, "%s", prop.name);
+    snprintf(envi.driver, sizeof envi.driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    snprintf(envi.runtime, sizeof envi.runtime, "%d.%d", rt / 1000, (rt % 1000) / 10);
+    char desc[256];
+    spb_cuda_describe(desc, sizeof desc);
+    printf("spbench-gpu-check: %s; CUDA driver API %s, runtime %s; commit %s\n", desc, envi.driver, envi.runtime,
+           SPB_GIT_COMMIT);
+    if (prop.major < 8) {
+        printf("compute capability %d.%d < 8.0: bf16 tensor-core kernels need sm_80+: skipped\n", prop.major,
+               prop.minor);
+        return 77;
+    }
+    check_csv = check_only ? NULL
+                           : spb_csv_open(out, "checks.csv",
+                                          "gpu,driver,cuda_runtime,git_commit,kernel,impl,shape,max_rel_err,tolerance,result");
+    if (!check_only && !check_csv) fprintf(stderr, "cannot write %s/checks.csv\n", out);
+
+    spb_cuda_gemm *g = spb_cuda_gemm_create(32u << 20);
+    printf("\n%-28s %-6s %-34s\n", "kernel", "impl", "shape");
+    check_convert();
+    for (int impl = 0; impl < 2; impl++) {
+        spb_cuda_impl im = (spb_cuda_impl)impl;
+        check_gemm(g, im);
+        check_rowwise(im);
+        check_adamw(im);
+        check_ulysses(im);
+        check_attention(im, 64);
+        check_attention(im, 128);
+    }
+    SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
+    const spb_mem_stats *ms = spb_cuda_mem_stats();
+    printf("device memory: peak %.1f MiB, now %.1f MiB (tracked)\n", ms->peak_total / 1048576.0,
+           ms->current_total / 1048576.0);
+    if (check_csv) fclose(check_csv);
+
+    if (!check_only) {
+        time_csv = spb_csv_open(out, "timings.csv",
+                                "gpu,driver,cuda_runtime,git_commit,kind,name,tokens,m,n,k,causal,reps,median_ms,"
+                                "tflops,pct_of_peak");
+        run_timings(g, tokens, reps);
+        if (time_csv) fclose(time_csv);
+        printf("\nCSV: %s/checks.csv, %s/timings.csv\n", out, out);
+    }
+    spb_cuda_gemm_destroy(g);
+    return failures ? 1 : 0;
+}
