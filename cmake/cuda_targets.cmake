@@ -31,7 +31,26 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
   target_compile_definitions(spbench-gpu-check PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
   target_link_libraries(spbench-gpu-check PRIVATE spbcore spbcuda CUDA::cudart)
 
+  # The device transformer layer (common/cuda/cuda_layer.cu) against the CPU
+  # layer, a 2-layer GPT step against the GPT core, and the 7B layer timings.
+  add_executable(spbench-gpu-layer ${CMAKE_SOURCE_DIR}/experiments/gpu_layer.cu)
+  set_target_properties(spbench-gpu-layer PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+  add_dependencies(spbench-gpu-layer spb_version)
+  target_include_directories(spbench-gpu-layer PRIVATE ${CMAKE_BINARY_DIR}/generated)
+  target_compile_definitions(spbench-gpu-layer PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
+  target_link_libraries(spbench-gpu-layer PRIVATE spbcore spbcuda CUDA::cudart)
+
   if(BUILD_TESTING)
+    # The device layer and GPT step against the CPU; SKIPPED (77) without a GPU.
+    add_test(NAME gpu_layer COMMAND spbench-gpu-layer --check-only)
+    set_tests_properties(gpu_layer PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+    # Host arithmetic of the layer timings (no GPU needed): FLOP counts,
+    # strategy shapes at P, attention pairs, the peak table.
+    add_executable(test_layer_plan ${CMAKE_SOURCE_DIR}/tests/gpu/test_layer_plan.c)
+    target_include_directories(test_layer_plan PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${CMAKE_SOURCE_DIR}/common)
+    target_link_libraries(test_layer_plan PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
+    add_test(NAME gpu_layer_plan COMMAND test_layer_plan)
+    set_tests_properties(gpu_layer_plan PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
     # Kernels against the CPU reference; SKIPPED (77) where no GPU is visible.
     add_test(NAME gpu_check COMMAND spbench-gpu-check --check-only)
     set_tests_properties(gpu_check PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -2,9 +2,15 @@
 """Torch companion of spbench-gpu-check: the same shapes through
 torch.matmul (bf16) and torch.nn.functional.scaled_dot_product_attention, timed
 with CUDA events (median of several runs after a warm-up), printed side by
-side with spbench-gpu-check's own timings.csv rows (ratio = ours / torch).
+side with spbench-gpu-check's own timings.csv rows (ratio = ours / torch);
+then a torch eager transformer layer (nn.LayerNorm, nn.Linear in bf16,
+F.scaled_dot_product_attention(is_causal=True), tanh GELU) forward + backward
+at the 7B shape, whole and at the Megatron-SP and Ulysses per-rank shapes for
+P = 8, beside spbench-gpu-layer's layer_timings.csv (ratio = ours / torch in
+TFLOP/s by the same paper formula, i.e. torch time / our time).
 
     gpu_torch.py [--out results/gpu] [--ours results/gpu/timings.csv]
+                 [--ours-layer results/gpu/layer_timings.csv] [--sp 8] [--no-layer]
                  [--tokens 4096,8192,16384,32768] [--reps 7] [--commit C]
 
 Writes <out>/torch_timings.csv with GPU, driver, CUDA and git commit per row.
@@ -24,6 +30,9 @@ def main():
     ap.add_argument("--tokens", default="4096,8192,16384,32768")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--commit", default=None)
+    ap.add_argument("--ours-layer", default=None)
+    ap.add_argument("--sp", type=int, default=8)
+    ap.add_argument("--no-layer", action="store_true")
     a = ap.parse_args()
     try:
         import torch
@@ -67,6 +76,11 @@ def main():
         return statistics.median(ms)
 
     ours = {}
+    layer_path = a.ours_layer or os.path.join(a.out, "layer_timings.csv")
+    if os.path.exists(layer_path):
+        with open(layer_path) as f:
+            for r in csv.DictReader(f):  # the last run's row wins (rows are appended)
+                ours[("layer", f"{r['strategy']} {r['pass']}", r["tokens"], r["causal"])] = float(r["paper_tflops"])
     ours_path = a.ours or os.path.join(a.out, "timings.csv")
     if os.path.exists(ours_path):
         with open(ours_path) as f:
@@ -128,6 +142,8 @@ def main():
             row("attention", "sdpa bwd", "flash bwd (mma)", n, n, n, D, causal, ms, 10.0 * D * pairs)
             del o, g
         del q, k, v
+    if not a.no_layer:
+        layer_rows(torch, F, dev, tokens, a, timed, row)
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "torch_timings.csv")
     new = not os.path.exists(path) or os.path.getsize(path) == 0
@@ -139,6 +155,63 @@ def main():
         w.writerows(rows)
     print(f"CSV: {path}")
     return 0
+
+
+def layer_rows(torch, F, dev, tokens, a, timed, row):
+    """Torch eager pre-LN GPT layer, bf16 parameters and activations (the
+    residual stream too: ours keeps it in fp32), forward + backward; FLOPs by
+    the paper's formula (3 x (24 s h^2 + 4 s^2 h), divided by P for a
+    strategy's per-rank share), like spbench-gpu-layer."""
+    nn = torch.nn
+    C, H, D, Fh, P = 4096, 32, 128, 16384, a.sp
+    bf = torch.bfloat16
+
+    class Layer(nn.Module):
+        def __init__(self, heads, ffn, attn_heads):
+            super().__init__()
+            self.h, self.ah = heads, attn_heads
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * heads * D), nn.Linear(heads * D, C)
+            self.fc, self.fcproj = nn.Linear(C, ffn), nn.Linear(ffn, C)
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            qkv = self.qkv(self.ln1(x))
+            # Ulysses: the same elements seen as P*T tokens of H/P heads (a free
+            # view: the all-to-all and its permutes are not in torch's time)
+            n = T * self.h // self.ah
+            q, k, v = qkv.view(B, n, 3, self.ah, D).unbind(2)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=True)
+            x = x + self.proj(o.transpose(1, 2).reshape(B, T, self.h * D))
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    shapes = [("layer", 1, lambda n: (n, H, Fh, H)),
+              ("megatron-sp", P, lambda n: (n, H // P, Fh // P, H // P)),
+              ("ulysses", P, lambda n: (n // P, H, Fh, H // P))]
+    for n in tokens:
+        for name, p, shp in shapes:
+            if n % p or H % p or Fh % p:
+                continue
+            T, heads, ffn, ah = shp(n)
+            try:
+                layer = Layer(heads, ffn, ah).to(device=dev, dtype=bf)
+                x = torch.randn(1, T, C, device=dev, dtype=bf, requires_grad=True)
+                dy = torch.randn(1, T, C, device=dev, dtype=bf) * 1e-3
+                paper = (24.0 * n * C * C + 4.0 * n * n * C) / p
+                with torch.no_grad():
+                    ms = timed(lambda: layer(x), a.reps)
+                row("layer", f"torch {name} fwd", f"{name} fwd", n, T, ah, ffn, 1, ms, paper)
+
+                def step():
+                    layer(x).backward(dy)
+
+                ms = timed(step, a.reps)
+                row("layer", f"torch {name} fwd+bwd", f"{name} fwd+bwd", n, T, ah, ffn, 1, ms, 3.0 * paper)
+                del layer, x, dy
+            except torch.cuda.OutOfMemoryError:
+                print(f"layer {name} N={n}: out of memory: skipped")
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
