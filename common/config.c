@@ -249,6 +249,9 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (c->clip_grad < 0) return fail(err, errlen, "--clip-grad must be >= 0 (0 = off)");
     if (c->init_std <= 0) return fail(err, errlen, "--init-method-std must be positive");
 
+    if (!strcmp(c->device, "cuda"))
+        return fail(err, errlen, "--device cuda: the GPT core's CUDA backend is not implemented yet (its kernels are "
+                                 "checked by spbench-gpu-check)");
     if (strcmp(c->device, "cpu"))
         return fail(err, errlen, "unknown --device '%s' (this build has: cpu)", c->device);
     if (strcmp(c->attention_mask, "causal") && strcmp(c->attention_mask, "full"))

@@ -11,6 +11,8 @@
 #include "../common/memory_model.h"
 #include "../common/ops.h"
 #include "../common/report.h"
+#include "../common/zero.h"
+#include "../strategies/strategy.h"
 #include "spb_version.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -177,6 +179,8 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "zero_stage", "%d", c->zero_stage);
     spb_row_add(&r, "checkpoint_activations", "%d", c->checkpoint_activations);
     spb_row_add(&r, "ring_layout", "%s", c->ring_layout);
+    spb_row_add(&r, "ulysses_comm", "%s", c->ulysses_comm);
+    spb_row_add(&r, "memory_budget_bytes", "%.0f", c->memory_budget[0] ? spb_parse_bytes(c->memory_budget) : 0.0);
     spb_row_add(&r, "attention_mask", "%s", c->attention_mask);
     spb_row_add(&r, "num_layers", "%d", c->num_layers);
     spb_row_add(&r, "hidden_size", "%d", c->hidden_size);
@@ -238,6 +242,31 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
         snprintf(key, sizeof key, "%s_comm_s", spb_comm_phase_name((spb_comm_phase)p));
         spb_row_add(&r, key, "%.6g", sec);
     }
+    /* The main collectives by phase (the strategy's own traffic). */
+    const spb_comm_op main_ops[] = {SPB_OP_ALLTOALL, SPB_OP_ALLGATHER, SPB_OP_REDUCE_SCATTER, SPB_OP_SENDRECV};
+    const spb_comm_phase layer_phases[] = {SPB_PHASE_FORWARD, SPB_PHASE_BACKWARD, SPB_PHASE_RECOMPUTE};
+    for (int o = 0; o < 4; o++)
+        for (int p = 0; p < 3; p++) {
+            comm_sum(s, main_ops[o], layer_phases[p], &link, &sec);
+            snprintf(key, sizeof key, "%s_%s_link_bytes", spb_comm_op_name(main_ops[o]),
+                     spb_comm_phase_name(layer_phases[p]));
+            spb_row_add(&r, key, "%.0f", link);
+        }
+    /* The formulas beside the measurement: the strategy's comm_volume per
+     * layer and micro-batch, and per iteration with ZeRO's and the gradient
+     * reduction's (spb_zero_comm_items), as the performance model uses them. */
+    const spb_strategy *st = spb_strategy_by_name(c->strategy);
+    spb_comm_volume vol = st->comm_volume(c, g->sp_size);
+    double micro = (double)tr->accum_steps * c->num_layers;
+    double strategy_iter = micro * (vol.forward_bytes * (c->checkpoint_activations ? 2 : 1) + vol.backward_bytes);
+    spb_comm_item items[SPB_ZERO_MAX_ITEMS];
+    int n_items = spb_zero_comm_items(c, g->world_size, items);
+    double zero_iter = 0;
+    for (int k = 0; k < n_items; k++) zero_iter += items[k].link_bytes;
+    spb_row_add(&r, "predicted_layer_forward_link_bytes", "%.0f", vol.forward_bytes);
+    spb_row_add(&r, "predicted_layer_backward_link_bytes", "%.0f", vol.backward_bytes);
+    spb_row_add(&r, "predicted_strategy_link_bytes", "%.0f", strategy_iter);
+    spb_row_add(&r, "predicted_zero_and_reduce_link_bytes", "%.0f", zero_iter);
     spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
     spb_row_add(&r, "blas", "%s", spb_blas_description());
     spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);

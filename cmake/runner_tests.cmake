@@ -1,0 +1,15 @@
+# Tests of the experiment runner (experiments/run, sweeplib.py), the sweep
+# files and the plot command (plots/render).  Python 3 standard library and
+# gnuplot; the runner test launches the real spbench on tiny models.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND AND BUILD_TESTING)
+  set(SPB_RUNNER_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OPENBLAS_NUM_THREADS=1;MPIEXEC=${MPIEXEC_EXECUTABLE}")
+  add_test(NAME runner_sweep_parser
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_sweeplib.py)
+  add_test(NAME runner_sweeps
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_runner.py $<TARGET_FILE:spbench>)
+  add_test(NAME runner_render
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_render.py)
+  set_tests_properties(runner_sweep_parser runner_sweeps runner_render
+                       PROPERTIES ENVIRONMENT "${SPB_RUNNER_ENV}" TIMEOUT 600 LABELS runner)
+endif()

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""plots/render draws every kind of figure from the fixture CSV
+(tests/runner/fixture/, made by fixture.sweep) as non-empty PNG and SVG."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RENDER = os.path.join(ROOT, "plots", "render")
+FIXTURE = os.path.join(HERE, "fixture", "results.csv")
+KINDS = ["seqlen", "gpus", "scaling", "spdegree", "loss", "breakdown", "memory", "bytes"]
+
+
+class Render(unittest.TestCase):
+    def test_every_kind_renders(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = subprocess.run([sys.executable, RENDER, "--outdir", out, "--kinds", ",".join(KINDS), FIXTURE],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for k in KINDS:
+                for ext in ("png", "svg"):
+                    p = os.path.join(out, "fixture-%s.%s" % (k, ext))
+                    self.assertTrue(os.path.exists(p), p)
+                    self.assertGreater(os.path.getsize(p), 2000, p)
+                with open(os.path.join(out, "fixture-%s.png" % k), "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            # The default kinds (no sweep file for the fixture: every kind its rows support).
+            r = subprocess.run([sys.executable, RENDER, "--outdir", out, FIXTURE], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_report(self):
+        """experiments/report on the fixture filed as fig8's results: sections, figures, loss check."""
+        import shutil
+        with tempfile.TemporaryDirectory() as res:
+            d = os.path.join(res, "cpu", "fig8")
+            shutil.copytree(os.path.dirname(FIXTURE), d)
+            sys.path.insert(0, os.path.join(ROOT, "experiments"))
+            import sweeplib as sl
+            rows = sl.read_rows(os.path.join(d, "results.csv"))
+            for r in rows:
+                r["sweep"] = "fig8"
+            sl.write_all(os.path.join(d, "results.csv"), rows)
+            r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "report"), "--results", res,
+                                "--render"], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(res, "REPORT.md")) as f:
+                text = f.read()
+            for frag in ("## fig4", "## fig8", "### CPU scale (measured)", "![fig8-loss](cpu/fig8/fig8-loss.png)",
+                         "largest difference between any two curves", "4 oom-predicted", "not run (`experiments/run"):
+                self.assertIn(frag, text)
+            self.assertTrue(os.path.getsize(os.path.join(d, "fig8-loss.png")) > 2000)
+
+    def test_bad_input(self):
+        with tempfile.TemporaryDirectory() as out:
+            empty = os.path.join(out, "empty.csv")
+            open(empty, "w").close()
+            r = subprocess.run([sys.executable, RENDER, empty], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("no rows", r.stderr)
+            r = subprocess.run([sys.executable, RENDER, "--kinds", "pie", "--outdir", out, FIXTURE],
+                               capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("unknown kind 'pie'", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
