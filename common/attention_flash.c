@@ -16,6 +16,18 @@
  * are computed for those only and the rest of the row is set to 0, so no
  * (-inf) - (-inf) can arise.
  *
+ * Blocked-sparse masking (docs/SPARSE.md; attention.h, spb_attn_row_spans):
+ * each query row sees at most two spans of keys.  Per query tile the spans of
+ * its rows are computed once; a key tile that no row of the query tile sees
+ * is skipped (no sgemm at all), one that every row sees entirely runs
+ * unmasked, and a partially visible one is masked after S = QK^T: the row's
+ * count of visible keys becomes one past its last visible key in the tile,
+ * and the masked keys before that are set to -INFINITY in S.  Such a row has
+ * at least one visible key in the tile, so its maximum is finite and
+ * exp(-inf - finite) gives exactly 0 (the polynomial exp flushes anything
+ * below -87.3 to 0); still no (-inf) - (-inf).  A dense (causal) mask is a
+ * prefix, so it never writes -INFINITY.
+ *
  * Backward (per query tile, D_i = rowsum(dO_i o O_i) computed once, then per
  * key tile): S recomputed, P = exp(S - lse), dV += P^T dO, dP = dO V^T,
  * dS = P o (dP - D), dQ += scale dS K, dK += scale dS^T Q; the last three and
@@ -378,16 +390,71 @@ static spb_fa_kernels spb_fa_pick(void)
 /* ------------------------------------------------------------------------ */
 /* Masking geometry. */
 
-/* For query tile rows [i0, i0+mr) and key tile columns [j0, j0+nc): fill
- * nvis and return it, or return NULL when every row sees the whole tile. */
-static const int *fa_tile_mask(const spb_attn_desc *d, int i0, int mr, int j0, int nc,
+/* The visible key spans of the rows of one query tile (spb_attn_row_spans). */
+typedef struct fa_rows {
+    int n[SPB_FA_BR];
+    int span[SPB_FA_BR][4];
+} fa_rows;
+
+/* Fills rs for rows [i0, i0+mr); returns one past the last key any of them
+ * sees (0: none).  Not simply the last row's end: under a sparse pattern the
+ * local window of later rows may have moved past this key block. */
+static int fa_rows_init(const spb_attn_desc *d, int i0, int mr, fa_rows *rs)
+{
+    int kend = 0;
+    for (int r = 0; r < mr; r++) {
+        int n = rs->n[r] = spb_attn_row_spans(d, i0 + r, rs->span[r]);
+        if (n && rs->span[r][2 * n - 1] > kend)
+            kend = rs->span[r][2 * n - 1];
+    }
+    return kend;
+}
+
+enum { FA_NONE, FA_ALL, FA_PART };
+
+/* Which of the query tile's rows [i0, i0+mr) see which of the key tile's
+ * columns [j0, j0+nc): none at all, all of them, or some. */
+static int fa_tile_class(const spb_attn_desc *d, const fa_rows *rs, int i0, int mr, int j0, int nc)
+{
+    if (d->sparse_block <= 0) {
+        if (!d->causal || d->k_offset + j0 + nc - 1 <= d->q_offset + i0)
+            return FA_ALL;
+        if (d->k_offset + j0 > d->q_offset + i0 + mr - 1)
+            return FA_NONE;
+        return FA_PART;
+    }
+    long vis = 0;
+    for (int r = 0; r < mr; r++)
+        for (int s = 0; s < rs->n[r]; s++) {
+            int a = rs->span[r][2 * s] > j0 ? rs->span[r][2 * s] : j0;
+            int b = rs->span[r][2 * s + 1] < j0 + nc ? rs->span[r][2 * s + 1] : j0 + nc;
+            if (b > a)
+                vis += b - a;
+        }
+    return vis == 0 ? FA_NONE : vis == (long)mr * nc ? FA_ALL : FA_PART;
+}
+
+/* For a key tile of class FA_PART, once S (leading dim ld) holds the
+ * scores: nvis[r] = one past row r's last visible column of the tile (0:
+ * none), and masked columns before it set to -INFINITY in S (only sparse
+ * masks have such holes).  Returns nvis. */
+static const int *fa_tile_mask(const fa_rows *rs, int mr, int j0, int nc, float *S, int ld,
                                int *nvis)
 {
-    if (!d->causal || d->k_offset + j0 + nc - 1 <= d->q_offset + i0)
-        return NULL;
     for (int r = 0; r < mr; r++) {
-        long n = d->q_offset + i0 + r - (d->k_offset + j0) + 1;
-        nvis[r] = n < 0 ? 0 : n > nc ? nc : (int)n;
+        float *row = S + (size_t)r * ld;
+        int c = 0; /* columns before c are handled */
+        nvis[r] = 0;
+        for (int s = 0; s < rs->n[r]; s++) {
+            int a = (rs->span[r][2 * s] > j0 ? rs->span[r][2 * s] : j0) - j0;
+            int b = (rs->span[r][2 * s + 1] < j0 + nc ? rs->span[r][2 * s + 1] : j0 + nc) - j0;
+            if (b <= a)
+                continue;
+            for (; c < a; c++)
+                row[c] = -INFINITY;
+            c = b;
+            nvis[r] = b;
+        }
     }
     return nvis;
 }
@@ -396,7 +463,8 @@ static const int *fa_tile_mask(const spb_attn_desc *d, int i0, int mr, int j0, i
 
 static void fa_forward_tile(const spb_attn_desc *d, const spb_fa_kernels *kern, int b, int h,
                             int i0, const float *q, const float *k, const float *v, float *o,
-                            float *lse, float *S, float *acc, float *m, float *l, int *nvis)
+                            float *lse, float *S, float *acc, float *m, float *l, int *nvis,
+                            fa_rows *rs)
 {
     const int D = d->head_dim;
     const int mr = d->q_len - i0 < SPB_FA_BR ? d->q_len - i0 : SPB_FA_BR;
@@ -404,7 +472,7 @@ static void fa_forward_tile(const spb_attn_desc *d, const spb_fa_kernels *kern, 
     const float *kb = k + b * d->k_batch_stride + (long)h * D;
     const float *vb = v + b * d->k_batch_stride + (long)h * D;
     /* keys beyond kend are masked for every row of this tile */
-    const int kend = spb_attn_visible_keys(d, i0 + mr - 1);
+    const int kend = fa_rows_init(d, i0, mr, rs);
 
     for (int r = 0; r < mr; r++) {
         m[r] = -INFINITY;
@@ -414,10 +482,13 @@ static void fa_forward_tile(const spb_attn_desc *d, const spb_fa_kernels *kern, 
 
     for (int j0 = 0; j0 < kend; j0 += SPB_FA_BC) {
         const int nc = kend - j0 < SPB_FA_BC ? kend - j0 : SPB_FA_BC;
+        const int cls = fa_tile_class(d, rs, i0, mr, j0, nc);
+        if (cls == FA_NONE)
+            continue;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mr, nc, D, d->scale, qt,
                     (int)d->q_token_stride, kb + j0 * d->k_token_stride, (int)d->k_token_stride,
                     0.0f, S, SPB_FA_BC);
-        const int *mask = fa_tile_mask(d, i0, mr, j0, nc, nvis);
+        const int *mask = cls == FA_ALL ? NULL : fa_tile_mask(rs, mr, j0, nc, S, SPB_FA_BC, nvis);
         kern->fwd_tile(S, SPB_FA_BC, mr, nc, mask, m, l, acc, D);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mr, D, nc, 1.0f, S, SPB_FA_BC,
                     vb + j0 * d->k_token_stride, (int)d->k_token_stride, 1.0f, acc, D);
@@ -459,6 +530,7 @@ static void flash_forward(const spb_attn_desc *d, const float *q, const float *k
         float *acc = malloc(sizeof(float) * (size_t)SPB_FA_BR * D);
         float m[SPB_FA_BR], l[SPB_FA_BR];
         int nvis[SPB_FA_BR];
+        fa_rows rs;
         if (!S || !acc)
             failed = 1;
 #ifdef _OPENMP
@@ -471,7 +543,7 @@ static void flash_forward(const spb_attn_desc *d, const float *q, const float *k
             const int t = ntiles - 1 - (int)(w % ntiles);
             const long bh = w / ntiles;
             fa_forward_tile(d, &kern, (int)(bh / d->heads), (int)(bh % d->heads),
-                            t * SPB_FA_BR, q, k, v, o, lse, S, acc, m, l, nvis);
+                            t * SPB_FA_BR, q, k, v, o, lse, S, acc, m, l, nvis, &rs);
         }
         free(S);
         free(acc);
@@ -483,7 +555,7 @@ static void flash_forward(const spb_attn_desc *d, const float *q, const float *k
 static void fa_backward_head(const spb_attn_desc *d, const spb_fa_kernels *kern, int b, int h,
                              const float *q, const float *k, const float *v, const float *o,
                              const float *lse, const float *dout, float *dq, float *dk,
-                             float *dv, float *S, float *dP, float *Di, int *nvis)
+                             float *dv, float *S, float *dP, float *Di, int *nvis, fa_rows *rs)
 {
     const int D = d->head_dim;
     const float *qb = q + b * d->q_batch_stride + (long)h * D;
@@ -499,7 +571,7 @@ static void fa_backward_head(const spb_attn_desc *d, const spb_fa_kernels *kern,
 
     for (int i0 = 0; i0 < d->q_len; i0 += SPB_FA_BR) {
         const int mr = d->q_len - i0 < SPB_FA_BR ? d->q_len - i0 : SPB_FA_BR;
-        const int kend = spb_attn_visible_keys(d, i0 + mr - 1);
+        const int kend = fa_rows_init(d, i0, mr, rs);
         if (kend <= 0)
             continue;
         const float *qt = qb + i0 * d->q_token_stride;
@@ -521,12 +593,15 @@ static void fa_backward_head(const spb_attn_desc *d, const spb_fa_kernels *kern,
 
         for (int j0 = 0; j0 < kend; j0 += SPB_FA_BC) {
             const int nc = kend - j0 < SPB_FA_BC ? kend - j0 : SPB_FA_BC;
+            const int cls = fa_tile_class(d, rs, i0, mr, j0, nc);
+            if (cls == FA_NONE)
+                continue;
             const float *kt = kb + j0 * d->k_token_stride;
             const float *vt = vb + j0 * d->k_token_stride;
             /* S = scale Q K^T, then P = exp(S - lse) (masked) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mr, nc, D, d->scale, qt, qts,
                         kt, kts, 0.0f, S, SPB_FA_BC);
-            const int *mask = fa_tile_mask(d, i0, mr, j0, nc, nvis);
+            const int *mask = cls == FA_ALL ? NULL : fa_tile_mask(rs, mr, j0, nc, S, SPB_FA_BC, nvis);
             kern->bwd_p_tile(S, SPB_FA_BC, mr, nc, mask, lt);
             /* dV += P^T dO */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, D, mr, 1.0f, S, SPB_FA_BC,
@@ -562,6 +637,7 @@ static void flash_backward(const spb_attn_desc *d, const float *q, const float *
         float *dP = malloc(sizeof(float) * (size_t)SPB_FA_BR * SPB_FA_BC);
         float Di[SPB_FA_BR];
         int nvis[SPB_FA_BR];
+        fa_rows rs;
         if (!S || !dP)
             failed = 1;
 #ifdef _OPENMP
@@ -571,7 +647,7 @@ static void flash_backward(const spb_attn_desc *d, const float *q, const float *
             if (!S || !dP)
                 continue;
             fa_backward_head(d, &kern, (int)(w / d->heads), (int)(w % d->heads), q, k, v, o, lse,
-                             dout, dq, dk, dv, S, dP, Di, nvis);
+                             dout, dq, dk, dv, S, dP, Di, nvis, &rs);
         }
         free(S);
         free(dP);

@@ -3,7 +3,9 @@
  * the tiled backend is tested against.
  *
  * Forward, per (batch, head, query row i):
- *   s_j = scale q_i.k_j  for visible j (causal: k_offset+j <= q_offset+i),
+ *   s_j = scale q_i.k_j  for visible j (spb_attn_visible, tested element by
+ *   element: causal k_offset+j <= q_offset+i, and the blocked-sparse
+ *   pattern when the descriptor has one),
  *   lse_i = max_j s_j + log sum_j exp(s_j - max),  o_i = sum_j p_j v_j / sum_j p_j.
  * Backward, with P_ij = exp(s_ij - lse_i) and D_i = dO_i.O_i:
  *   dV_j += sum_i P_ij dO_i,   dP_ij = dO_i.V_j,   dS_ij = P_ij (dP_ij - D_i),
@@ -33,15 +35,13 @@ static void naive_forward(const spb_attn_desc *d, const float *q, const float *k
                 const float *qi = q + b * d->q_batch_stride + i * d->q_token_stride + (long)h * D;
                 float *oi = o + b * d->o_batch_stride + i * d->o_token_stride + (long)h * D;
                 float *li = lse + ((long)b * d->heads + h) * d->q_len + i;
-                int n = spb_attn_visible_keys(d, i);
-                if (n == 0) {
-                    for (int c = 0; c < D; c++)
-                        oi[c] = 0.0f;
-                    *li = -INFINITY;
-                    continue;
-                }
+                int n = spb_attn_dense_keys(d, i); /* keys past n are masked */
+                int any = 0;
                 double mx = -INFINITY;
                 for (int j = 0; j < n; j++) {
+                    if (!spb_attn_visible(d, i, j))
+                        continue;
+                    any = 1;
                     const float *kj = k + b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
                     double dot = 0.0;
                     for (int c = 0; c < D; c++)
@@ -50,10 +50,18 @@ static void naive_forward(const spb_attn_desc *d, const float *q, const float *k
                     if (s[j] > mx)
                         mx = s[j];
                 }
+                if (!any) {
+                    for (int c = 0; c < D; c++)
+                        oi[c] = 0.0f;
+                    *li = -INFINITY;
+                    continue;
+                }
                 double sum = 0.0;
                 for (int c = 0; c < D; c++)
                     acc[c] = 0.0;
                 for (int j = 0; j < n; j++) {
+                    if (!spb_attn_visible(d, i, j))
+                        continue;
                     const float *vj = v + b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
                     double p = exp(s[j] - mx);
                     sum += p;
@@ -97,7 +105,7 @@ static void naive_backward(const spb_attn_desc *d, const float *q, const float *
                 const float *doi = dout + ooff;
                 float *dqo = dq + qoff; /* dQ has Q's layout */
                 double l = lse[((long)b * d->heads + h) * d->q_len + i];
-                int n = spb_attn_visible_keys(d, i);
+                int n = spb_attn_dense_keys(d, i); /* keys past n are masked */
                 if (n == 0 || !(l > -INFINITY))
                     continue; /* no visible key: contributes nothing */
                 double Di = 0.0;
@@ -106,6 +114,8 @@ static void naive_backward(const spb_attn_desc *d, const float *q, const float *
                     dqi[c] = 0.0;
                 }
                 for (int j = 0; j < n; j++) {
+                    if (!spb_attn_visible(d, i, j))
+                        continue;
                     const long koff = b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
                     const float *kj = k + koff;
                     const float *vj = v + koff;

@@ -55,6 +55,12 @@ static const option_spec options[] = {
         "keep each layer's input only and recompute the layer in backward"),
     OPT("attention", OPT_STRING, attention, "attention backend: flash | naive"),
     OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
+    OPT("sparse-block", OPT_INT, sparse_block,
+        "blocked-sparse attention: tokens per block (0 = dense; must divide --seq-length; docs/SPARSE.md)"),
+    OPT("sparse-local-blocks", OPT_INT, sparse_local_blocks,
+        "blocked-sparse: window of key blocks around the query's, own block included (>= 1)"),
+    OPT("sparse-global-blocks", OPT_INT, sparse_global_blocks,
+        "blocked-sparse: leading key blocks every query sees (0 = none)"),
     OPT("ulysses-comm", OPT_STRING, ulysses_comm,
         "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
     OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
@@ -257,6 +263,19 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (strcmp(c->attention_mask, "causal") && strcmp(c->attention_mask, "full"))
         return fail(err, errlen, "unknown --attention-mask '%s' (causal, full)", c->attention_mask);
     c->causal = !strcmp(c->attention_mask, "causal");
+    if (c->sparse_block < 0)
+        return fail(err, errlen, "--sparse-block must be >= 0 (got %d; 0 = dense attention)", c->sparse_block);
+    if (c->sparse_local_blocks < 0)
+        return fail(err, errlen, "--sparse-local-blocks must be >= 0 (got %d)", c->sparse_local_blocks);
+    if (c->sparse_global_blocks < 0)
+        return fail(err, errlen, "--sparse-global-blocks must be >= 0 (got %d)", c->sparse_global_blocks);
+    if (c->sparse_block == 0 && (c->sparse_local_blocks || c->sparse_global_blocks))
+        return fail(err, errlen, "--sparse-local-blocks and --sparse-global-blocks need --sparse-block > 0");
+    if (c->sparse_block > 0 && c->sparse_local_blocks < 1)
+        return fail(err, errlen, "--sparse-block %d needs --sparse-local-blocks >= 1 (got %d; the query's own block)",
+                    c->sparse_block, c->sparse_local_blocks);
+    if (c->sparse_block > 0 && c->seq_length % c->sparse_block)
+        return fail(err, errlen, "--sparse-block %d does not divide --seq-length %d", c->sparse_block, c->seq_length);
     if (strcmp(c->ring_layout, "contiguous") && strcmp(c->ring_layout, "zigzag"))
         return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
     if (strcmp(c->ulysses_comm, "alltoall") && strcmp(c->ulysses_comm, "allgather"))

@@ -39,6 +39,10 @@ typedef struct spb_config {
     char attention[SPB_NAME_MAX]; /* attention backend */
     char attention_mask[SPB_NAME_MAX]; /* causal | full */
     int causal;                 /* derived from attention_mask */
+    /* blocked-sparse attention pattern (docs/SPARSE.md; 0 = dense) */
+    int sparse_block;           /* tokens per block */
+    int sparse_local_blocks;    /* sliding window, in blocks, own block included */
+    int sparse_global_blocks;   /* leading key blocks every query sees */
     char ring_layout[SPB_NAME_MAX]; /* contiguous | zigzag */
     char ulysses_comm[SPB_NAME_MAX]; /* alltoall | allgather (ablation) */
     char device[SPB_NAME_MAX];

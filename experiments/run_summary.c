@@ -182,6 +182,9 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "ulysses_comm", "%s", c->ulysses_comm);
     spb_row_add(&r, "memory_budget_bytes", "%.0f", c->memory_budget[0] ? spb_parse_bytes(c->memory_budget) : 0.0);
     spb_row_add(&r, "attention_mask", "%s", c->attention_mask);
+    spb_row_add(&r, "sparse_block", "%d", c->sparse_block);
+    spb_row_add(&r, "sparse_local_blocks", "%d", c->sparse_local_blocks);
+    spb_row_add(&r, "sparse_global_blocks", "%d", c->sparse_global_blocks);
     spb_row_add(&r, "num_layers", "%d", c->num_layers);
     spb_row_add(&r, "hidden_size", "%d", c->hidden_size);
     spb_row_add(&r, "num_heads", "%d", c->num_heads);

@@ -52,6 +52,9 @@ SPB_OPTIONS = {
     "attention-mask": (("causal", "full"), "causal", "attention_mask"),
     "ulysses-comm": (("alltoall", "allgather"), "alltoall", "ulysses_comm"),
     "ring-layout": (("contiguous", "zigzag"), "contiguous", "ring_layout"),
+    "sparse-block": ("int", 0, None),           # blocked-sparse attention (docs/SPARSE.md)
+    "sparse-local-blocks": ("int", 0, None),
+    "sparse-global-blocks": ("int", 0, None),
     "device": ("str", "cpu", "device"),
     "data": ("str", None, None),
     "log-interval": ("int", 1, None),
@@ -336,7 +339,7 @@ RUNNER_COLUMNS = ["sweep", "scale", "point", "series", "label", "status", "messa
                   "layer_link_bytes_measured", "layer_link_bytes_predicted"]
 # spbench's results row (experiments/run_summary.c), in its order.
 SPB_COLUMNS = """run_name strategy device attention world_size dp sp zero_stage checkpoint_activations ring_layout
-attention_mask num_layers hidden_size num_heads ffn_hidden_size vocab_size seq_length micro_batch_size
+attention_mask sparse_block sparse_local_blocks sparse_global_blocks num_layers hidden_size num_heads ffn_hidden_size vocab_size seq_length micro_batch_size
 global_batch_size num_params train_iters measured_iters iter_time_median_s iter_time_min_s iter_time_max_s
 tokens_per_s tflops_paper_per_rank tflops_counted_per_rank gemm_gflops_per_rank first_loss final_loss
 time_data_s time_forward_s time_backward_s time_grad_reduce_s time_optimizer_s time_gemm_s time_attention_s
@@ -347,6 +350,12 @@ alltoall_plain_s alltoall_overhead_ratio allreduce_link_bytes allreduce_s allgat
 reduce_scatter_link_bytes reduce_scatter_s alltoall_link_bytes alltoall_s sendrecv_link_bytes sendrecv_s
 forward_link_bytes forward_comm_s backward_link_bytes backward_comm_s recompute_link_bytes recompute_comm_s
 zero_link_bytes zero_comm_s grad_reduce_link_bytes grad_reduce_comm_s other_link_bytes other_comm_s
+alltoall_forward_link_bytes alltoall_backward_link_bytes alltoall_recompute_link_bytes
+allgather_forward_link_bytes allgather_backward_link_bytes allgather_recompute_link_bytes
+reduce_scatter_forward_link_bytes reduce_scatter_backward_link_bytes reduce_scatter_recompute_link_bytes
+sendrecv_forward_link_bytes sendrecv_backward_link_bytes sendrecv_recompute_link_bytes
+predicted_layer_forward_link_bytes predicted_layer_backward_link_bytes predicted_strategy_link_bytes
+predicted_zero_and_reduce_link_bytes
 machine blas commit date""".split()
 # Columns only the performance model writes (docs/MODEL.md).
 MODEL_COLUMNS = ["precision", "attn_density", "fits", "memory_needed_bytes", "memory_capacity_bytes",
@@ -611,8 +620,13 @@ def _derive(row):
         accum = int(row["global_batch_size"]) // (b * dp)
         meas = sum(float(row.get(k) or 0) for k in ("forward_link_bytes", "backward_link_bytes"))
         row["layer_link_bytes_measured"] = "%.0f" % (meas / (L * accum))
-        pred = predicted_layer_bytes(row["strategy"], row.get("ulysses_comm") or "alltoall", int(row["seq_length"]),
-                                     int(row["hidden_size"]), b, int(row["sp"]))
+        # spbench's own formula (the strategy's comm_volume) when the row has
+        # it; the restatement below for rows that do not (the model's).
+        if row.get("predicted_layer_forward_link_bytes"):
+            pred = float(row["predicted_layer_forward_link_bytes"]) + float(row["predicted_layer_backward_link_bytes"])
+        else:
+            pred = predicted_layer_bytes(row["strategy"], row.get("ulysses_comm") or "alltoall",
+                                         int(row["seq_length"]), int(row["hidden_size"]), b, int(row["sp"]))
         if pred is not None:
             row["layer_link_bytes_predicted"] = "%.0f" % pred
     except (KeyError, ValueError, ZeroDivisionError):

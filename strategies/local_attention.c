@@ -18,6 +18,9 @@ spb_attn_desc spb_attn_local_desc(const spb_attn_ctx *c)
         .q_token_stride = 3 * W, .q_batch_stride = 3 * W * c->tokens,
         .k_token_stride = 3 * W, .k_batch_stride = 3 * W * c->tokens,
         .o_token_stride = W, .o_batch_stride = W * c->tokens,
+        /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
+        .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
+        .sparse_global = c->cfg ? c->cfg->sparse_global_blocks : 0,
     };
     return d;
 }

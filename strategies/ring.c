@@ -98,6 +98,9 @@ static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const r
         .q_token_stride = 3 * W, .q_batch_stride = 3 * W * T,
         .k_token_stride = 2 * W, .k_batch_stride = 2 * W * T,
         .o_token_stride = W, .o_batch_stride = W * T,
+        /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
+        .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
+        .sparse_global = c->cfg ? c->cfg->sparse_global_blocks : 0,
     };
     return d;
 }

@@ -70,6 +70,9 @@ static spb_attn_desc head_desc(const ulysses_dims *u, const spb_attn_ctx *c)
         .q_token_stride = 3 * u->row, .q_batch_stride = 3 * u->row * u->N,
         .k_token_stride = 3 * u->row, .k_batch_stride = 3 * u->row * u->N,
         .o_token_stride = u->row, .o_batch_stride = u->row * u->N,
+        /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
+        .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
+        .sparse_global = c->cfg ? c->cfg->sparse_global_blocks : 0,
     };
     return d;
 }

@@ -46,6 +46,10 @@ cases=(
   "--memory-budget 1MiB"
   "--memory-budget lots"
   "--zero-stage -1"
+  "--sparse-block 16 --seq-length 64"                       # no --sparse-local-blocks
+  "--sparse-block 24 --sparse-local-blocks 2 --seq-length 64" # 24 does not divide 64
+  "--sparse-block -8"
+  "--sparse-local-blocks 2"                                 # without --sparse-block
 )
 
 passed=0

@@ -72,6 +72,7 @@ typedef struct cfg {
     int causal;
     int fused; /* Q/K/V (and dK/dV) inside [B][T][3][H][D]; needs Tq == Tk */
     float amp; /* amplitude of Q and K entries */
+    int sb, sl, sg; /* blocked-sparse pattern: block, local blocks, global blocks (sb = 0: dense) */
 } cfg;
 
 typedef struct problem {
@@ -138,6 +139,9 @@ static void problem_init(problem *p, const cfg *c, uint64_t seed)
     d->k_offset = c->koff;
     d->causal = c->causal;
     d->scale = (float)(1.0 / sqrt((double)c->D));
+    d->sparse_block = c->sb;
+    d->sparse_local = c->sl;
+    d->sparse_global = c->sg;
     rng_seed(seed);
     if (c->fused) {
         ck_assert_int_eq(c->Tq, c->Tk);
@@ -304,9 +308,23 @@ static int gaps_intact(const float *a, size_t n, const unsigned char *m1, const 
 
 static void describe(char *buf, size_t n, const cfg *c)
 {
-    snprintf(buf, n, "B=%d H=%d D=%d Tq=%d Tk=%d qoff=%ld koff=%ld causal=%d fused=%d amp=%g",
+    snprintf(buf, n, "B=%d H=%d D=%d Tq=%d Tk=%d qoff=%ld koff=%ld causal=%d fused=%d amp=%g sparse=%d/%d/%d",
              c->B, c->H, c->D, c->Tq, c->Tk, c->qoff, c->koff, c->causal, c->fused,
-             (double)c->amp);
+             (double)c->amp, c->sb, c->sl, c->sg);
+}
+
+/* The test's own statement of the mask (docs/SPARSE.md), on global
+ * positions: dense causal, then the blocked-sparse local window and global
+ * blocks.  Independent of attention.h's span arithmetic. */
+static int ref_visible(const cfg *c, long qpos, long kpos)
+{
+    if (c->causal && kpos > qpos)
+        return 0;
+    if (c->sb == 0)
+        return 1;
+    long bq = qpos / c->sb, bk = kpos / c->sb;
+    long dist = bq > bk ? bq - bk : bk - bq;
+    return dist < c->sl || bk < c->sg;
 }
 
 /* Flash vs naive on one configuration: forward O, lse; backward dQ, dK, dV
@@ -345,9 +363,9 @@ static void compare_backends(const cfg *c, uint64_t seed, double tol)
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->H; h++)
             for (int i = 0; i < c->Tq; i++) {
-                int vis = !c->causal || c->qoff + i >= c->koff;
-                if (c->Tk == 0)
-                    vis = 0;
+                int vis = 0;
+                for (int j = 0; j < c->Tk && !vis; j++)
+                    vis = ref_visible(c, c->qoff + i, c->koff + j);
                 size_t li = ((size_t)b * c->H + h) * c->Tq + i;
                 const float *orow = rf.o + b * p.d.o_batch_stride + i * p.d.o_token_stride + h * c->D;
                 const float *nrow = rn.o + b * p.d.o_batch_stride + i * p.d.o_token_stride + h * c->D;
@@ -396,7 +414,7 @@ START_TEST(test_grid_fused)
     int causal = _i % 2;
     int di = (_i / 2) % N_DIM;
     int li = _i / (2 * N_DIM);
-    cfg c = {2, 3, grid_dim[di], grid_len[li], grid_len[li], 0, 0, causal, 1, 2.0f};
+    cfg c = {2, 3, grid_dim[di], grid_len[li], grid_len[li], 0, 0, causal, 1, 2.0f, 0, 0, 0};
     compare_backends(&c, 1000u + (uint64_t)_i, REL_TOL);
 }
 END_TEST
@@ -408,7 +426,7 @@ START_TEST(test_grid_strided_offset)
     int causal = _i % 2;
     int di = (_i / 2) % N_DIM;
     int li = _i / (2 * N_DIM);
-    cfg c = {2, 3, grid_dim[di], grid_len[li], grid_len[li], 300, 300, causal, 0, 2.0f};
+    cfg c = {2, 3, grid_dim[di], grid_len[li], grid_len[li], 300, 300, causal, 0, 2.0f, 0, 0, 0};
     compare_backends(&c, 5000u + (uint64_t)_i, REL_TOL);
 }
 END_TEST
@@ -416,19 +434,19 @@ END_TEST
 /* q_len != k_len, nonzero offsets, as in ring attention. */
 static const cfg offset_cases[] = {
     /* query block at 128 against key block at 0 (fully visible when causal) */
-    {2, 3, 32, 100, 128, 128, 0, 1, 0, 2.0f},
+    {2, 3, 32, 100, 128, 128, 0, 1, 0, 2.0f, 0, 0, 0},
     /* ... against key block at 64: straddles the diagonal */
-    {2, 3, 32, 100, 130, 128, 64, 1, 0, 2.0f},
-    {2, 3, 64, 64, 64, 128, 64, 1, 0, 2.0f},
-    {2, 3, 16, 65, 257, 128, 0, 1, 0, 2.0f},
+    {2, 3, 32, 100, 130, 128, 64, 1, 0, 2.0f, 0, 0, 0},
+    {2, 3, 64, 64, 64, 128, 64, 1, 0, 2.0f, 0, 0, 0},
+    {2, 3, 16, 65, 257, 128, 0, 1, 0, 2.0f, 0, 0, 0},
     /* key block starting inside the query block: leading rows see nothing */
-    {2, 3, 32, 100, 64, 128, 200, 1, 0, 2.0f},
-    {2, 3, 16, 130, 7, 0, 129, 1, 0, 2.0f},
+    {2, 3, 32, 100, 64, 128, 200, 1, 0, 2.0f, 0, 0, 0},
+    {2, 3, 16, 130, 7, 0, 129, 1, 0, 2.0f, 0, 0, 0},
     /* non-causal with offsets: offsets must not matter */
-    {2, 3, 32, 100, 130, 128, 64, 0, 0, 2.0f},
-    {2, 3, 64, 7, 257, 0, 999, 0, 0, 2.0f},
+    {2, 3, 32, 100, 130, 128, 64, 0, 0, 2.0f, 0, 0, 0},
+    {2, 3, 64, 7, 257, 0, 999, 0, 0, 2.0f, 0, 0, 0},
     /* larger scores: stresses the running-max rescaling */
-    {2, 3, 64, 257, 257, 0, 0, 1, 1, 4.0f},
+    {2, 3, 64, 257, 257, 0, 0, 1, 1, 4.0f, 0, 0, 0},
 };
 #define N_OFFSET ((int)(sizeof offset_cases / sizeof offset_cases[0]))
 
@@ -443,7 +461,7 @@ END_TEST
 START_TEST(test_fully_masked)
 {
     const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
-    cfg c = {2, 3, 32, 64, 70, 0, 64, 1, 0, 2.0f};
+    cfg c = {2, 3, 32, 64, 70, 0, 64, 1, 0, 2.0f, 0, 0, 0};
     for (int bi = 0; bi < 2; bi++) {
         problem p;
         outputs out;
@@ -485,7 +503,7 @@ END_TEST
 START_TEST(test_accumulates)
 {
     const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
-    cfg c = {2, 3, 32, 130, 130, 0, 0, 1, 1, 2.0f};
+    cfg c = {2, 3, 32, 130, 130, 0, 0, 1, 1, 2.0f, 0, 0, 0};
     for (int bi = 0; bi < 2; bi++) {
         problem p;
         outputs a, b2;
@@ -543,7 +561,7 @@ START_TEST(test_merge_blocks)
     fill_random(v, n, 1.0f);
     fill_random(dout, n, 1.0f);
     spb_attn_desc full = {B, H, D, T, T, 0, 0, 1, (float)(1.0 / sqrt((double)D)),
-                          ts, T * ts, ts, T * ts, ts, T * ts};
+                          ts, T * ts, ts, T * ts, ts, T * ts, 0, 0, 0};
     spb_attn_desc b1 = full, b2 = full;
     b1.k_len = split;
     b2.k_len = T - split;
@@ -716,7 +734,7 @@ START_TEST(test_finite_differences)
     }
     spb_attn_desc d = {c->B, c->H, c->D, c->Tq, c->Tk, c->qoff, c->koff, c->causal,
                        (float)(1.0 / sqrt((double)c->D)),
-                       HD, (long)c->Tq * HD, HD, (long)c->Tk * HD, HD, (long)c->Tq * HD};
+                       HD, (long)c->Tq * HD, HD, (long)c->Tk * HD, HD, (long)c->Tq * HD, 0, 0, 0};
     const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
     for (int bi = 0; bi < 2; bi++) {
         float *o = xmalloc(sizeof(float) * nq), *lse = xmalloc(sizeof(float) * (size_t)c->B * c->H * c->Tq);
@@ -740,6 +758,260 @@ START_TEST(test_finite_differences)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Blocked-sparse attention (docs/SPARSE.md). */
+
+/* Flash vs naive under the sparse pattern: self blocks, offset blocks as in
+ * ring attention (zigzag puts any two chunks together), causal and full,
+ * blocks smaller than, equal to and not dividing the 64 x 64 tiles (so key
+ * tiles are skipped, run unmasked, and masked with holes between the global
+ * and the local span), lengths not multiple of the tile, and blocks whose
+ * rows partly or entirely see no key. */
+static const cfg sparse_cases[] = {
+    /* B H  D   Tq   Tk  qoff koff causal fused amp  sb sl sg */
+    {2, 3, 32, 257, 257, 0, 0, 1, 1, 2.0f, 16, 2, 1},   /* holes inside tiles */
+    {2, 3, 32, 257, 257, 0, 0, 0, 1, 2.0f, 16, 2, 1},   /* full: symmetric window */
+    {1, 2, 64, 300, 300, 0, 0, 1, 1, 2.0f, 64, 4, 1},   /* the sweeps' pattern, tile-aligned */
+    {1, 2, 64, 320, 320, 0, 0, 1, 1, 4.0f, 64, 1, 0},   /* block-diagonal, larger scores */
+    {2, 3, 16, 130, 200, 300, 100, 1, 0, 2.0f, 32, 3, 2}, /* ring pair below the diagonal */
+    {2, 3, 32, 100, 130, 128, 64, 0, 0, 2.0f, 8, 1, 0},  /* full with offsets, no global */
+    {2, 3, 32, 65, 257, 500, 0, 1, 0, 2.0f, 24, 2, 1},  /* global + window in one key block */
+    {2, 3, 32, 130, 130, 300, 300, 1, 0, 2.0f, 48, 2, 3}, /* diagonal pair at an offset */
+    {2, 3, 32, 100, 64, 96, 64, 1, 0, 2.0f, 32, 1, 1},  /* only the first query rows see keys */
+    {2, 3, 32, 64, 64, 640, 128, 1, 0, 2.0f, 64, 2, 1}, /* no row sees any key */
+    {2, 3, 32, 70, 70, 0, 1000, 0, 0, 2.0f, 100, 2, 1}, /* full, far apart: nothing visible */
+    {2, 3, 64, 257, 257, 0, 0, 1, 1, 2.0f, 7, 3, 2},    /* odd block size */
+};
+#define N_SPARSE ((int)(sizeof sparse_cases / sizeof sparse_cases[0]))
+
+START_TEST(test_sparse_flash_vs_naive)
+{
+    compare_backends(&sparse_cases[_i], 13000u + (uint64_t)_i, REL_TOL);
+}
+END_TEST
+
+/* spb_attn_visible_keys / key_end / row_spans / visible_pairs (used for the
+ * counted FLOPs and the flash tile walk) against counting ref_visible
+ * element by element, over many shapes and patterns. */
+START_TEST(test_sparse_visible_counts)
+{
+    const int lens[] = {1, 13, 64, 100};
+    const long offs[] = {0, 5, 64, 130};
+    const int pats[][3] = {{0, 0, 0}, {4, 1, 0}, {4, 2, 1}, {8, 3, 2}, {16, 1, 5}, {7, 2, 1}};
+    long checked = 0;
+    for (int causal = 0; causal < 2; causal++)
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 4; b++)
+                for (int e = 0; e < 4; e++)
+                    for (int f = 0; f < 4; f++)
+                        for (int pi = 0; pi < 6; pi++) {
+                            cfg c = {1, 1, 8, lens[a], lens[b], offs[e], offs[f], causal, 0, 1.0f,
+                                     pats[pi][0], pats[pi][1], pats[pi][2]};
+                            spb_attn_desc d = {0};
+                            d.batch = 2, d.heads = 3, d.head_dim = 8, d.q_len = c.Tq, d.k_len = c.Tk;
+                            d.q_offset = c.qoff, d.k_offset = c.koff, d.causal = causal;
+                            d.sparse_block = c.sb, d.sparse_local = c.sl, d.sparse_global = c.sg;
+                            double pairs = 0;
+                            for (int i = 0; i < c.Tq; i++) {
+                                int n = 0, end = 0;
+                                for (int j = 0; j < c.Tk; j++) {
+                                    int v = ref_visible(&c, c.qoff + i, c.koff + j);
+                                    ck_assert_int_eq(spb_attn_visible(&d, i, j), v);
+                                    n += v;
+                                    if (v)
+                                        end = j + 1;
+                                }
+                                ck_assert_int_eq(spb_attn_visible_keys(&d, i), n);
+                                ck_assert_int_eq(spb_attn_key_end(&d, i), end);
+                                int span[4], ns = spb_attn_row_spans(&d, i, span);
+                                for (int j = 0; j < c.Tk; j++) {
+                                    int in = 0;
+                                    for (int s2 = 0; s2 < ns; s2++)
+                                        in |= j >= span[2 * s2] && j < span[2 * s2 + 1];
+                                    ck_assert_int_eq(in, ref_visible(&c, c.qoff + i, c.koff + j));
+                                }
+                                pairs += n;
+                                checked++;
+                            }
+                            ck_assert(spb_attn_visible_pairs(&d) == pairs * 6);
+                        }
+    if (verbose())
+        printf("sparse visible counts: %ld rows checked\n", checked);
+}
+END_TEST
+
+/* Naive (and flash) sparse attention against a brute force written here:
+ * the mask materialised as a matrix from ref_visible, a dense softmax of the
+ * whole score row with masked scores at -inf, and the backward from the
+ * dense matrices P, dP, dS.  Tiny shapes, double precision. */
+enum { BF_MAX = 32 };
+
+static const cfg brute_cases[] = {
+    {1, 2, 8, 24, 24, 0, 0, 1, 0, 2.0f, 4, 2, 1},  /* causal self block */
+    {1, 2, 8, 24, 24, 0, 0, 0, 0, 2.0f, 4, 2, 1},  /* full self block */
+    {1, 2, 8, 20, 30, 40, 6, 1, 0, 2.0f, 4, 1, 2}, /* only the global keys 6, 7 are visible */
+    {1, 2, 8, 24, 16, 20, 12, 1, 0, 2.0f, 4, 2, 0}, /* later query rows see no key */
+    {2, 1, 8, 32, 32, 0, 0, 1, 0, 2.0f, 8, 1, 0},  /* block-diagonal */
+};
+#define N_BRUTE ((int)(sizeof brute_cases / sizeof brute_cases[0]))
+
+START_TEST(test_sparse_brute_force)
+{
+    const cfg *c = &brute_cases[_i];
+    char what[256];
+    describe(what, sizeof what, c);
+    ck_assert(c->Tq <= BF_MAX && c->Tk <= BF_MAX);
+    problem p;
+    problem_init(&p, c, 17000u + (uint64_t)_i);
+    const spb_attn_desc *d = &p.d;
+    const int D = c->D;
+    outputs ref;
+    outputs_init(&ref, &p);
+    unsigned char M[BF_MAX][BF_MAX];
+    int masked = 0, empty_rows = 0;
+    for (int i = 0; i < c->Tq; i++) {
+        int any = 0;
+        for (int j = 0; j < c->Tk; j++) {
+            M[i][j] = (unsigned char)ref_visible(c, c->qoff + i, c->koff + j);
+            masked += !M[i][j];
+            any |= M[i][j];
+        }
+        empty_rows += !any;
+    }
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->H; h++) {
+            double P[BF_MAX][BF_MAX], dP[BF_MAX][BF_MAX];
+#define QP(i) (p.q + b * d->q_batch_stride + (long)(i) * d->q_token_stride + h * D)
+#define KP(j) (p.k + b * d->k_batch_stride + (long)(j) * d->k_token_stride + h * D)
+#define VP(j) (p.v + b * d->k_batch_stride + (long)(j) * d->k_token_stride + h * D)
+#define OOFF(i) (b * d->o_batch_stride + (long)(i) * d->o_token_stride + h * D)
+            for (int i = 0; i < c->Tq; i++) {
+                double S[BF_MAX], mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < c->Tk; j++) {
+                    double dot = 0.0;
+                    for (int x = 0; x < D; x++)
+                        dot += (double)QP(i)[x] * KP(j)[x];
+                    S[j] = M[i][j] ? (double)d->scale * dot : -INFINITY;
+                    if (S[j] > mx)
+                        mx = S[j];
+                }
+                float *orow = ref.o + OOFF(i);
+                float *lrow = ref.lse + ((size_t)b * c->H + h) * c->Tq + i;
+                if (mx == -INFINITY) { /* no visible key */
+                    for (int j = 0; j < c->Tk; j++)
+                        P[i][j] = 0.0;
+                    for (int x = 0; x < D; x++)
+                        orow[x] = 0.0f;
+                    *lrow = -INFINITY;
+                    continue;
+                }
+                for (int j = 0; j < c->Tk; j++)
+                    sum += exp(S[j] - mx); /* exp(-inf) = 0 */
+                for (int j = 0; j < c->Tk; j++)
+                    P[i][j] = exp(S[j] - mx) / sum;
+                for (int x = 0; x < D; x++) {
+                    double o = 0.0;
+                    for (int j = 0; j < c->Tk; j++)
+                        o += P[i][j] * VP(j)[x];
+                    orow[x] = (float)o;
+                }
+                *lrow = (float)(mx + log(sum));
+            }
+            /* backward: dP = dO V^T, dS = P o (dP - rowsum(P o dP)) */
+            double dS[BF_MAX][BF_MAX];
+            for (int i = 0; i < c->Tq; i++) {
+                double Di = 0.0;
+                for (int j = 0; j < c->Tk; j++) {
+                    double t = 0.0;
+                    for (int x = 0; x < D; x++)
+                        t += (double)p.dout[OOFF(i) + x] * VP(j)[x];
+                    dP[i][j] = t;
+                    Di += P[i][j] * t;
+                }
+                for (int j = 0; j < c->Tk; j++)
+                    dS[i][j] = P[i][j] * (dP[i][j] - Di);
+            }
+            for (int x = 0; x < D; x++) {
+                for (int i = 0; i < c->Tq; i++) {
+                    double g = 0.0;
+                    for (int j = 0; j < c->Tk; j++)
+                        g += dS[i][j] * KP(j)[x];
+                    ref.dq[b * d->q_batch_stride + (long)i * d->q_token_stride + h * D + x] =
+                        (float)(d->scale * g);
+                }
+                for (int j = 0; j < c->Tk; j++) {
+                    double gk = 0.0, gv = 0.0;
+                    for (int i = 0; i < c->Tq; i++) {
+                        gk += dS[i][j] * QP(i)[x];
+                        gv += P[i][j] * p.dout[OOFF(i) + x];
+                    }
+                    long ko = b * d->k_batch_stride + (long)j * d->k_token_stride + h * D + x;
+                    ref.dk[ko] = (float)(d->scale * gk);
+                    ref.dv[ko] = (float)gv;
+                }
+            }
+#undef QP
+#undef KP
+#undef VP
+#undef OOFF
+        }
+    ck_assert_msg(masked > 0, "%s: the pattern masks nothing", what);
+    const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
+    for (int bi = 0; bi < 2; bi++) {
+        outputs out;
+        outputs_init(&out, &p);
+        run_forward(bes[bi], &p, &out);
+        run_backward(bes[bi], &p, &out);
+        double eo = rel_err(out.o, ref.o, p.on, p.omask), el = rel_err(out.lse, ref.lse, p.ln, NULL);
+        double eq = rel_err(out.dq, ref.dq, p.qn, p.qmask);
+        double ek = rel_err(out.dkbuf, ref.dkbuf, p.kn, p.kmask);
+        double ev = rel_err(out.dvbuf, ref.dvbuf, p.kn, p.vmask);
+        if (verbose())
+            printf("brute force %s %s (%d masked pairs, %d empty rows): O %.2e lse %.2e dQ %.2e dK %.2e dV %.2e\n",
+                   bes[bi]->name, what, masked, empty_rows, eo, el, eq, ek, ev);
+        ck_assert_msg(eo <= REL_TOL && el <= REL_TOL && eq <= REL_TOL && ek <= REL_TOL && ev <= REL_TOL,
+                      "%s %s vs brute force: O %g lse %g dQ %g dK %g dV %g", bes[bi]->name, what, eo, el, eq,
+                      ek, ev);
+        outputs_free(&out, &p);
+    }
+    outputs_free(&ref, &p);
+    problem_free(&p);
+}
+END_TEST
+
+/* The pattern is applied: a sparse run differs from the dense one on the
+ * same inputs, and a pattern whose window covers everything equals dense. */
+START_TEST(test_sparse_changes_result)
+{
+    cfg sparse = {2, 3, 32, 130, 130, 0, 0, 1, 1, 2.0f, 16, 2, 1};
+    cfg dense = sparse, wide = sparse;
+    dense.sb = dense.sl = dense.sg = 0;
+    wide.sl = 1000; /* window wider than the sequence */
+    problem ps, pd, pw;
+    outputs os, od, ow;
+    problem_init(&ps, &sparse, 99);
+    problem_init(&pd, &dense, 99);
+    problem_init(&pw, &wide, 99);
+    outputs_init(&os, &ps);
+    outputs_init(&od, &pd);
+    outputs_init(&ow, &pw);
+    run_forward(&spb_attn_flash, &ps, &os);
+    run_forward(&spb_attn_flash, &pd, &od);
+    run_forward(&spb_attn_flash, &pw, &ow);
+    double diff = rel_err(os.o, od.o, ps.on, ps.omask), same = rel_err(ow.o, od.o, pw.on, pw.omask);
+    if (verbose())
+        printf("sparse vs dense O: %.2e; window wider than the sequence vs dense: %.2e\n", diff, same);
+    ck_assert_msg(diff > 1e-2, "sparse pattern changed nothing (%g)", diff);
+    ck_assert_msg(same == 0.0, "an all-covering window differs from dense (%g)", same);
+    outputs_free(&os, &ps);
+    outputs_free(&od, &pd);
+    outputs_free(&ow, &pw);
+    problem_free(&ps);
+    problem_free(&pd);
+    problem_free(&pw);
+}
+END_TEST
+
 static Suite *attention_suite(void)
 {
     Suite *s = suite_create("attention");
@@ -756,6 +1028,14 @@ static Suite *attention_suite(void)
     tcase_add_test(tb, test_accumulates);
     tcase_add_test(tb, test_by_name);
     suite_add_tcase(s, tb);
+
+    TCase *ts = tcase_create("sparse");
+    tcase_set_timeout(ts, 120);
+    tcase_add_loop_test(ts, test_sparse_flash_vs_naive, 0, N_SPARSE);
+    tcase_add_test(ts, test_sparse_visible_counts);
+    tcase_add_loop_test(ts, test_sparse_brute_force, 0, N_BRUTE);
+    tcase_add_test(ts, test_sparse_changes_result);
+    suite_add_tcase(s, ts);
 
     TCase *tf = tcase_create("finite_differences");
     tcase_set_timeout(tf, 120);
