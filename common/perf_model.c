@@ -1,0 +1,744 @@
+/* The performance model; see perf_model.h and docs/MODEL.md. */
+#define _DEFAULT_SOURCE
+#include "perf_model.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../strategies/strategy.h"
+#include "flops.h"
+#include "zero.h"
+
+static const char *elem_names[SPB_ELEM_NUM] = {"ln_fwd", "ln_bwd", "gelu_fwd", "gelu_bwd", "xent_fwd",
+                                               "xent_bwd", "add", "copy", "adam", "sumsq"};
+const char *spb_elem_name(spb_elem_kind k) { return elem_names[k]; }
+
+/* Bytes per element each element-wise kernel moves through device memory
+ * under bf16 mixed precision (reads + writes; fp32 master weights and AdamW
+ * moments for the update).  Used when a profile gives no measured seconds. */
+static const double elem_bytes_bf16[SPB_ELEM_NUM] = {
+    4,  /* ln_fwd: read x, write y */
+    8,  /* ln_bwd: read x, dy, dx; write dx */
+    4,  /* gelu_fwd */
+    6,  /* gelu_bwd: read x, dy; write dx */
+    6,  /* xent_fwd: read logit, write probability (fp32 accumulate) */
+    6,  /* xent_bwd */
+    6,  /* add: read a, b; write a */
+    4,  /* copy: read, write */
+    30, /* adam: fp32 p, m, v read + write, bf16 grad read, bf16 param write */
+    2,  /* sumsq */
+};
+
+/* ------------------------------------------------------------------ profiles */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+static int op_by_name(const char *name)
+{
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        if (!strcmp(name, spb_comm_op_name((spb_comm_op)o))) return o;
+    return -1;
+}
+
+static int load_file(const char *path, spb_profile *p, char *err, size_t errlen, int depth);
+static int check_profile(const char *path, const spb_profile *p, char *err, size_t errlen);
+
+int spb_profile_load(const char *path, spb_profile *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->device, sizeof p->device, "gpu");
+    p->gemm_half = 128;
+    p->attn_half_len = 512;
+    p->sparse_eff_ratio = 1.0;
+    if (load_file(path, p, err, errlen, 0)) return -1;
+    return check_profile(path, p, err, errlen);
+}
+
+/* One file's keys; `include = OTHER` (relative to this file) reads another
+ * profile's keys at that point, so an alias can rename or override. */
+static int load_file(const char *path, spb_profile *p, char *err, size_t errlen, int depth)
+{
+    if (depth > 4) {
+        snprintf(err, errlen, "%s: includes nested too deep", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--profile '%s': cannot open", path);
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
+            fclose(f);
+            return -1;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        double d = strtod(val, NULL);
+        int bad = 0;
+        if (!strcmp(key, "include")) {
+            char inc[2048];
+            const char *slash = strrchr(path, '/');
+            if (val[0] == '/' || !slash) snprintf(inc, sizeof inc, "%s", val);
+            else snprintf(inc, sizeof inc, "%.*s/%s", (int)(slash - path), path, val);
+            if (load_file(inc, p, err, errlen, depth + 1)) {
+                fclose(f);
+                return -1;
+            }
+        } else if (!strcmp(key, "name")) snprintf(p->name, sizeof p->name, "%s", val);
+        else if (!strcmp(key, "device")) snprintf(p->device, sizeof p->device, "%s", val);
+        else if (!strcmp(key, "precision")) {
+            if (!strcmp(val, "fp32")) p->precision = SPB_FP32;
+            else if (!strcmp(val, "bf16") || !strcmp(val, "fp16")) p->precision = SPB_BF16_MIXED;
+            else bad = 1;
+        } else if (!strcmp(key, "ranks_per_node")) p->ranks_per_node = (int)d;
+        else if (!strcmp(key, "cores")) p->cores = (int)d;
+        else if (!strcmp(key, "memory")) p->memory_bytes = spb_parse_bytes(val), bad = p->memory_bytes < 0;
+        else if (!strcmp(key, "memory_reserved")) p->memory_reserved = spb_parse_bytes(val), bad = p->memory_reserved < 0;
+        else if (!strcmp(key, "gemm_peak")) p->gemm_peak = d;
+        else if (!strcmp(key, "gemm_eff")) p->gemm_eff = d;
+        else if (!strcmp(key, "gemm_half")) p->gemm_half = d;
+        else if (!strcmp(key, "attn_peak")) p->attn_peak = d;
+        else if (!strcmp(key, "attn_fwd_eff")) p->attn_fwd_eff = d;
+        else if (!strcmp(key, "attn_bwd_eff")) p->attn_bwd_eff = d;
+        else if (!strcmp(key, "attn_half_len")) p->attn_half_len = d;
+        else if (!strcmp(key, "sparse_eff_ratio")) p->sparse_eff_ratio = d;
+        else if (!strcmp(key, "mem_bw")) p->mem_bw = d;
+        else if (!strcmp(key, "intra_bw")) p->intra_bw = d;
+        else if (!strcmp(key, "intra_alpha")) p->intra_alpha = d;
+        else if (!strcmp(key, "inter_bw")) p->inter_bw = d;
+        else if (!strcmp(key, "inter_alpha")) p->inter_alpha = d;
+        else if (!strncmp(key, "elem_", 5)) {
+            int k;
+            for (k = 0; k < SPB_ELEM_NUM; k++)
+                if (!strcmp(key + 5, elem_names[k])) break;
+            if (k == SPB_ELEM_NUM) bad = 1;
+            else p->elem_seconds[k] = d;
+        } else if (!strcmp(key, "gemm_point")) {
+            spb_gemm_point g;
+            bad = p->n_gemm >= SPB_PROFILE_MAX_POINTS ||
+                  sscanf(val, "%lf %lf %lf %lf %lf %lf", &g.rows, &g.in, &g.out, &g.rate[0], &g.rate[1], &g.rate[2]) != 6;
+            if (!bad) p->gemm[p->n_gemm++] = g;
+        } else if (!strcmp(key, "attn_point")) {
+            spb_attn_point a;
+            char kind[16];
+            bad = p->n_attn >= SPB_PROFILE_MAX_POINTS ||
+                  sscanf(val, "%15s %15s %lf %lf %lf %lf", a.backend, kind, &a.len, &a.hd, &a.fwd, &a.bwd) != 6;
+            if (!bad) {
+                a.causal = !strcmp(kind, "causal");
+                p->attn[p->n_attn++] = a;
+            }
+        } else if (!strcmp(key, "comm_point")) {
+            spb_comm_point c;
+            char op[32];
+            bad = p->n_comm >= SPB_PROFILE_MAX_POINTS ||
+                  sscanf(val, "%31s %d %d %lf %lf", op, &c.world, &c.group, &c.alpha, &c.beta) != 5 ||
+                  (c.op = op_by_name(op)) < 0;
+            if (!bad) p->comm[p->n_comm++] = c;
+        } else if (!strcmp(key, "source") || !strncmp(key, "source_", 7) || !strcmp(key, "description") ||
+                   !strcmp(key, "measured") || !strcmp(key, "command") || !strcmp(key, "date")) {
+            /* provenance: kept in the file, not used */
+        } else {
+            snprintf(err, errlen, "%s:%d: unknown key '%s'", path, lineno, key);
+            fclose(f);
+            return -1;
+        }
+        if (bad) {
+            snprintf(err, errlen, "%s:%d: bad value for '%s': '%s'", path, lineno, key, val);
+            fclose(f);
+            return -1;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int check_profile(const char *path, const spb_profile *p, char *err, size_t errlen)
+{
+    if (!p->name[0]) {
+        snprintf(err, errlen, "%s: no 'name'", path);
+        return -1;
+    }
+    if (!p->n_gemm && !(p->gemm_peak > 0 && p->gemm_eff > 0)) {
+        snprintf(err, errlen, "%s: no GEMM rate (gemm_point lines, or gemm_peak and gemm_eff)", path);
+        return -1;
+    }
+    if (!p->n_attn && !(p->attn_peak > 0 && p->attn_fwd_eff > 0 && p->attn_bwd_eff > 0)) {
+        snprintf(err, errlen, "%s: no attention rate (attn_point lines, or attn_peak and attn_*_eff)", path);
+        return -1;
+    }
+    if (!p->n_comm && !(p->intra_bw > 0)) {
+        snprintf(err, errlen, "%s: no communication model (comm_point lines, or intra_bw/inter_bw)", path);
+        return -1;
+    }
+    for (int k = 0; k < SPB_ELEM_NUM; k++)
+        if (p->elem_seconds[k] <= 0 && !(p->mem_bw > 0)) {
+            snprintf(err, errlen, "%s: no elem_%s and no mem_bw", path, elem_names[k]);
+            return -1;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ rates */
+
+/* Inverse-distance weighting in log space (power 4): exact at a measured
+ * point, smooth between, the nearest points' value outside the grid. */
+static double idw(const double *x, int dims, const double (*pts)[3], const double *vals, int n)
+{
+    double wsum = 0, vsum = 0;
+    for (int i = 0; i < n; i++) {
+        double d2 = 0;
+        for (int k = 0; k < dims; k++) {
+            double d = log(x[k]) - log(pts[i][k]);
+            d2 += d * d;
+        }
+        if (d2 < 1e-12) return vals[i];
+        double w = 1.0 / (d2 * d2);
+        wsum += w;
+        vsum += w * log(vals[i]);
+    }
+    return wsum > 0 ? exp(vsum / wsum) : 0.0;
+}
+
+double spb_perf_gemm_rate(const spb_profile *p, double rows, double in, double out, int op)
+{
+    if (p->n_gemm) {
+        static double pts[SPB_PROFILE_MAX_POINTS][3], vals[SPB_PROFILE_MAX_POINTS];
+        for (int i = 0; i < p->n_gemm; i++) {
+            pts[i][0] = p->gemm[i].rows, pts[i][1] = p->gemm[i].in, pts[i][2] = p->gemm[i].out;
+            vals[i] = p->gemm[i].rate[op];
+        }
+        double x[3] = {rows, in, out};
+        return idw(x, 3, (const double(*)[3])pts, vals, p->n_gemm);
+    }
+    double h = p->gemm_half;
+    return p->gemm_peak * p->gemm_eff * rows / (rows + h) * in / (in + h) * out / (out + h);
+}
+
+double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal, double len, double hd, int backward)
+{
+    if (p->n_attn) {
+        static double pts[SPB_PROFILE_MAX_POINTS][3], vals[SPB_PROFILE_MAX_POINTS];
+        int n = 0, have_backend = 0;
+        for (int i = 0; i < p->n_attn; i++) have_backend |= !strcmp(p->attn[i].backend, backend);
+        for (int i = 0; i < p->n_attn; i++) {
+            if (p->attn[i].causal != causal || (have_backend && strcmp(p->attn[i].backend, backend))) continue;
+            pts[n][0] = p->attn[i].len, pts[n][1] = p->attn[i].hd, pts[n][2] = 1;
+            vals[n++] = backward ? p->attn[i].bwd : p->attn[i].fwd;
+        }
+        if (n == 0) /* only the other mask measured */
+            for (int i = 0; i < p->n_attn; i++) {
+                if (have_backend && strcmp(p->attn[i].backend, backend)) continue;
+                pts[n][0] = p->attn[i].len, pts[n][1] = p->attn[i].hd, pts[n][2] = 1;
+                vals[n++] = backward ? p->attn[i].bwd : p->attn[i].fwd;
+            }
+        double x[3] = {len, hd, 1};
+        return idw(x, 2, (const double(*)[3])pts, vals, n);
+    }
+    double eff = backward ? p->attn_bwd_eff : p->attn_fwd_eff;
+    return p->attn_peak * eff * len / (len + p->attn_half_len);
+}
+
+static double elem_time(const spb_profile *p, spb_elem_kind k, double n, double scale)
+{
+    if (n <= 0) return 0;
+    if (p->elem_seconds[k] > 0) return n * p->elem_seconds[k] / scale;
+    return n * elem_bytes_bf16[k] / p->mem_bw;
+}
+
+/* ------------------------------------------------------------------ communication */
+
+/* Ranks of a group that share one node: contiguous groups fill nodes,
+ * groups strided by `stride` have ranks_per_node / stride ranks per node. */
+static int ranks_in_node(const spb_profile *p, int group, int stride, int world)
+{
+    int R = p->ranks_per_node > 0 ? p->ranks_per_node : world;
+    int k = stride >= R ? 1 : R / stride;
+    return k < group ? k : group;
+}
+
+static const spb_comm_point *nearest_point(const spb_profile *p, int op, int group, int world)
+{
+    const spb_comm_point *best = NULL;
+    double best_d = 1e300;
+    for (int i = 0; i < p->n_comm; i++) {
+        const spb_comm_point *c = &p->comm[i];
+        /* the operation first, then the group size, then the world size */
+        double d = (c->op != op) * 1e6 + fabs(log((double)c->group / group)) * 1e3 + fabs(log((double)c->world / world));
+        if (d < best_d) best_d = d, best = c;
+    }
+    return best;
+}
+
+double spb_perf_collective_time(const spb_profile *p, spb_comm_op op, double link_bytes, double payload_bytes,
+                                int group, int stride, int world)
+{
+    if (group <= 1) return 0.0;
+    if (p->n_comm) {
+        const spb_comm_point *c = nearest_point(p, op, group, world);
+        return c ? c->alpha + link_bytes / c->beta : 0.0;
+    }
+    int k = ranks_in_node(p, group, stride, world);
+    if (k >= group) return p->intra_alpha + link_bytes / p->intra_bw;
+    double inter_bw = p->inter_bw, intra_bw = p->intra_bw;
+    switch (op) {
+    case SPB_OP_ALLTOALL: {
+        /* Each rank sends payload/group to every other rank: (group - k)
+         * blocks leave the node through its own NIC, (k - 1) stay on NVSwitch,
+         * at the same time. */
+        double off = payload_bytes * (group - k) / group, on = payload_bytes * (k - 1) / group;
+        double t_off = off / inter_bw, t_on = on / intra_bw;
+        return p->inter_alpha + (t_off > t_on ? t_off : t_on);
+    }
+    case SPB_OP_SENDRECV:
+        /* A ring: the rank at a node boundary sends over its NIC. */
+        return p->inter_alpha + link_bytes / inter_bw;
+    default: {
+        /* Ring algorithms (NCCL): one ring per NIC, each crossing every node
+         * boundary once; the k ranks of the group in a node share the node's
+         * NICs with the other groups running at the same time, so the ring's
+         * per-rank bandwidth is min(NVSwitch, k x NIC). */
+        double bw = k * inter_bw < intra_bw ? k * inter_bw : intra_bw;
+        return p->inter_alpha + link_bytes / bw;
+    }
+    }
+}
+
+/* ------------------------------------------------------------------ bytes */
+
+typedef struct plan_item {
+    spb_comm_op op;
+    spb_comm_phase phase;
+    int group, stride;
+    double calls, payload, link;
+} plan_item;
+
+enum { MAX_ITEMS = 64 };
+typedef struct item_list {
+    int n;
+    plan_item it[MAX_ITEMS];
+} item_list;
+
+static void add_item(item_list *l, spb_comm_plan *plan, spb_comm_op op, spb_comm_phase phase, int group, int stride,
+                     double calls, double link)
+{
+    if (link <= 0 && calls <= 0) return;
+    double bf = spb_comm_bus_factor(op, group);
+    double payload = bf > 0 ? link / bf : 0;
+    if (l && l->n < MAX_ITEMS) l->it[l->n++] = (plan_item){op, phase, group, stride, calls, payload, link};
+    plan->calls[op][phase] += calls;
+    plan->payload[op][phase] += payload;
+    plan->link[op][phase] += link;
+    plan->group[op][phase] = group;
+    plan->strided[op][phase] = stride > 1;
+}
+
+/* How a strategy's per-layer volume splits over operations and calls
+ * (strategies/NAME.c: which collectives the hooks issue). */
+typedef struct layer_ops {
+    int n;
+    spb_comm_op op[2];
+    double share_fwd[2], share_bwd[2];
+    double calls_fwd[2], calls_bwd[2];
+} layer_ops;
+
+static int strategy_layer_ops(const spb_config *c, layer_ops *o)
+{
+    const int P = c->sp_degree;
+    memset(o, 0, sizeof *o);
+    if (!strcmp(c->strategy, "none")) return 0;
+    if (!strcmp(c->strategy, "ulysses")) {
+        /* all-to-all (or allgather) of QKV and of O forward; dO and dQKV back */
+        o->n = 1;
+        o->op[0] = !strcmp(c->ulysses_comm, "allgather") ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL;
+        o->share_fwd[0] = o->share_bwd[0] = 1;
+        o->calls_fwd[0] = o->calls_bwd[0] = 2;
+        return 0;
+    }
+    if (!strcmp(c->strategy, "megatron")) {
+        /* forward: 2 allgathers + 2 reduce-scatters of one region each;
+         * backward: 4 allgathers (2 output gradients, 2 LayerNorm re-gathers)
+         * + 2 reduce-scatters (strategies/megatron_sp.c) */
+        o->n = 2;
+        o->op[0] = SPB_OP_ALLGATHER, o->op[1] = SPB_OP_REDUCE_SCATTER;
+        o->share_fwd[0] = o->share_fwd[1] = 0.5;
+        o->share_bwd[0] = 4.0 / 6.0, o->share_bwd[1] = 2.0 / 6.0;
+        o->calls_fwd[0] = o->calls_fwd[1] = 2;
+        o->calls_bwd[0] = 4, o->calls_bwd[1] = 2;
+        return 0;
+    }
+    if (!strcmp(c->strategy, "ring")) {
+        /* P-1 K/V hops forward; P-1 K/V + P-1 dK/dV hops + 1 home run back */
+        o->n = 1;
+        o->op[0] = SPB_OP_SENDRECV;
+        o->share_fwd[0] = o->share_bwd[0] = 1;
+        o->calls_fwd[0] = P - 1, o->calls_bwd[0] = 2.0 * P - 1;
+        return 0;
+    }
+    return -1;
+}
+
+static int build_plan(const spb_config *c, int world, double elem_bytes, double grad_bytes, spb_comm_plan *plan,
+                      item_list *items)
+{
+    memset(plan, 0, sizeof *plan);
+    if (items) items->n = 0;
+    const spb_strategy *s = spb_strategy_by_name(c->strategy);
+    layer_ops lo;
+    if (!s || strategy_layer_ops(c, &lo)) return -1;
+    const int P = c->sp_degree;
+    const double per_iter = (double)c->num_layers * spb_config_accum_steps(c, world);
+    if (P > 1 && s->comm_volume) {
+        spb_comm_volume v = s->comm_volume(c, P);
+        const double scale = elem_bytes / 4.0; /* comm_volume is fp32 bytes */
+        for (int k = 0; k < lo.n; k++) {
+            add_item(items, plan, lo.op[k], SPB_PHASE_FORWARD, P, 1, lo.calls_fwd[k] * per_iter,
+                     v.forward_bytes * lo.share_fwd[k] * scale * per_iter);
+            add_item(items, plan, lo.op[k], SPB_PHASE_BACKWARD, P, 1, lo.calls_bwd[k] * per_iter,
+                     v.backward_bytes * lo.share_bwd[k] * scale * per_iter);
+            if (c->checkpoint_activations)
+                add_item(items, plan, lo.op[k], SPB_PHASE_RECOMPUTE, P, 1, lo.calls_fwd[k] * per_iter,
+                         v.forward_bytes * lo.share_fwd[k] * scale * per_iter);
+        }
+    }
+    spb_comm_item zi[SPB_ZERO_MAX_ITEMS];
+    int nz = spb_zero_comm_items(c, world, zi);
+    for (int k = 0; k < nz; k++) {
+        int stride = zi[k].group == SPB_GROUP_DP ? P : 1;
+        double gs = grad_bytes / 4.0;
+        if (items && items->n < MAX_ITEMS)
+            items->it[items->n++] = (plan_item){zi[k].op, zi[k].phase, zi[k].group_size, stride, zi[k].calls,
+                                                zi[k].payload_bytes * gs, zi[k].link_bytes * gs};
+        plan->calls[zi[k].op][zi[k].phase] += zi[k].calls;
+        plan->payload[zi[k].op][zi[k].phase] += zi[k].payload_bytes * gs;
+        plan->link[zi[k].op][zi[k].phase] += zi[k].link_bytes * gs;
+        plan->group[zi[k].op][zi[k].phase] = zi[k].group_size;
+        plan->strided[zi[k].op][zi[k].phase] = stride > 1;
+    }
+    return 0;
+}
+
+int spb_perf_comm_plan(const spb_config *cfg, int world_size, double elem_bytes, double grad_bytes,
+                       spb_comm_plan *plan)
+{
+    return build_plan(cfg, world_size, elem_bytes, grad_bytes, plan, NULL);
+}
+
+/* ------------------------------------------------------------------ compute */
+
+typedef struct compute {
+    double gemm, attn, other;    /* seconds */
+    double gemm_flops, attn_flops;
+} compute;
+
+static void gemm(compute *c, const spb_profile *p, double scale, double rows, double in, double out, int op,
+                 double times)
+{
+    double flops = 2.0 * rows * in * out * times;
+    c->gemm_flops += flops;
+    c->gemm += flops / (spb_perf_gemm_rate(p, rows, in, out, op) * scale);
+}
+
+/* forward of y = x W^T, or its backward (d input and d weight) */
+static void linear(compute *c, const spb_profile *p, double scale, double rows, double in, double out, int backward,
+                   double times)
+{
+    if (!backward) {
+        gemm(c, p, scale, rows, in, out, 0, times);
+    } else {
+        gemm(c, p, scale, rows, in, out, 1, times);
+        gemm(c, p, scale, rows, in, out, 2, times);
+    }
+}
+
+static void attn_call(compute *c, const spb_profile *p, double scale, const spb_perf_options *o, double pairs,
+                      double hd, int causal, double len, int backward)
+{
+    double flops = (backward ? 10.0 : 4.0) * hd * pairs * o->attn_density;
+    double rate = spb_perf_attn_rate(p, o->backend, causal, len, hd, backward) * scale;
+    if (o->attn_density < 1.0) rate *= p->sparse_eff_ratio;
+    c->attn_flops += flops;
+    c->attn += flops / rate;
+}
+
+static void elems(compute *c, const spb_profile *p, double scale, spb_elem_kind k, double n)
+{
+    c->other += elem_time(p, k, n, scale);
+}
+
+typedef struct dims {
+    double B, N, P, T, C, F, H, hd, V, tp, Ttp, BR, BT, Ca, Fl, Hl, G;
+    int ring, zigzag, causal;
+} dims;
+
+static dims dims_of(const spb_config *c)
+{
+    dims d;
+    d.B = c->micro_batch_size, d.N = c->seq_length, d.P = c->sp_degree, d.T = d.N / d.P;
+    d.C = c->hidden_size, d.F = c->ffn_hidden_size, d.H = c->num_heads, d.hd = d.C / d.H, d.V = c->vocab_size;
+    d.tp = !strcmp(c->strategy, "megatron") ? d.P : 1;
+    d.Ttp = d.T * d.tp, d.BR = d.B * d.Ttp, d.BT = d.B * d.T;
+    d.Ca = d.C / d.tp, d.Fl = d.F / d.tp, d.Hl = d.H / d.tp;
+    d.G = !strcmp(c->strategy, "ulysses") ? d.P : 1;
+    d.ring = !strcmp(c->strategy, "ring");
+    d.zigzag = d.ring && !strcmp(c->ring_layout, "zigzag");
+    d.causal = c->causal;
+    return d;
+}
+
+static double pairs_square(double n, int causal) { return causal ? n * (n + 1) / 2 : n * n; }
+
+/* Matrix products of one layer (forward or backward) for one micro-batch. */
+static void layer_gemms(compute *c, const spb_profile *p, double s, const dims *d, int bwd)
+{
+    if (d->G == 1) {
+        linear(c, p, s, d->BR, d->C, 3 * d->Ca, bwd, 1);
+    } else {
+        linear(c, p, s, d->BR, d->C, d->Ca / d->G, bwd, 3 * d->G); /* head blocks (Ulysses) */
+    }
+    linear(c, p, s, d->BR, d->Ca / d->G, d->C, bwd, d->G);
+    linear(c, p, s, d->BR, d->C, d->Fl, bwd, 1);
+    linear(c, p, s, d->BR, d->Fl, d->C, bwd, 1);
+}
+
+/* Ring attention of one layer: per-step compute of the slowest rank, for
+ * the overlap with the transfers.  first: step 0 (own block); later: each
+ * of the steps 1..P-1. */
+static void ring_steps(const spb_profile *p, double s, const spb_perf_options *o, const dims *d, int bwd,
+                       compute *first, compute *later)
+{
+    double BH = d->B * d->H;
+    memset(first, 0, sizeof *first);
+    memset(later, 0, sizeof *later);
+    if (!d->zigzag) {
+        double T = d->T;
+        attn_call(first, p, s, o, BH * pairs_square(T, d->causal), d->hd, d->causal, T, bwd);
+        /* steps >= 1: the slowest rank (the last) sees the whole block */
+        attn_call(later, p, s, o, BH * T * T, d->hd, 0, T, bwd);
+    } else {
+        double cch = d->T / 2;
+        if (d->causal) {
+            attn_call(first, p, s, o, 2 * BH * pairs_square(cch, 1), d->hd, 1, cch, bwd);
+            attn_call(first, p, s, o, BH * cch * cch, d->hd, 0, cch, bwd);
+            attn_call(later, p, s, o, 2 * BH * cch * cch, d->hd, 0, cch, bwd);
+        } else {
+            attn_call(first, p, s, o, 4 * BH * cch * cch, d->hd, 0, cch, bwd);
+            attn_call(later, p, s, o, 4 * BH * cch * cch, d->hd, 0, cch, bwd);
+        }
+    }
+}
+
+/* Attention of one layer, forward or backward, one micro-batch, without ring. */
+static void layer_attention(compute *c, const spb_profile *p, double s, const spb_perf_options *o, const dims *d,
+                            int bwd)
+{
+    double heads = d->G > 1 ? d->H / d->P : d->Hl;
+    attn_call(c, p, s, o, d->B * heads * pairs_square(d->N, d->causal), d->hd, d->causal, d->N, bwd);
+}
+
+/* Element-wise work of one layer (strategies' copies included). */
+static void layer_other(compute *c, const spb_profile *p, double s, const dims *d, int bwd)
+{
+    double BT = d->BT, BR = d->BR, C = d->C;
+    if (!bwd) {
+        elems(c, p, s, SPB_ELEM_LN_FWD, 2 * BT * C);
+        elems(c, p, s, SPB_ELEM_ADD, 4 * BT * C);                 /* residuals, row biases */
+        elems(c, p, s, SPB_ELEM_COPY, BR * (3 * d->Ca + d->Fl));  /* biases into outputs */
+        elems(c, p, s, SPB_ELEM_GELU_FWD, BR * d->Fl);
+        if (d->tp > 1) elems(c, p, s, SPB_ELEM_COPY, 4 * BR * C); /* region <-> blocks */
+        if (d->ring) {
+            elems(c, p, s, SPB_ELEM_COPY, 3 * BT * C);            /* pack K,V; clear O */
+            elems(c, p, s, SPB_ELEM_ADD, 2 * d->P * BT * C);     /* log-sum-exp merges */
+        }
+    } else {
+        elems(c, p, s, SPB_ELEM_LN_BWD, 2 * BT * C);
+        elems(c, p, s, SPB_ELEM_GELU_BWD, BR * d->Fl);
+        elems(c, p, s, SPB_ELEM_ADD, BR * (3 * d->Ca + d->Fl) + 4 * BT * C); /* bias grads, residual grads */
+        if (d->tp > 1) elems(c, p, s, SPB_ELEM_COPY, 6 * BR * C);
+        if (d->ring) {
+            elems(c, p, s, SPB_ELEM_COPY, (7 + 2 * d->P) * BT * C); /* clear dQKV, pack, per-step clears, home copy */
+            elems(c, p, s, SPB_ELEM_ADD, 2 * (d->P - 1) * BT * C);  /* received dK/dV */
+        }
+    }
+}
+
+static void head(compute *c, const spb_profile *p, double s, const dims *d, int bwd)
+{
+    linear(c, p, s, d->BT, d->C, d->V, bwd, 1);
+    elems(c, p, s, bwd ? SPB_ELEM_LN_BWD : SPB_ELEM_LN_FWD, d->BT * d->C);
+    elems(c, p, s, bwd ? SPB_ELEM_XENT_BWD : SPB_ELEM_XENT_FWD, d->BT * d->V);
+    elems(c, p, s, SPB_ELEM_ADD, d->BT * d->C); /* embedding */
+    if (bwd) elems(c, p, s, SPB_ELEM_COPY, d->BT * d->C);
+}
+
+static void acc(compute *a, const compute *b, double times)
+{
+    a->gemm += b->gemm * times, a->attn += b->attn * times, a->other += b->other * times;
+    a->gemm_flops += b->gemm_flops * times, a->attn_flops += b->attn_flops * times;
+}
+static double total(const compute *c) { return c->gemm + c->attn + c->other; }
+
+/* Parameters this rank holds (before ZeRO) and owns under ZeRO >= 1. */
+static void param_counts(const spb_config *c, int world, double *local, double *owned)
+{
+    double C = c->hidden_size, F = c->ffn_hidden_size, L = c->num_layers;
+    double tp = !strcmp(c->strategy, "megatron") ? c->sp_degree : 1;
+    double rep = (double)c->vocab_size * C + (double)c->max_position_embeddings * C + L * 6.0 * C + 2.0 * C;
+    double shard = L * (3.0 * C * C + 3.0 * C + C * C + F * C + F + C * F);
+    *local = rep + shard / tp;
+    /* replicated tensors are cut over D x P ranks, tensor-parallel shards over D */
+    double shard_group = tp > 1 ? world / c->sp_degree : world;
+    *owned = c->zero_stage >= 1 ? rep / world + shard / tp / shard_group : *local;
+}
+
+int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof, const spb_perf_options *opt,
+                     spb_perf_prediction *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    spb_perf_options o = opt ? *opt : (spb_perf_options){prof->precision, 1.0, ""};
+    if (!(o.attn_density > 0)) o.attn_density = 1.0;
+    if (!o.backend[0]) snprintf(o.backend, sizeof o.backend, "%.15s", cfg->attention);
+    const double eb = o.precision == SPB_FP32 ? 4.0 : 2.0;
+    item_list items;
+    if (build_plan(cfg, world, eb, eb, &out->plan, &items)) {
+        snprintf(err, errlen, "the model does not know strategy '%s'", cfg->strategy);
+        return -1;
+    }
+    const dims d = dims_of(cfg);
+    const double accum = spb_config_accum_steps(cfg, world), L = cfg->num_layers;
+    /* Ranks sharing cores (CPU): each gets cores/ranks of the machine. */
+    double s = 1.0;
+    if (prof->cores > 0) {
+        int on_node = prof->ranks_per_node > 0 && prof->ranks_per_node < world ? prof->ranks_per_node : world;
+        if (on_node > prof->cores) s = (double)prof->cores / on_node;
+    }
+    out->compute_scale = s;
+
+    /* one micro-batch: layers forward and backward, the head */
+    compute lf = {0}, lb = {0}, hf = {0}, hb = {0};
+    layer_gemms(&lf, prof, s, &d, 0);
+    layer_gemms(&lb, prof, s, &d, 1);
+    layer_other(&lf, prof, s, &d, 0);
+    layer_other(&lb, prof, s, &d, 1);
+    head(&hf, prof, s, &d, 0);
+    head(&hb, prof, s, &d, 1);
+
+    /* attention and, for ring, the overlap of transfers with block compute */
+    double ring_exposed_f = 0, ring_exposed_b = 0, ring_total_f = 0, ring_total_b = 0;
+    if (d.ring && d.P > 1) {
+        compute f0, fl, b0, bl;
+        ring_steps(prof, s, &o, &d, 0, &f0, &fl);
+        ring_steps(prof, s, &o, &d, 1, &b0, &bl);
+        acc(&lf, &f0, 1), acc(&lf, &fl, d.P - 1);
+        acc(&lb, &b0, 1), acc(&lb, &bl, d.P - 1);
+        double block = out->plan.link[SPB_OP_SENDRECV][SPB_PHASE_FORWARD] / (L * accum) / (d.P - 1);
+        double t1 = spb_perf_collective_time(prof, SPB_OP_SENDRECV, block, block, (int)d.P, 1, world);
+        double t2 = spb_perf_collective_time(prof, SPB_OP_SENDRECV, 2 * block, 2 * block, (int)d.P, 1, world);
+        /* forward: the transfer posted at step k hides behind step k's blocks */
+        ring_exposed_f = fmax(0, t1 - total(&f0)) + (d.P - 2) * fmax(0, t1 - total(&fl));
+        ring_total_f = (d.P - 1) * t1;
+        /* backward: K/V at step 0, K/V and dK/dV together at steps 1..P-2,
+         * dK/dV at step P-1, then the home run, exposed whole */
+        if (d.P == 2)
+            ring_exposed_b = fmax(0, t1 - total(&b0)) + fmax(0, t1 - total(&bl)) + t1;
+        else
+            ring_exposed_b = fmax(0, t1 - total(&b0)) + (d.P - 2) * fmax(0, t2 - total(&bl)) +
+                             fmax(0, t1 - total(&bl)) + t1;
+        ring_total_b = 2 * t1 + (d.P - 2) * t2 + t1;
+    } else if (d.ring) {
+        compute f0, fl, b0, bl;
+        ring_steps(prof, s, &o, &d, 0, &f0, &fl);
+        ring_steps(prof, s, &o, &d, 1, &b0, &bl);
+        acc(&lf, &f0, 1), acc(&lb, &b0, 1);
+    } else {
+        layer_attention(&lf, prof, s, &o, &d, 0);
+        layer_attention(&lb, prof, s, &o, &d, 1);
+    }
+
+    /* communication of the plan's items */
+    for (int k = 0; k < items.n; k++) {
+        const plan_item *it = &items.it[k];
+        double t;
+        if (it->op == SPB_OP_SENDRECV && d.ring) {
+            double per = L * accum;
+            t = it->phase == SPB_PHASE_BACKWARD ? ring_exposed_b * per : ring_exposed_f * per;
+            double tot = it->phase == SPB_PHASE_BACKWARD ? ring_total_b * per : ring_total_f * per;
+            out->comm_overlapped[it->op][it->phase] += fmax(0, tot - t);
+        } else {
+            double calls = it->calls > 0 ? it->calls : 1;
+            t = calls * spb_perf_collective_time(prof, it->op, it->link / calls, it->payload / calls, it->group,
+                                                 it->stride, world);
+        }
+        out->comm_exposed[it->op][it->phase] += t;
+    }
+    /* phase "other": loss, gradient norm and timing reductions (8 bytes each) */
+    out->comm_exposed[SPB_OP_ALLREDUCE][SPB_PHASE_OTHER] +=
+        3 * spb_perf_collective_time(prof, SPB_OP_ALLREDUCE, 8, 8, world, 1, world);
+
+    double comm_phase[SPB_NUM_PHASES] = {0};
+    for (int op = 0; op < SPB_NUM_OPS; op++)
+        for (int ph = 0; ph < SPB_NUM_PHASES; ph++) {
+            comm_phase[ph] += out->comm_exposed[op][ph];
+            out->comm_exposed_total += out->comm_exposed[op][ph];
+        }
+    out->layer_comm = comm_phase[SPB_PHASE_FORWARD] + comm_phase[SPB_PHASE_BACKWARD] + comm_phase[SPB_PHASE_RECOMPUTE];
+
+    /* iteration: micro-steps, recompute under checkpointing, reduction, update */
+    compute all = {0};
+    double recompute = cfg->checkpoint_activations ? 1 : 0;
+    acc(&all, &lf, L * accum * (1 + recompute));
+    acc(&all, &lb, L * accum);
+    acc(&all, &hf, accum);
+    acc(&all, &hb, accum);
+    out->t_gemm = all.gemm, out->t_attn = all.attn, out->t_other = all.other;
+    out->gemm_flops = all.gemm_flops, out->attn_flops = all.attn_flops;
+
+    double local, owned;
+    param_counts(cfg, world, &local, &owned);
+    compute optc = {0};
+    elems(&optc, prof, s, SPB_ELEM_COPY, local);      /* zeroing gradients */
+    elems(&optc, prof, s, SPB_ELEM_SUMSQ, owned);     /* gradient norm */
+    elems(&optc, prof, s, SPB_ELEM_ADAM, owned);
+    if (cfg->zero_stage >= 1) elems(&optc, prof, s, SPB_ELEM_COPY, 3 * local); /* staging copies */
+    out->t_adam = optc.other;
+
+    double zero_rs = out->comm_exposed[SPB_OP_REDUCE_SCATTER][SPB_PHASE_ZERO];
+    double zero_rest = comm_phase[SPB_PHASE_ZERO] - zero_rs;
+    out->t_forward = accum * (L * total(&lf) + total(&hf)) + comm_phase[SPB_PHASE_FORWARD];
+    out->t_backward = accum * (L * total(&lb) + total(&hb) + recompute * L * total(&lf)) +
+                      comm_phase[SPB_PHASE_BACKWARD] + comm_phase[SPB_PHASE_RECOMPUTE];
+    out->t_grad_reduce = comm_phase[SPB_PHASE_GRAD_REDUCE] + zero_rs;
+    out->t_optimizer = out->t_adam + zero_rest + comm_phase[SPB_PHASE_OTHER];
+    out->iter_time = out->t_forward + out->t_backward + out->t_grad_reduce + out->t_optimizer;
+
+    double tokens = (double)cfg->global_batch_size * cfg->seq_length;
+    out->tokens_per_s = tokens / out->iter_time;
+    /* the paper's formula counts the whole global batch's work */
+    out->tflops_paper_per_rank =
+        spb_paper_flops_per_iteration(cfg, cfg->checkpoint_activations) / out->iter_time / world / 1e12;
+    out->tflops_counted_per_rank = (out->gemm_flops + out->attn_flops) / out->iter_time / 1e12;
+
+    spb_memory_model(cfg, world, o.precision, &out->mem);
+    out->mem_needed = out->mem.total + prof->memory_reserved;
+    out->fits = prof->memory_bytes <= 0 || out->mem_needed <= prof->memory_bytes;
+    return 0;
+}

@@ -1,0 +1,154 @@
+/* The performance model (docs/MODEL.md): iteration time, throughput and
+ * memory of a configuration on a hardware profile, without running it.
+ *
+ * Bytes come from the code the tests hold against measured bytes: each
+ * strategy's comm_volume hook (strategies/strategy.h) for the layers and
+ * spb_zero_comm_items (common/zero.h) for the gradient reduction and ZeRO.
+ * Times are bytes and FLOPs priced by a profile (profiles/NAME.profile): GEMM
+ * and attention rates by shape, element-wise costs, and per-collective
+ * latency + bytes / bandwidth with the topology (NVSwitch inside a node,
+ * per-GPU network bandwidth across nodes), or, for the local CPU machine,
+ * measured alpha/beta per collective, world and group size
+ * (spbench-calibrate).  Memory is spb_memory_model's. */
+#ifndef SPB_PERF_MODEL_H
+#define SPB_PERF_MODEL_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "config.h"
+#include "memory_model.h"
+
+/* Element-wise kernels the model prices per element (CPU: measured seconds
+ * per element; GPU: bytes per element over the memory bandwidth). */
+typedef enum spb_elem_kind {
+    SPB_ELEM_LN_FWD = 0, /* LayerNorm forward, per element of [rows][C] */
+    SPB_ELEM_LN_BWD,
+    SPB_ELEM_GELU_FWD,
+    SPB_ELEM_GELU_BWD,
+    SPB_ELEM_XENT_FWD,   /* softmax + cross-entropy, per logit */
+    SPB_ELEM_XENT_BWD,
+    SPB_ELEM_ADD,        /* a += b */
+    SPB_ELEM_COPY,       /* memcpy / memset, per float */
+    SPB_ELEM_ADAM,       /* AdamW update, per parameter */
+    SPB_ELEM_SUMSQ,      /* sum of squares (gradient norm), per element */
+    SPB_ELEM_NUM
+} spb_elem_kind;
+const char *spb_elem_name(spb_elem_kind k);
+
+enum { SPB_PROFILE_MAX_POINTS = 512 };
+
+/* A GEMM measurement: y[rows][out] = x[rows][in] W[out][in]^T and its two
+ * backward products; rates in FLOP/s for op 0 (forward), 1 (d input), 2 (d
+ * weight). */
+typedef struct spb_gemm_point {
+    double rows, in, out, rate[3];
+} spb_gemm_point;
+
+/* An attention measurement: one call of a backend with q_len = k_len =
+ * len, head dim hd, causal or not; counted FLOP/s forward and backward. */
+typedef struct spb_attn_point {
+    char backend[16]; /* flash, naive */
+    int causal;
+    double len, hd, fwd, bwd;
+} spb_attn_point;
+
+/* A collective measurement: time = alpha + link_bytes / beta for op on a
+ * group of `group` ranks of a world of `world` ranks (all groups busy). */
+typedef struct spb_comm_point {
+    int op, world, group;
+    double alpha, beta;
+} spb_comm_point;
+
+typedef struct spb_profile {
+    char name[64];
+    char device[32];       /* "cpu" or "gpu" */
+    spb_precision precision;
+    int ranks_per_node;    /* GPUs per node; CPU: 0 = every rank on this one machine */
+    int cores;             /* CPU cores the ranks share (0: one device per rank) */
+    double memory_bytes;   /* per rank (0: not limited) */
+    double memory_reserved; /* per rank, kept out of the budget (runtime, workspace, fragmentation) */
+    /* matrix products: measured points, or peak · eff · Π d/(d + half) */
+    double gemm_peak, gemm_eff, gemm_half;
+    int n_gemm;
+    spb_gemm_point gemm[SPB_PROFILE_MAX_POINTS];
+    /* attention: measured points, or peak · eff · len/(len + half) */
+    double attn_peak, attn_fwd_eff, attn_bwd_eff, attn_half_len, sparse_eff_ratio;
+    int n_attn;
+    spb_attn_point attn[SPB_PROFILE_MAX_POINTS];
+    /* element-wise: seconds per element (measured) or bytes over mem_bw */
+    double mem_bw;
+    double elem_seconds[SPB_ELEM_NUM];
+    /* communication: measured points, or the topology */
+    double intra_bw, intra_alpha; /* per GPU, inside a node (NVLink/NVSwitch), one direction */
+    double inter_bw, inter_alpha; /* per GPU, across nodes (its NIC), one direction */
+    int n_comm;
+    spb_comm_point comm[SPB_PROFILE_MAX_POINTS];
+} spb_profile;
+
+/* Reads a profile (key = value lines, '#' comments; docs/MODEL.md).
+ * Returns 0, or -1 with a message. */
+int spb_profile_load(const char *path, spb_profile *p, char *err, size_t errlen);
+
+/* Communication of one iteration per rank, by operation and phase. */
+typedef struct spb_comm_plan {
+    double calls[SPB_NUM_OPS][SPB_NUM_PHASES];
+    double payload[SPB_NUM_OPS][SPB_NUM_PHASES]; /* bytes, nccl-tests "size", summed over calls */
+    double link[SPB_NUM_OPS][SPB_NUM_PHASES];    /* bytes per link */
+    int group[SPB_NUM_OPS][SPB_NUM_PHASES];      /* ranks in the collective's group */
+    int strided[SPB_NUM_OPS][SPB_NUM_PHASES];    /* the group is strided (data parallel / D x P) */
+} spb_comm_plan;
+
+/* Bytes the layers and the gradient reduction/ZeRO move in one iteration
+ * (accumulation included), per rank, from the strategies' comm_volume and
+ * spb_zero_comm_items.  elem_bytes: bytes of one activation element on the
+ * wire (4 on the CPU path, 2 for bf16/fp16) — the fp32 formulas are scaled
+ * by elem_bytes/4; the gradient/ZeRO items likewise by grad_bytes/4.
+ * Phase "other" (loss, norm and timing reductions) is left out.  cfg
+ * finalized for world_size.  Returns 0 or -1 (unknown strategy). */
+int spb_perf_comm_plan(const spb_config *cfg, int world_size, double elem_bytes, double grad_bytes,
+                       spb_comm_plan *plan);
+
+typedef struct spb_perf_prediction {
+    /* per iteration, seconds, the slowest rank */
+    double iter_time;
+    double t_gemm, t_attn, t_other;        /* compute by kind (forward + backward + recompute) */
+    double t_forward, t_backward;          /* compute and exposed layer communication */
+    double t_grad_reduce, t_optimizer;     /* incl. their communication */
+    double t_adam;                         /* optimizer arithmetic */
+    double comm_exposed[SPB_NUM_OPS][SPB_NUM_PHASES];
+    double comm_overlapped[SPB_NUM_OPS][SPB_NUM_PHASES]; /* ring: transfer hidden behind block compute */
+    double comm_exposed_total, layer_comm;
+    spb_comm_plan plan;
+    /* FLOPs per rank per iteration (counted: executed products and visible attention pairs) */
+    double gemm_flops, attn_flops;
+    double tokens_per_s, tflops_paper_per_rank, tflops_counted_per_rank;
+    double compute_scale;                  /* rate factor for ranks sharing cores (1 otherwise) */
+    spb_memory_prediction mem;
+    double mem_needed;                     /* mem.total + profile reserve */
+    int fits;                              /* mem_needed <= profile memory (1 when unlimited) */
+} spb_perf_prediction;
+
+typedef struct spb_perf_options {
+    spb_precision precision;
+    double attn_density; /* fraction of attention blocks computed (blocked sparse); 1 = dense */
+    char backend[16];    /* attention backend whose measured rates apply ("": cfg->attention) */
+} spb_perf_options;
+
+/* cfg finalized for world_size.  Returns 0 or -1 with a message. */
+int spb_perf_predict(const spb_config *cfg, int world_size, const spb_profile *prof, const spb_perf_options *opt,
+                     spb_perf_prediction *out, char *err, size_t errlen);
+
+/* Time of one collective of op with `link_bytes` per link over `group`
+ * ranks (strided or contiguous) in a world of world_size ranks. */
+double spb_perf_collective_time(const spb_profile *prof, spb_comm_op op, double link_bytes, double payload_bytes,
+                                int group, int strided, int world_size);
+
+/* GEMM rate (FLOP/s, one rank, before core sharing) of y[rows][out] =
+ * x[rows][in] W^T, op 0/1/2 = forward / d input / d weight. */
+double spb_perf_gemm_rate(const spb_profile *prof, double rows, double in, double out, int op);
+/* Attention rate (counted FLOP/s) of one call over len keys, head dim hd. */
+double spb_perf_attn_rate(const spb_profile *prof, const char *backend, int causal, double len, double hd,
+                          int backward);
+
+#endif

@@ -1,0 +1,196 @@
+/* The performance model (common/perf_model.c), under mpiexec -np 4.
+ *
+ * bytes_equal_measured: for every strategy (Ulysses with all-to-all and
+ * with allgather, Megatron-SP, ring contiguous and zigzag, none), P in
+ * {1, 2, 4} (D = 4/P), ZeRO stages 0-3, with and without activation
+ * checkpointing, gradient accumulation 2: one real training iteration
+ * through common/train.h on a tiny model, and the accounting layer's
+ * records (spb_comm_record_get) for every operation and phase (forward,
+ * backward, recompute, zero, grad_reduce) equal the model's calls, payload
+ * and bytes per link — which the model takes from the strategies'
+ * comm_volume and spb_zero_comm_items.
+ *
+ * The other tests hold the model's own arithmetic: the parts add up to the
+ * iteration, ring's exposed transfer never exceeds the transfer, a group
+ * across nodes is slower than one inside, the paper's FLOPs formula, and
+ * every profile in the directory given as argv[1] loads. */
+#define _DEFAULT_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "flops.h"
+#include "grid.h"
+#include "mpi_check.h"
+#include "perf_model.h"
+#include "train.h"
+
+static const char *profiles_dir = "profiles";
+
+typedef struct variant {
+    const char *strategy, *ring_layout, *ulysses_comm;
+} variant;
+
+static const variant variants[] = {
+    {"none", "contiguous", "alltoall"},    {"ulysses", "contiguous", "alltoall"},
+    {"ulysses", "contiguous", "allgather"}, {"megatron", "contiguous", "alltoall"},
+    {"ring", "contiguous", "alltoall"},    {"ring", "zigzag", "alltoall"},
+};
+enum { NUM_VARIANTS = sizeof variants / sizeof variants[0], WORLD = 4 };
+static const int degrees[] = {1, 2, 4};
+
+static int make_config(spb_config *c, const variant *v, int P, int zero, int ckpt)
+{
+    spb_config_defaults(c);
+    c->num_layers = 2, c->hidden_size = 32, c->num_heads = 4, c->vocab_size = 64, c->seq_length = 48;
+    c->sp_degree = P, c->zero_stage = zero, c->checkpoint_activations = ckpt;
+    c->micro_batch_size = 1, c->global_batch_size = 2 * (WORLD / P); /* accumulation 2 */
+    snprintf(c->strategy, sizeof c->strategy, "%s", v->strategy);
+    snprintf(c->ring_layout, sizeof c->ring_layout, "%s", v->ring_layout);
+    snprintf(c->ulysses_comm, sizeof c->ulysses_comm, "%s", v->ulysses_comm);
+    char err[512];
+    return spb_config_finalize(c, WORLD, err, sizeof err);
+}
+
+static int close_enough(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-9; }
+
+START_TEST(bytes_equal_measured)
+{
+    const variant *v = &variants[_i % NUM_VARIANTS];
+    const int P = degrees[(_i / NUM_VARIANTS) % 3], zero = (_i / NUM_VARIANTS / 3) % 4,
+              ckpt = _i / NUM_VARIANTS / 12;
+    spb_config c;
+    if ((!strcmp(v->strategy, "none")) != (P == 1) || make_config(&c, v, P, zero, ckpt)) return;
+    spb_grid grid;
+    spb_grid_create(&grid, MPI_COMM_WORLD, P);
+    spb_trainer *t = spb_trainer_create(&c, &grid);
+    spb_trainer_step(t); /* warm-up iteration, then one recorded */
+    spb_comm_reset();
+    spb_trainer_step(t);
+    spb_comm_plan plan;
+    ck_assert_int_eq(spb_perf_comm_plan(&c, WORLD, 4.0, 4.0, &plan), 0);
+    int checked = 0;
+    for (int op = 0; op < SPB_NUM_OPS; op++)
+        for (int ph = SPB_PHASE_FORWARD; ph <= SPB_PHASE_GRAD_REDUCE; ph++) {
+            const spb_comm_record *r = spb_comm_record_get((spb_comm_op)op, (spb_comm_phase)ph);
+            /* ranks agree on bytes; check on every rank */
+            if (!close_enough(r->link_bytes, plan.link[op][ph]) || !close_enough(r->payload_bytes, plan.payload[op][ph]) ||
+                !close_enough((double)r->calls, plan.calls[op][ph]))
+                ck_abort_msg("%s %s P=%d ZeRO %d ckpt %d: %s/%s measured calls %ld payload %.0f link %.0f, model "
+                             "calls %.0f payload %.0f link %.0f",
+                             v->strategy, !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, P, zero,
+                             ckpt, spb_comm_op_name((spb_comm_op)op), spb_comm_phase_name((spb_comm_phase)ph),
+                             r->calls, r->payload_bytes, r->link_bytes, plan.calls[op][ph], plan.payload[op][ph],
+                             plan.link[op][ph]);
+            checked += r->calls > 0;
+        }
+    if (P > 1 || zero > 0) ck_assert_int_gt(checked, 0);
+    say("  bytes %-8s %-10s P=%d ZeRO %d ckpt %d: %d (op, phase) slots equal\n", v->strategy,
+        !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, P, zero, ckpt, checked);
+    spb_trainer_destroy(t);
+    spb_grid_destroy(&grid);
+}
+END_TEST
+
+static void load(const char *name, spb_profile *p)
+{
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/%s", profiles_dir, name);
+    if (spb_profile_load(path, p, err, sizeof err)) ck_abort_msg("%s", err);
+}
+
+static void seven_b(spb_config *c, const char *strategy, int P, int N, int world)
+{
+    spb_config_defaults(c);
+    c->num_layers = 32, c->hidden_size = 4096, c->num_heads = 32, c->vocab_size = 50257, c->seq_length = N;
+    c->sp_degree = P, c->micro_batch_size = 1, c->checkpoint_activations = 1, c->zero_stage = 3;
+    snprintf(c->strategy, sizeof c->strategy, "%s", strategy);
+    char err[512];
+    ck_assert_msg(spb_config_finalize(c, world, err, sizeof err) == 0, "%s", err);
+}
+
+START_TEST(parts_add_up_and_topology)
+{
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    const char *strategies[] = {"ulysses", "megatron", "ring"};
+    for (int s = 0; s < 3; s++) {
+        spb_config c;
+        seven_b(&c, strategies[s], 8, 65536, 32);
+        spb_perf_prediction pr;
+        char err[512];
+        ck_assert_int_eq(spb_perf_predict(&c, 32, p, NULL, &pr, err, sizeof err), 0);
+        double sum = pr.t_gemm + pr.t_attn + pr.t_other + pr.t_adam + pr.comm_exposed_total;
+        ck_assert_msg(fabs(sum - pr.iter_time) <= 1e-9 * pr.iter_time, "%s: parts %.6g vs iteration %.6g",
+                      strategies[s], sum, pr.iter_time);
+        ck_assert_msg(fabs(pr.tflops_paper_per_rank * 1e12 * pr.iter_time * 32 -
+                           spb_paper_flops_per_iteration(&c, 1)) <= 1e-6 * spb_paper_flops_per_iteration(&c, 1),
+                      "paper formula");
+        ck_assert(pr.tflops_paper_per_rank > 0 && pr.tflops_paper_per_rank < 312);
+        for (int o = 0; o < SPB_NUM_OPS; o++)
+            for (int ph = 0; ph < SPB_NUM_PHASES; ph++) ck_assert(pr.comm_overlapped[o][ph] >= 0);
+    }
+    /* Ulysses: same bytes per link at P = 8 (one node) and P = 16 (two
+     * nodes) with N/P fixed, but the all-to-all across nodes is slower. */
+    spb_config in, across;
+    seven_b(&in, "ulysses", 8, 65536, 32);
+    seven_b(&across, "ulysses", 16, 131072, 32);
+    spb_perf_prediction a, b;
+    char err[512];
+    spb_perf_predict(&in, 32, p, NULL, &a, err, sizeof err);
+    spb_perf_predict(&across, 32, p, NULL, &b, err, sizeof err);
+    double la = a.plan.link[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], lb = b.plan.link[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD];
+    ck_assert_msg(fabs(lb / la - (15.0 / 16) / (7.0 / 8)) < 1e-9, "link bytes ratio %.6f", lb / la);
+    ck_assert_msg(b.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD] > 3 * a.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD],
+                  "all-to-all across nodes %.4g s vs inside %.4g s",
+                  b.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], a.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD]);
+    /* ring: exposed transfer <= transfer; long blocks hide it entirely */
+    spb_config r;
+    seven_b(&r, "ring", 8, 262144, 32);
+    spb_perf_prediction rp;
+    spb_perf_predict(&r, 32, p, NULL, &rp, err, sizeof err);
+    ck_assert(rp.comm_overlapped[SPB_OP_SENDRECV][SPB_PHASE_FORWARD] > 0);
+    say("  A100-80GB 7B: Ulysses a2a fwd P=8 %.4g s, P=16 %.4g s; ring N=256K fwd exposed %.4g s, hidden %.4g s\n",
+        a.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], b.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD],
+        rp.comm_exposed[SPB_OP_SENDRECV][SPB_PHASE_FORWARD], rp.comm_overlapped[SPB_OP_SENDRECV][SPB_PHASE_FORWARD]);
+    free(p);
+}
+END_TEST
+
+START_TEST(every_profile_loads)
+{
+    DIR *d = opendir(profiles_dir);
+    ck_assert_msg(d != NULL, "no directory %s", profiles_dir);
+    struct dirent *e;
+    int n = 0;
+    spb_profile *p = malloc(sizeof *p);
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 9 || strcmp(e->d_name + len - 8, ".profile")) continue;
+        load(e->d_name, p);
+        n++;
+    }
+    closedir(d);
+    free(p);
+    ck_assert_int_ge(n, 4);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    if (argc > 1) profiles_dir = argv[1];
+    Suite *s = suite_create("perf_model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, bytes_equal_measured, 0, NUM_VARIANTS * 3 * 4 * 2);
+    tcase_add_test(tc, parts_add_up_and_topology);
+    tcase_add_test(tc, every_profile_loads);
+    suite_add_tcase(s, tc);
+    return spb_run_suite_and_finalize(s);
+}
