@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "checks.h"
 #include "memory.h"
 #include "ops.h"
@@ -170,8 +171,8 @@ static void set_views(spb_gpt *g, float *base, float **wte, float **wpe, float *
     *lnf_b = base + t[g->num_tensors - 1].offset;
 }
 
-static float *act(long n) { return spb_mem_alloc(SPB_MEM_ACTIVATIONS, sizeof(float) * (size_t)n); }
-static float *scratch(long n) { return spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n); }
+static float *act(const spb_gpt *g, long n) { return g->be->alloc(SPB_MEM_ACTIVATIONS, n); }
+static float *scratch(const spb_gpt *g, long n) { return g->be->alloc(SPB_MEM_WORKSPACE, n); }
 
 static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
 {
@@ -198,6 +199,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->B = cfg->micro_batch_size;
     g->T = cfg->seq_length / grid->sp_size;
     g->grid = grid;
+    g->be = spb_backend_by_name(cfg->device);
+    SPB_CHECK(g->be);
     g->strategy = spb_strategy_by_name(cfg->strategy);
     g->attn = spb_attn_backend_by_name(cfg->attention);
     SPB_CHECK(g->strategy && g->attn);
@@ -234,51 +237,51 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->layer = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->layer));
     g->dlayer = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->dlayer));
     if (cfg->zero_stage < 3) {
-        g->params = spb_mem_alloc(SPB_MEM_PARAMS, sizeof(float) * (size_t)g->num_params);
+        g->params = g->be->alloc(SPB_MEM_PARAMS, g->num_params);
         set_views(g, g->params, &g->wte, &g->wpe, &g->lnf_w, &g->lnf_b, g->layer);
     }
     if (cfg->zero_stage < 2) {
-        g->grads = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)g->num_params);
+        g->grads = g->be->alloc(SPB_MEM_GRADS, g->num_params);
         set_views(g, g->grads, &g->dwte, &g->dwpe, &g->dlnf_w, &g->dlnf_b, g->dlayer);
     }
 
     long BT = (long)g->B * g->T, BR = (long)g->B * g->Ttp, C = g->C;
     spb_attn_ctx probe = region_ctx(g, 0, SPB_PHASE_FORWARD);
     long saved_n = (long)g->strategy->attn_saved_floats(&probe);
-    g->inputs = spb_mem_alloc(SPB_MEM_ACTIVATIONS, sizeof(int) * (size_t)BT);
-    g->targets = spb_mem_alloc(SPB_MEM_ACTIVATIONS, sizeof(int) * (size_t)BT);
+    g->inputs = g->be->alloc_ints(SPB_MEM_ACTIVATIONS, BT);
+    g->targets = g->be->alloc_ints(SPB_MEM_ACTIVATIONS, BT);
     g->x = SPB_CHECK_PTR(calloc((size_t)g->L + 1, sizeof *g->x));
     g->acts = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->acts));
-    for (int l = 0; l <= g->L; l++) g->x[l] = act(BT * C);
+    for (int l = 0; l <= g->L; l++) g->x[l] = act(g, BT * C);
     g->checkpoint = cfg->checkpoint_activations;
     for (int l = 0; l < (g->checkpoint ? 1 : g->L); l++) {
         spb_layer_acts *a = &g->acts[l];
-        a->ln1_out = act(BT * C);
-        a->ln1_mean = act(BT);
-        a->ln1_rstd = act(BT);
-        a->qkv = act(BR * 3 * g->Ca);
-        a->atto = act(BR * g->Ca);
-        a->attn_saved = act(saved_n);
-        a->res_mid = act(BT * C);
-        a->ln2_out = act(BT * C);
-        a->ln2_mean = act(BT);
-        a->ln2_rstd = act(BT);
-        a->fc_pre = act(BR * g->Fl);
-        a->fc_act = act(BR * g->Fl);
+        a->ln1_out = act(g, BT * C);
+        a->ln1_mean = act(g, BT);
+        a->ln1_rstd = act(g, BT);
+        a->qkv = act(g, BR * 3 * g->Ca);
+        a->atto = act(g, BR * g->Ca);
+        a->attn_saved = act(g, saved_n);
+        a->res_mid = act(g, BT * C);
+        a->ln2_out = act(g, BT * C);
+        a->ln2_mean = act(g, BT);
+        a->ln2_rstd = act(g, BT);
+        a->fc_pre = act(g, BR * g->Fl);
+        a->fc_act = act(g, BR * g->Fl);
     }
-    g->lnf_out = act(BT * C);
-    g->lnf_mean = act(BT);
-    g->lnf_rstd = act(BT);
-    g->probs = act(BT * g->V);
-    g->dx = scratch(BT * C);
-    g->dtmp = scratch(BR * C);
-    g->datto = scratch(BR * g->Ca);
-    g->dqkv = scratch(BR * 3 * g->Ca);
-    g->dfc = scratch(BR * g->Fl);
-    if (g->checkpoint) g->recompute_out = scratch(BT * C);
+    g->lnf_out = act(g, BT * C);
+    g->lnf_mean = act(g, BT);
+    g->lnf_rstd = act(g, BT);
+    g->probs = act(g, BT * g->V);
+    g->dx = scratch(g, BT * C);
+    g->dtmp = scratch(g, BR * C);
+    g->datto = scratch(g, BR * g->Ca);
+    g->dqkv = scratch(g, BR * 3 * g->Ca);
+    g->dfc = scratch(g, BR * g->Fl);
+    if (g->checkpoint) g->recompute_out = scratch(g, BT * C);
     if (g->tp > 1) {
-        g->region_in = scratch(BR * C);
-        g->region_out = scratch(BR * C);
+        g->region_in = scratch(g, BR * C);
+        g->region_out = scratch(g, BR * C);
     }
     return g;
 }
@@ -290,14 +293,14 @@ void spb_gpt_destroy(spb_gpt *g)
         spb_layer_acts *a = &g->acts[l];
         float *bufs[] = {a->ln1_out, a->ln1_mean, a->ln1_rstd, a->qkv, a->atto, a->attn_saved,
                          a->res_mid, a->ln2_out, a->ln2_mean, a->ln2_rstd, a->fc_pre, a->fc_act};
-        for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) spb_mem_free(bufs[k]);
+        for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) g->be->free(bufs[k]);
     }
-    for (int l = 0; l <= g->L; l++) spb_mem_free(g->x[l]);
+    for (int l = 0; l <= g->L; l++) g->be->free(g->x[l]);
     float *bufs[] = {g->lnf_out, g->lnf_mean, g->lnf_rstd, g->probs, g->dx, g->dtmp, g->datto, g->dqkv, g->dfc,
                      g->region_in, g->region_out, g->recompute_out, g->params, g->grads};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) spb_mem_free(bufs[k]);
-    spb_mem_free(g->inputs);
-    spb_mem_free(g->targets);
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) g->be->free(bufs[k]);
+    g->be->free(g->inputs);
+    g->be->free(g->targets);
     free(g->positions);
     free(g->positions_tp);
     free(g->x);
@@ -335,7 +338,7 @@ void spb_gpt_init_params(spb_gpt *g, uint64_t seed)
 
 void spb_gpt_zero_grads(spb_gpt *g)
 {
-    if (g->grads) memset(g->grads, 0, sizeof(float) * (size_t)g->num_params);
+    if (g->grads) g->be->zero(g->grads, g->num_params);
 }
 
 static void unit_before(spb_gpt *g, int unit, spb_comm_phase phase)
@@ -346,16 +349,6 @@ static void unit_before(spb_gpt *g, int unit, spb_comm_phase phase)
 static void unit_after(spb_gpt *g, int unit, spb_comm_phase phase)
 {
     if (g->hooks.after) g->hooks.after(g->hooks.ctx, g, unit, phase);
-}
-
-static void add_bias_rows(float *x, const float *b, long rows, int C)
-{
-    for (long r = 0; r < rows; r++) spb_add_inplace(x + r * C, b, C);
-}
-
-static void bias_grad_rows(float *db, const float *dy, long rows, int C)
-{
-    for (long r = 0; r < rows; r++) spb_add_inplace(db, dy + r * C, C);
 }
 
 /* Local [B*T][C] -> region [B*Ttp][C] (the same buffer when TP = 1). */
@@ -375,13 +368,13 @@ static void qkv_forward(spb_gpt *g, float *qkv, const float *h, const spb_layer_
 {
     const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
     if (G == 1) {
-        spb_matmul_forward(qkv, h, p->qkv_w, p->qkv_b, BR, C, 3 * g->Ca);
+        g->be->matmul_forward(qkv, h, p->qkv_w, p->qkv_b, BR, C, 3 * g->Ca);
         return;
     }
     for (int j = 0; j < G; j++)
         for (int s = 0; s < 3; s++) {
             long w0 = (long)s * g->Ca + (long)j * row; /* first weight row of this block */
-            spb_matmul_forward_ld(qkv + (long)j * BR * 3 * row + s * row, 3 * row, h, C, p->qkv_w + w0 * C, C,
+            g->be->matmul_forward_ld(qkv + (long)j * BR * 3 * row + s * row, 3 * row, h, C, p->qkv_w + w0 * C, C,
                                   p->qkv_b + w0, BR, C, row, 0);
         }
 }
@@ -392,13 +385,13 @@ static void qkv_backward(spb_gpt *g, float *dh, spb_layer_params *dp, const floa
 {
     const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
     if (G == 1) {
-        spb_matmul_backward(dh, dp->qkv_w, dp->qkv_b, dqkv, h, p->qkv_w, BR, C, 3 * g->Ca, 0);
+        g->be->matmul_backward(dh, dp->qkv_w, dp->qkv_b, dqkv, h, p->qkv_w, BR, C, 3 * g->Ca, 0);
         return;
     }
     for (int j = 0; j < G; j++)
         for (int s = 0; s < 3; s++) {
             long w0 = (long)s * g->Ca + (long)j * row;
-            spb_matmul_backward_ld(dh, C, dp->qkv_w + w0 * C, C, dp->qkv_b + w0, dqkv + (long)j * BR * 3 * row + s * row,
+            g->be->matmul_backward_ld(dh, C, dp->qkv_w + w0 * C, C, dp->qkv_b + w0, dqkv + (long)j * BR * 3 * row + s * row,
                                    3 * row, h, C, p->qkv_w + w0 * C, C, BR, C, row, j > 0 || s > 0);
         }
 }
@@ -407,7 +400,7 @@ static void proj_forward(spb_gpt *g, float *out, const float *atto, const spb_la
 {
     const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
     for (int j = 0; j < G; j++)
-        spb_matmul_forward_ld(out, C, atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, NULL, BR,
+        g->be->matmul_forward_ld(out, C, atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, NULL, BR,
                               row, C, j > 0);
 }
 
@@ -416,7 +409,7 @@ static void proj_backward(spb_gpt *g, float *datto, spb_layer_params *dp, const 
 {
     const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
     for (int j = 0; j < G; j++)
-        spb_matmul_backward_ld(datto + (long)j * BR * row, row, dp->proj_w + (long)j * row, g->Ca, NULL, dy, C,
+        g->be->matmul_backward_ld(datto + (long)j * BR * row, row, dp->proj_w + (long)j * row, g->Ca, NULL, dy, C,
                                atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, BR, row, C, 0);
 }
 
@@ -440,24 +433,24 @@ static void layer_forward(spb_gpt *g, int l, spb_layer_acts *a, const float *x, 
     const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     const spb_layer_params *p = &g->layer[l];
     /* attention block */
-    spb_layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
+    g->be->layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
     const float *h = enter_region(g, l, a->ln1_out, phase);
     qkv_forward(g, a->qkv, h, p);
     spb_attn_ctx ctx = region_ctx(g, l, phase);
     g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->attn_saved);
     proj_forward(g, region_product_target(g, a->res_mid), a->atto, p);
     exit_region(g, l, a->res_mid, phase);
-    add_bias_rows(a->res_mid, p->proj_b, BT, C);
-    spb_add_inplace(a->res_mid, x, (long)BT * C);
+    g->be->add_bias_rows(a->res_mid, p->proj_b, BT, C);
+    g->be->add_inplace(a->res_mid, x, (long)BT * C);
     /* MLP block */
-    spb_layernorm_forward(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT, C);
+    g->be->layernorm_forward(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT, C);
     h = enter_region(g, l, a->ln2_out, phase);
-    spb_matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl);
-    spb_gelu_forward(a->fc_act, a->fc_pre, (long)BR * g->Fl);
-    spb_matmul_forward(region_product_target(g, x_out), a->fc_act, p->fcproj_w, NULL, BR, g->Fl, C);
+    g->be->matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl);
+    g->be->gelu_forward(a->fc_act, a->fc_pre, (long)BR * g->Fl);
+    g->be->matmul_forward(region_product_target(g, x_out), a->fc_act, p->fcproj_w, NULL, BR, g->Fl, C);
     exit_region(g, l, x_out, phase);
-    add_bias_rows(x_out, p->fcproj_b, BT, C);
-    spb_add_inplace(x_out, a->res_mid, (long)BT * C);
+    g->be->add_bias_rows(x_out, p->fcproj_b, BT, C);
+    g->be->add_inplace(x_out, a->res_mid, (long)BT * C);
 }
 
 /* Under activation checkpointing every layer shares one set of activations
@@ -468,18 +461,18 @@ double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
 {
     double t0 = spb_now();
     const int BT = g->B * g->T, C = g->C;
-    memcpy(g->inputs, inputs, sizeof(int) * (size_t)BT);
-    memcpy(g->targets, targets, sizeof(int) * (size_t)BT);
+    g->be->ints_to_device(g->inputs, inputs, BT);
+    g->be->ints_to_device(g->targets, targets, BT);
     unit_before(g, SPB_UNIT_GLOBALS, SPB_PHASE_FORWARD);
-    spb_embedding_forward(g->x[0], inputs, g->wte, g->wpe, g->positions, BT, g->T, C);
+    g->be->embedding_forward(g->x[0], g->inputs, g->wte, g->wpe, g->positions, BT, g->T, C);
     for (int l = 0; l < g->L; l++) {
         unit_before(g, l, SPB_PHASE_FORWARD);
         layer_forward(g, l, layer_acts(g, l), g->x[l], g->x[l + 1], SPB_PHASE_FORWARD);
         unit_after(g, l, SPB_PHASE_FORWARD);
     }
-    spb_layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT, C);
-    spb_matmul_forward(g->probs, g->lnf_out, g->wte, NULL, BT, C, g->V);
-    double loss_sum = spb_softmax_xent_forward(g->probs, targets, BT, g->V);
+    g->be->layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT, C);
+    g->be->matmul_forward(g->probs, g->lnf_out, g->wte, NULL, BT, C, g->V);
+    double loss_sum = g->be->softmax_xent_forward(g->probs, g->targets, BT, g->V);
     unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_FORWARD);
     spb_timer_add(SPB_T_FORWARD, spb_now() - t0);
     return loss_sum;
@@ -508,11 +501,11 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
     double t0 = spb_now();
     const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     unit_before(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
-    spb_softmax_xent_backward(g->probs, g->targets, BT, g->V, loss_scale);
+    g->be->softmax_xent_backward(g->probs, g->targets, BT, g->V, loss_scale);
     /* LM head (tied): dlnf_out = dlogits · wte, dwte += dlogitsᵀ · lnf_out */
-    spb_matmul_backward(g->dtmp, g->dwte, NULL, g->probs, g->lnf_out, g->wte, BT, C, g->V, 0);
-    memset(g->dx, 0, sizeof(float) * (size_t)BT * C);
-    spb_layernorm_backward(g->dx, g->dlnf_w, g->dlnf_b, g->dtmp, g->x[g->L], g->lnf_w, g->lnf_mean, g->lnf_rstd,
+    g->be->matmul_backward(g->dtmp, g->dwte, NULL, g->probs, g->lnf_out, g->wte, BT, C, g->V, 0);
+    g->be->zero(g->dx, (long)BT * C);
+    g->be->layernorm_backward(g->dx, g->dlnf_w, g->dlnf_b, g->dtmp, g->x[g->L], g->lnf_w, g->lnf_mean, g->lnf_rstd,
                            BT, C);
     /* Local rows of a region-input gradient when TP > 1.  region_in is free
      * by then: the gathered LN output it held has been used. */
@@ -527,18 +520,18 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
          * recomputation gives the same bits. */
         if (g->checkpoint) layer_forward(g, l, a, g->x[l], g->recompute_out, SPB_PHASE_RECOMPUTE);
         /* MLP block */
-        bias_grad_rows(dp->fcproj_b, g->dx, BT, C);
+        g->be->bias_grad_rows(dp->fcproj_b, g->dx, BT, C);
         const float *dy = exit_region_backward(g, l, g->dx);
-        spb_matmul_backward(g->dfc, dp->fcproj_w, NULL, dy, a->fc_act, p->fcproj_w, BR, g->Fl, C, 0);
-        spb_gelu_backward(g->dfc, a->fc_pre, g->dfc, (long)BR * g->Fl);
+        g->be->matmul_backward(g->dfc, dp->fcproj_w, NULL, dy, a->fc_act, p->fcproj_w, BR, g->Fl, C, 0);
+        g->be->gelu_backward(g->dfc, a->fc_pre, g->dfc, (long)BR * g->Fl);
         /* Megatron-SP keeps only local LN outputs and gathers them again here. */
         const float *h = enter_region(g, l, a->ln2_out, SPB_PHASE_BACKWARD);
-        spb_matmul_backward(g->dtmp, dp->fc_w, dp->fc_b, g->dfc, h, p->fc_w, BR, C, g->Fl, 0);
+        g->be->matmul_backward(g->dtmp, dp->fc_w, dp->fc_b, g->dfc, h, p->fc_w, BR, C, g->Fl, 0);
         const float *dln = enter_region_backward(g, l, g->dtmp, dlocal);
-        spb_layernorm_backward(g->dx, dp->ln2_w, dp->ln2_b, dln, a->res_mid, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+        g->be->layernorm_backward(g->dx, dp->ln2_w, dp->ln2_b, dln, a->res_mid, p->ln2_w, a->ln2_mean, a->ln2_rstd,
                                BT, C);
         /* attention block */
-        bias_grad_rows(dp->proj_b, g->dx, BT, C);
+        g->be->bias_grad_rows(dp->proj_b, g->dx, BT, C);
         dy = exit_region_backward(g, l, g->dx);
         proj_backward(g, g->datto, dp, dy, a->atto, p);
         spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_BACKWARD);
@@ -546,11 +539,11 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
         h = enter_region(g, l, a->ln1_out, SPB_PHASE_BACKWARD);
         qkv_backward(g, g->dtmp, dp, g->dqkv, h, p);
         dln = enter_region_backward(g, l, g->dtmp, dlocal);
-        spb_layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT,
+        g->be->layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT,
                                C);
         unit_after(g, l, SPB_PHASE_BACKWARD);
     }
-    spb_embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, g->positions, BT, g->T, C);
+    g->be->embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, g->positions, BT, g->T, C);
     unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
     spb_timer_add(SPB_T_BACKWARD, spb_now() - t0);
 }

@@ -85,6 +85,7 @@ typedef struct spb_gpt {
     const spb_grid *grid;
     const spb_strategy *strategy;
     const spb_attn_backend *attn;
+    const struct spb_backend *be; /* the device's operations (backend.h) */
 
     long num_params;   /* local */
     long num_global_params;

@@ -1,0 +1,58 @@
+/* The device operations the GPT core calls, one table per device (the
+ * spirit of nccl-tests' per-collective modules and llm.c's kernels: the
+ * core says what to compute, a table says where).  The CPU's table is
+ * common/ops_cpu.c's fp32 functions; a CUDA table will sit beside it with
+ * the same contracts (common/cuda/ holds its kernels, checked by
+ * spbench-gpu-check).  Buffers passed to a table's operations live on its
+ * device and are allocated through it, tracked by category.  Contracts are
+ * ops.h's. */
+#ifndef SPB_BACKEND_H
+#define SPB_BACKEND_H
+
+#include "memory.h"
+
+typedef struct spb_backend {
+    const char *name;
+    /* n elements, zeroed, tracked under cat; free takes NULL. */
+    float *(*alloc)(spb_mem_category cat, long n);
+    int *(*alloc_ints)(spb_mem_category cat, long n);
+    void (*free)(void *p);
+    void (*zero)(float *x, long n);
+    /* host ints (tokens) into a device buffer */
+    void (*ints_to_device)(int *dst, const int *host, long n);
+
+    void (*matmul_forward)(float *out, const float *inp, const float *W, const float *b, int rows, int in,
+                           int out_f);
+    void (*matmul_backward)(float *dinp, float *dW, float *db, const float *dout, const float *inp, const float *W,
+                            int rows, int in, int out_f, int accumulate_dinp);
+    void (*matmul_forward_ld)(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw,
+                              const float *b, int rows, int in, int out_f, int accumulate);
+    void (*matmul_backward_ld)(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
+                               const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
+                               int accumulate_dinp);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int rows, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int rows, int C);
+    void (*gelu_forward)(float *out, const float *inp, long n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, long n);
+    void (*embedding_forward)(float *out, const int *tokens, const float *wte, const float *wpe,
+                              const long *positions, int rows, int T, int C);
+    void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                               const long *positions, int rows, int T, int C);
+    double (*softmax_xent_forward)(float *probs_inplace, const int *targets, int rows, int V);
+    void (*softmax_xent_backward)(float *probs_inplace, const int *targets, int rows, int V, float scale);
+    void (*add_inplace)(float *a, const float *b, long n);
+    /* x[r] += b and db += sum over rows of dy, for rows of width C */
+    void (*add_bias_rows)(float *x, const float *b, long rows, int C);
+    void (*bias_grad_rows)(float *db, const float *dy, long rows, int C);
+} spb_backend;
+
+extern const spb_backend spb_backend_cpu;
+
+/* The table for --device (NULL when this build has none). */
+const spb_backend *spb_backend_by_name(const char *device);
+/* Tests: make spb_backend_by_name return this table (NULL: back to normal). */
+void spb_backend_register_for_tests(const spb_backend *table);
+
+#endif
