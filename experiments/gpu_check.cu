@@ -19,6 +19,7 @@
 
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "gpu_env.h"
 #include "gpu_util.h"
 #include "spb_cuda.h"
 #include "ulysses_layout.h"
@@ -84,9 +85,6 @@ static std::vector<float> host_bf16(const spb_bf16 *d, long n)
 }
 static void rnd(std::vector<float> &v) { for (auto &x : v) x = spb_bf16_round(x); }
 
-struct env_info {
-    char gpu[256], driver[32], runtime[32];
-};
 static env_info envi;
 static FILE *check_csv, *time_csv;
 static int failures, checks_run;
@@ -587,27 +585,7 @@ int main(int argc, char **argv)
         }
     }
     if (reps < 1) reps = 1;
-    if (spb_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
-    SPB_CUDA_CHECK(cudaSetDevice(0));
-    cudaDeviceProp prop;
-    SPB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    int drv = 0, rt = 0;
-    cudaDriverGetVersion(&drv), cudaRuntimeGetVersion(&rt);
-    snprintf(envi.gpu, sizeof envi.gpu, "%s", prop.name);
-    snprintf(envi.driver, sizeof envi.driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
-    snprintf(envi.runtime, sizeof envi.runtime, "%d.%d", rt / 1000, (rt % 1000) / 10);
-    char desc[256];
-    spb_cuda_describe(desc, sizeof desc);
-    printf("spbench-gpu-check: %s; CUDA driver API %s, runtime %s; commit %s\n", desc, envi.driver, envi.runtime,
-           SPB_GIT_COMMIT);
-    if (prop.major < 8) {
-        printf("compute capability %d.%d < 8.0: bf16 tensor-core kernels need sm_80+: skipped\n", prop.major,
-               prop.minor);
-        return 77;
-    }
+    if (int skip = gpu_env_open(&envi, "spbench-gpu-check", SPB_GIT_COMMIT)) return skip;
     check_csv = check_only ? NULL
                            : spb_csv_open(out, "checks.csv",
                                           "gpu,driver,cuda_runtime,git_commit,kernel,impl,shape,max_rel_err,tolerance,result");

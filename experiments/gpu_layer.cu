@@ -27,6 +27,7 @@
 
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "gpu_env.h"
 #include "cuda_layer.h"
 #include "gpu_util.h"
 #include "layer_plan.h"
@@ -110,9 +111,6 @@ enum { DEPTH_LAYER_FWD = 9, DEPTH_LAYER = 19, DEPTH_GPT = 42 };
 static double tol_loss(void) { return SPB_BF16_U; }
 #endif
 
-struct env_info {
-    char gpu[256], driver[32], runtime[32];
-};
 static env_info envi;
 static FILE *check_csv, *time_csv;
 static int failures, checks_run;
@@ -562,27 +560,7 @@ int main(int argc, char **argv)
     }
     if (reps < 1) reps = 1;
     if (P < 1) return usage(), 2;
-    if (spb_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
-    SPB_CUDA_CHECK(cudaSetDevice(0));
-    cudaDeviceProp prop;
-    SPB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    int drv = 0, rt = 0;
-    cudaDriverGetVersion(&drv), cudaRuntimeGetVersion(&rt);
-    snprintf(envi.gpu, sizeof envi.gpu, "%s", prop.name);
-    snprintf(envi.driver, sizeof envi.driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
-    snprintf(envi.runtime, sizeof envi.runtime, "%d.%d", rt / 1000, (rt % 1000) / 10);
-    char desc[256];
-    spb_cuda_describe(desc, sizeof desc);
-    printf("spbench-gpu-layer: %s; CUDA driver API %s, runtime %s; commit %s\n", desc, envi.driver, envi.runtime,
-           SPB_GIT_COMMIT);
-    if (prop.major < 8) {
-        printf("compute capability %d.%d < 8.0: bf16 tensor-core kernels need sm_80+: skipped\n", prop.major,
-               prop.minor);
-        return 77;
-    }
+    if (int skip = gpu_env_open(&envi, "spbench-gpu-layer", SPB_GIT_COMMIT)) return skip;
 #ifdef SPB_GPU_CHECK_HAVE_CORE
     MPI_Init(&argc, &argv);
 #endif
@@ -613,7 +591,7 @@ int main(int argc, char **argv)
     if (!check_only) {
         if (peak_arg > 0) {
             peak_tflops = peak_arg, peak_source = "--peak-tflops";
-        } else if ((peak_tflops = spb_gpu_dense_bf16_peak_tflops(prop.name)) > 0) {
+        } else if ((peak_tflops = spb_gpu_dense_bf16_peak_tflops(envi.gpu)) > 0) {
             peak_source = "data sheet, dense bf16";
         } else {
             peak_tflops = measured_gemm_tflops(g);

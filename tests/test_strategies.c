@@ -15,6 +15,7 @@
 #include "memory.h"
 #include "train.h"
 #include "mpi_check.h"
+#include "strategy_check.h"
 
 enum { STEPS = 3, GLOBAL_BATCH = 4 };
 
@@ -61,32 +62,6 @@ static void base_config(spb_config *c, const variant *v, int P, int causal, int 
     snprintf(c->attention_mask, sizeof c->attention_mask, "%s", causal ? "causal" : "full");
 }
 
-static spb_trainer *make(spb_config *c, MPI_Comm comm, spb_grid *grid)
-{
-    int size;
-    MPI_Comm_size(comm, &size);
-    char err[256];
-    ck_assert_msg(spb_config_finalize(c, size, err, sizeof err) == 0, "%s", err);
-    spb_grid_create(grid, comm, c->sp_degree);
-    return spb_trainer_create(c, grid);
-}
-
-/* Worst per-tensor ||a - b|| / ||b|| over the global tensors. */
-static double worst_tensor_error(const spb_gpt *ref, const float *a, const float *b, const char **worst_name)
-{
-    double worst = 0;
-    for (int k = 0; k < ref->num_tensors; k++) {
-        const spb_param_tensor *t = &ref->tensors[k];
-        double num = 0, den = 0;
-        for (long i = t->goffset; i < t->goffset + t->numel; i++) {
-            num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-            den += (double)b[i] * b[i];
-        }
-        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (rel > worst) worst = rel, *worst_name = t->name;
-    }
-    return worst;
-}
 
 static void compare_with_reference(const variant *v, int P, int causal, int batch)
 {

@@ -1,0 +1,46 @@
+/* What the GPU check programs share at start: find the GPU, record its
+ * name, driver and runtime for every CSV row, print the banner, and decide
+ * whether this GPU can run the checks (sm_80+ for the bf16 tensor-core
+ * kernels).  CUDA C, header-only: included by gpu_check.cu and gpu_layer.cu. */
+#ifndef SPB_GPU_ENV_H
+#define SPB_GPU_ENV_H
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "cuda_check.h"
+#include "cuda_device.h"
+#include "spb_cuda.h"
+
+struct env_info {
+    char gpu[256], driver[32], runtime[32];
+};
+
+/* 0 when the checks can run; 77 (ctest's skip code) when there is no GPU or
+ * it is older than sm_80.  `program` names the banner. */
+static int gpu_env_open(env_info *e, const char *program, const char *commit)
+{
+    if (spb_cuda_device_count() == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    SPB_CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    SPB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv), cudaRuntimeGetVersion(&rt);
+    snprintf(e->gpu, sizeof e->gpu, "%s", prop.name);
+    snprintf(e->driver, sizeof e->driver, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    snprintf(e->runtime, sizeof e->runtime, "%d.%d", rt / 1000, (rt % 1000) / 10);
+    char desc[256];
+    spb_cuda_describe(desc, sizeof desc);
+    printf("%s: %s; CUDA driver API %s, runtime %s; commit %s\n", program, desc, e->driver, e->runtime, commit);
+    if (prop.major < 8) {
+        printf("compute capability %d.%d < 8.0: bf16 tensor-core kernels need sm_80+: skipped\n", prop.major,
+               prop.minor);
+        return 77;
+    }
+    return 0;
+}
+
+#endif
