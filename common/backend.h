@@ -9,10 +9,13 @@
 #ifndef SPB_BACKEND_H
 #define SPB_BACKEND_H
 
+#include "attention.h"
 #include "memory.h"
 
 typedef struct spb_backend {
     const char *name;
+    /* The device's attention kernel of that name (--attention), or NULL. */
+    const spb_attn_backend *(*attention)(const char *name);
     /* n elements, zeroed, tracked under cat; free takes NULL. */
     float *(*alloc)(spb_mem_category cat, long n);
     int *(*alloc_ints)(spb_mem_category cat, long n);

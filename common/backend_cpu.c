@@ -22,6 +22,7 @@ static void cpu_bias_grad_rows(float *db, const float *dy, long rows, int C)
 
 const spb_backend spb_backend_cpu = {
     .name = "cpu",
+    .attention = spb_attn_backend_by_name,
     .alloc = cpu_alloc,
     .alloc_ints = cpu_alloc_ints,
     .free = spb_mem_free,

@@ -176,7 +176,7 @@ static float *scratch(const spb_gpt *g, long n) { return g->be->alloc(SPB_MEM_WO
 
 static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
 {
-    return (spb_attn_ctx){.cfg = &g->cfg, .grid = g->grid, .backend = g->attn, .batch = g->B, .heads = g->Hl,
+    return (spb_attn_ctx){.cfg = &g->cfg, .grid = g->grid, .backend = g->attn, .device = g->be, .batch = g->B, .heads = g->Hl,
                           .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
                           .seq_length = g->seq_length, .causal = g->causal, .layer = layer, .phase = phase,
                           .flops = &g->attn_flops};
@@ -202,7 +202,7 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->be = spb_backend_by_name(cfg->device);
     SPB_CHECK(g->be);
     g->strategy = spb_strategy_by_name(cfg->strategy);
-    g->attn = spb_attn_backend_by_name(cfg->attention);
+    g->attn = g->be->attention(cfg->attention);
     SPB_CHECK(g->strategy && g->attn);
     g->tp = g->strategy->tp_degree ? g->strategy->tp_degree(grid) : 1;
     g->tp_rank = g->tp > 1 ? grid->sp_rank : 0;

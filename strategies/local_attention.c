@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../common/backend.h"
 #include "../common/timer.h"
 #include "local_attention.h"
 
@@ -45,7 +46,11 @@ void spb_local_attention_backward(const spb_attn_ctx *c, const float *qkv, const
 {
     spb_attn_desc d = spb_attn_local_desc(c);
     long W = (long)c->heads * c->head_dim;
-    memset(dqkv, 0, sizeof(float) * (size_t)c->batch * c->tokens * 3 * W);
+    long n = (long)c->batch * c->tokens * 3 * W;
+    if (c->device)
+        c->device->zero(dqkv, n); /* the buffers are the device's */
+    else
+        memset(dqkv, 0, sizeof(float) * (size_t)n);
     double t0 = spb_now();
     c->backend->backward(&d, qkv, qkv + W, qkv + 2 * W, o, lse, dout, dqkv, dqkv + W, dqkv + 2 * W);
     spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);

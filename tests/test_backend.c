@@ -100,7 +100,7 @@ static void w_bias_grad(float *db, const float *dy, long r, int C)
 }
 
 static const spb_backend counting = {
-    .name = "counting-cpu", .alloc = w_alloc, .alloc_ints = w_alloc_ints, .free = w_free, .zero = w_zero,
+    .name = "counting-cpu", .attention = spb_attn_backend_by_name, .alloc = w_alloc, .alloc_ints = w_alloc_ints, .free = w_free, .zero = w_zero,
     .ints_to_device = w_ints, .matmul_forward = w_mm_f, .matmul_backward = w_mm_b, .matmul_forward_ld = w_mm_fld,
     .matmul_backward_ld = w_mm_bld, .layernorm_forward = w_ln_f, .layernorm_backward = w_ln_b,
     .gelu_forward = w_gelu_f, .gelu_backward = w_gelu_b, .embedding_forward = w_emb_f,
