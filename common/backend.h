@@ -10,10 +10,16 @@
 #define SPB_BACKEND_H
 
 #include "attention.h"
+#include "comm.h"
+#include "config.h"
 #include "memory.h"
 
 typedef struct spb_backend {
     const char *name;
+    /* 1 when buffers are host memory; 0: MPI goes through `staging`
+     * (comm.h's host-staged path), set up by the core when it is created. */
+    int host_memory;
+    spb_comm_staging staging;
     /* The device's attention kernel of that name (--attention), or NULL. */
     const spb_attn_backend *(*attention)(const char *name);
     /* n elements, zeroed, tracked under cat; free takes NULL. */
@@ -21,6 +27,7 @@ typedef struct spb_backend {
     int *(*alloc_ints)(spb_mem_category cat, long n);
     void (*free)(void *p);
     void (*zero)(float *x, long n);
+    void (*copy)(float *dst, const float *src, long n); /* device to device */
     /* host ints (tokens) into a device buffer */
     void (*ints_to_device)(int *dst, const int *host, long n);
 
@@ -49,6 +56,10 @@ typedef struct spb_backend {
     /* x[r] += b and db += sum over rows of dy, for rows of width C */
     void (*add_bias_rows)(float *x, const float *b, long rows, int C);
     void (*bias_grad_rows)(float *db, const float *dy, long rows, int C);
+    /* optimizer.h's spb_adamw_apply and spb_sum_squares on device buffers */
+    void (*adamw_apply)(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                        float weight_decay, const spb_config *cfg, long step, double lr);
+    double (*sum_squares)(const float *x, long n);
 } spb_backend;
 
 extern const spb_backend spb_backend_cpu;

@@ -4,10 +4,12 @@
 
 #include "backend.h"
 #include "ops.h"
+#include "optimizer.h"
 
 static float *cpu_alloc(spb_mem_category cat, long n) { return spb_mem_alloc(cat, sizeof(float) * (size_t)n); }
 static int *cpu_alloc_ints(spb_mem_category cat, long n) { return spb_mem_alloc(cat, sizeof(int) * (size_t)n); }
 static void cpu_zero(float *x, long n) { memset(x, 0, sizeof(float) * (size_t)n); }
+static void cpu_copy(float *dst, const float *src, long n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
 static void cpu_ints_to_device(int *dst, const int *host, long n) { memcpy(dst, host, sizeof(int) * (size_t)n); }
 
 static void cpu_add_bias_rows(float *x, const float *b, long rows, int C)
@@ -22,11 +24,13 @@ static void cpu_bias_grad_rows(float *db, const float *dy, long rows, int C)
 
 const spb_backend spb_backend_cpu = {
     .name = "cpu",
+    .host_memory = 1,
     .attention = spb_attn_backend_by_name,
     .alloc = cpu_alloc,
     .alloc_ints = cpu_alloc_ints,
     .free = spb_mem_free,
     .zero = cpu_zero,
+    .copy = cpu_copy,
     .ints_to_device = cpu_ints_to_device,
     .matmul_forward = spb_matmul_forward,
     .matmul_backward = spb_matmul_backward,
@@ -43,6 +47,8 @@ const spb_backend spb_backend_cpu = {
     .add_inplace = spb_add_inplace,
     .add_bias_rows = cpu_add_bias_rows,
     .bias_grad_rows = cpu_bias_grad_rows,
+    .adamw_apply = spb_adamw_apply,
+    .sum_squares = spb_sum_squares,
 };
 
 static const spb_backend *test_table;

@@ -8,6 +8,40 @@
 
 static spb_comm_record records[SPB_NUM_OPS][SPB_NUM_PHASES];
 
+/* The host-staged path: NULL when buffers are host memory. */
+static const spb_comm_staging *staging;
+void spb_comm_set_staging(const spb_comm_staging *s) { staging = s; }
+
+/* Two host buffers that grow to the largest collective seen. */
+static float *stage_buffer(int which, long n)
+{
+    static float *buf[2];
+    static long cap[2];
+    if (n > cap[which]) {
+        free(buf[which]);
+        buf[which] = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)n));
+        cap[which] = n;
+    }
+    return buf[which];
+}
+
+/* send (device, n floats) -> host staging buffer 0; returns what MPI sends. */
+static const float *stage_out(const float *send, long n)
+{
+    if (!staging) return send;
+    float *h = stage_buffer(0, n);
+    staging->to_host(h, send, sizeof(float) * (size_t)n);
+    return h;
+}
+
+/* Where MPI receives n floats: the device buffer itself or host buffer 1. */
+static float *stage_in(float *recv, long n) { return staging ? stage_buffer(1, n) : recv; }
+
+static void stage_back(float *recv, const float *host, long n)
+{
+    if (staging) staging->to_device(recv, host, sizeof(float) * (size_t)n);
+}
+
 /* Log of all-to-all calls for spb_comm_replay_alltoalls. */
 enum { ALLTOALL_LOG_MAX = 1 << 16 };
 static struct alltoall_call {
@@ -44,12 +78,14 @@ static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double p
 void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase)
 {
     double t0 = spb_now();
+    float *work = staging ? (float *)stage_out(buf, n) : buf;
     /* MPI counts are int: reduce in chunks. */
     const long chunk = 1L << 30;
     for (long off = 0; off < n; off += chunk) {
         int cnt = (int)(n - off < chunk ? n - off : chunk);
-        SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, comm));
+        SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, work + off, cnt, MPI_FLOAT, MPI_SUM, comm));
     }
+    stage_back(buf, work, n);
     record(SPB_OP_ALLREDUCE, phase, comm, 4.0 * (double)n, spb_now() - t0);
 }
 
@@ -86,8 +122,11 @@ static int group_size(MPI_Comm comm)
 void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
     double t0 = spb_now();
-    int c = count_as_int(count);
-    SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
+    int c = count_as_int(count), n = group_size(comm);
+    const float *s = stage_out(send, count * n);
+    float *r = stage_in(recv, count * n);
+    SPB_MPI_CHECK(MPI_Alltoall(s, c, MPI_FLOAT, r, c, MPI_FLOAT, comm));
+    stage_back(recv, r, count * n);
     record(SPB_OP_ALLTOALL, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
     if (alltoall_logged < ALLTOALL_LOG_MAX)
         alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
@@ -117,16 +156,22 @@ double spb_comm_replay_alltoalls(void)
 void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
     double t0 = spb_now();
-    int c = count_as_int(count);
-    SPB_MPI_CHECK(MPI_Allgather(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, comm));
+    int c = count_as_int(count), n = group_size(comm);
+    const float *s = stage_out(send, count);
+    float *r = stage_in(recv, count * n);
+    SPB_MPI_CHECK(MPI_Allgather(s, c, MPI_FLOAT, r, c, MPI_FLOAT, comm));
+    stage_back(recv, r, count * n);
     record(SPB_OP_ALLGATHER, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
 }
 
 void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
     double t0 = spb_now();
-    int c = count_as_int(count);
-    SPB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, c, MPI_FLOAT, MPI_SUM, comm));
+    int c = count_as_int(count), n = group_size(comm);
+    const float *s = stage_out(send, count * n);
+    float *r = stage_in(recv, count);
+    SPB_MPI_CHECK(MPI_Reduce_scatter_block(s, r, c, MPI_FLOAT, MPI_SUM, comm));
+    stage_back(recv, r, count);
     record(SPB_OP_REDUCE_SCATTER, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
 }
 
@@ -138,6 +183,14 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
     r->count = count;
     r->comm = comm;
     r->phase = phase;
+    r->host_send = r->host_recv = r->device_recv = NULL;
+    if (staging) { /* buffers of its own: exchanges may overlap */
+        r->host_send = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count ? count : 1)));
+        r->host_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count ? count : 1)));
+        r->device_recv = recv;
+        staging->to_host(r->host_send, send, sizeof(float) * (size_t)count);
+        send = r->host_send, recv = r->host_recv;
+    }
     SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, src, 0, comm, &r->req[0]));
     SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, dest, 0, comm, &r->req[1]));
     r->blocked = spb_now() - t0;
@@ -147,6 +200,12 @@ void spb_sendrecv_wait(spb_sendrecv *r)
 {
     double t0 = spb_now();
     SPB_MPI_CHECK(MPI_Waitall(2, r->req, MPI_STATUSES_IGNORE));
+    if (r->host_recv) {
+        staging->to_device(r->device_recv, r->host_recv, sizeof(float) * (size_t)r->count);
+        free(r->host_send);
+        free(r->host_recv);
+        r->host_send = r->host_recv = NULL;
+    }
     r->blocked += spb_now() - t0;
     record(SPB_OP_SENDRECV, r->phase, r->comm, 4.0 * (double)r->count, r->blocked);
 }

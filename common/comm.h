@@ -8,6 +8,7 @@
 #define SPB_COMM_H
 
 #include <mpi.h>
+#include <stddef.h>
 
 typedef enum spb_comm_phase {
     SPB_PHASE_FORWARD = 0,
@@ -52,6 +53,7 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
 typedef struct spb_sendrecv {
     MPI_Request req[2];
     long count;
+    float *host_send, *host_recv, *device_recv; /* the host-staged path's */
     MPI_Comm comm;
     spb_comm_phase phase;
     double blocked;
@@ -71,6 +73,18 @@ void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase pha
  * the seconds.  Against it, a strategy's exchange cost without the waiting
  * for other ranks that in-run timings include.  Collective. */
 double spb_comm_replay_alltoalls(void);
+
+/* Device buffers without a device-aware MPI: with a staging interface set,
+ * every float collective copies what it sends to host memory, runs MPI on
+ * host buffers and copies what it receives back (the host-staged path, so
+ * several ranks can share one GPU).  The copies count in the collective's
+ * recorded time: that is what this path costs.  NULL (the default): the
+ * buffers are host memory.  The f64 reductions always take host scalars. */
+typedef struct spb_comm_staging {
+    void (*to_host)(void *host, const void *device, size_t bytes);
+    void (*to_device)(void *device, const void *host, size_t bytes);
+} spb_comm_staging;
+void spb_comm_set_staging(const spb_comm_staging *staging);
 
 const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase);
 void spb_comm_reset(void);

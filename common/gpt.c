@@ -201,6 +201,9 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->grid = grid;
     g->be = spb_backend_by_name(cfg->device);
     SPB_CHECK(g->be);
+    /* Collectives on device buffers go through host memory unless the
+     * buffers are host memory already. */
+    spb_comm_set_staging(g->be->host_memory ? NULL : &g->be->staging);
     g->strategy = spb_strategy_by_name(cfg->strategy);
     g->attn = g->be->attention(cfg->attention);
     SPB_CHECK(g->strategy && g->attn);
@@ -333,7 +336,19 @@ void spb_gpt_init_tensor(const spb_gpt *g, int t, uint64_t seed, float *p)
 void spb_gpt_init_params(spb_gpt *g, uint64_t seed)
 {
     if (!g->params) return; /* ZeRO-3: the slices' owners initialise them */
-    for (int t = 0; t < g->num_tensors; t++) spb_gpt_init_tensor(g, t, seed, g->params + g->tensors[t].offset);
+    if (g->be->host_memory) {
+        for (int t = 0; t < g->num_tensors; t++) spb_gpt_init_tensor(g, t, seed, g->params + g->tensors[t].offset);
+        return;
+    }
+    /* Device memory: each tensor made on the host, then copied over. */
+    long largest = 0;
+    for (int t = 0; t < g->num_tensors; t++) largest = g->tensors[t].numel > largest ? g->tensors[t].numel : largest;
+    float *host = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)largest));
+    for (int t = 0; t < g->num_tensors; t++) {
+        spb_gpt_init_tensor(g, t, seed, host);
+        g->be->staging.to_device(g->params + g->tensors[t].offset, host, sizeof(float) * (size_t)g->tensors[t].numel);
+    }
+    free(host);
 }
 
 void spb_gpt_zero_grads(spb_gpt *g)

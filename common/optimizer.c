@@ -4,23 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "checks.h"
 #include "memory.h"
 
-spb_adamw *spb_adamw_create(long n)
+spb_adamw *spb_adamw_create(const spb_gpt *g)
 {
     spb_adamw *o = SPB_CHECK_PTR(calloc(1, sizeof *o));
-    o->n = n;
-    o->m = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)n);
-    o->v = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)n);
+    o->be = g->be;
+    o->n = g->num_params;
+    o->m = o->be->alloc(SPB_MEM_OPTIMIZER, o->n);
+    o->v = o->be->alloc(SPB_MEM_OPTIMIZER, o->n);
     return o;
 }
 
 void spb_adamw_destroy(spb_adamw *o)
 {
     if (!o) return;
-    spb_mem_free(o->m);
-    spb_mem_free(o->v);
+    o->be->free(o->m);
+    o->be->free(o->v);
     free(o);
 }
 
@@ -63,7 +65,7 @@ void spb_adamw_update(spb_adamw *o, spb_gpt *g, const spb_config *cfg, double lr
     o->step++;
     for (int t = 0; t < g->num_tensors; t++) {
         const spb_param_tensor *pt = &g->tensors[t];
-        spb_adamw_apply(g->params + pt->offset, g->grads + pt->offset, o->m + pt->offset, o->v + pt->offset,
-                        pt->numel, grad_scale, pt->decay ? (float)cfg->weight_decay : 0.0f, cfg, o->step, lr);
+        o->be->adamw_apply(g->params + pt->offset, g->grads + pt->offset, o->m + pt->offset, o->v + pt->offset,
+                           pt->numel, grad_scale, pt->decay ? (float)cfg->weight_decay : 0.0f, cfg, o->step, lr);
     }
 }

@@ -8,12 +8,14 @@
 #include "gpt.h"
 
 typedef struct spb_adamw {
+    const struct spb_backend *be; /* where m and v live: the model's device */
     long n;
     long step; /* updates taken */
     float *m, *v;
 } spb_adamw;
 
-spb_adamw *spb_adamw_create(long n);
+/* Moments for g's parameters, on g's device. */
+spb_adamw *spb_adamw_create(const spb_gpt *g);
 void spb_adamw_destroy(spb_adamw *o);
 
 /* Learning rate of iteration `it` (0-based). */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "checkpoint.h"
 #include "checks.h"
 #include "memory.h"
@@ -18,7 +19,7 @@ spb_trainer *spb_trainer_create(const spb_config *cfg, const spb_grid *grid)
     t->gpt = spb_gpt_create(cfg, grid);
     spb_gpt_init_params(t->gpt, cfg->seed);
     if (cfg->zero_stage == 0)
-        t->opt = spb_adamw_create(t->gpt->num_params);
+        t->opt = spb_adamw_create(t->gpt);
     else
         t->zero = spb_zero_create(t->gpt, grid, cfg->zero_stage, cfg->seed);
     t->data = spb_data_open(cfg);
@@ -90,7 +91,7 @@ static double global_grad_norm(const spb_trainer *t)
     double sums[2] = {0, 0}; /* replicated, split */
     for (int k = 0; k < g->num_tensors; k++) {
         const spb_param_tensor *pt = &g->tensors[k];
-        sums[pt->split != SPB_REPLICATED] += spb_sum_squares(g->grads + pt->offset, pt->numel);
+        sums[pt->split != SPB_REPLICATED] += g->be->sum_squares(g->grads + pt->offset, pt->numel);
     }
     if (g->any_split) spb_allreduce_sum_f64(&sums[1], 1, t->grid->sp_comm, SPB_PHASE_OTHER);
     return sqrt(sums[0] + sums[1]);

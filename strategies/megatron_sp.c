@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/memory.h"
+#include "device_mem.h"
 #include "local_attention.h"
 #include "strategy.h"
 
@@ -34,20 +35,20 @@ static int megatron_tp_degree(const spb_grid *grid) { return grid->sp_size; }
 
 /* [B][P·T][C] (sequence order) <-> [P][B][T][C] (rank-major blocks, the
  * layout MPI's allgather and reduce-scatter use). */
-static void region_to_blocks(const float *region, float *blocks, int B, int T, int C, int P)
+static void region_to_blocks(const spb_attn_ctx *c, const float *region, float *blocks, int B, int T, int C, int P)
 {
-    size_t row = sizeof(float) * (size_t)T * C;
+    long row = (long)T * C;
     for (int j = 0; j < P; j++)
         for (int b = 0; b < B; b++)
-            memcpy(blocks + ((long)j * B + b) * T * C, region + ((long)b * P + j) * T * C, row);
+            spb_dev_copy(c, blocks + ((long)j * B + b) * row, region + ((long)b * P + j) * row, row);
 }
 
-static void blocks_to_region(const float *blocks, float *region, int B, int T, int C, int P)
+static void blocks_to_region(const spb_attn_ctx *c, const float *blocks, float *region, int B, int T, int C, int P)
 {
-    size_t row = sizeof(float) * (size_t)T * C;
+    long row = (long)T * C;
     for (int j = 0; j < P; j++)
         for (int b = 0; b < B; b++)
-            memcpy(region + ((long)b * P + j) * T * C, blocks + ((long)j * B + b) * T * C, row);
+            spb_dev_copy(c, region + ((long)b * P + j) * row, blocks + ((long)j * B + b) * row, row);
 }
 
 /* Local [B][T][C] -> region [B][N][C]. */
@@ -55,10 +56,10 @@ static void gather_sequence(const spb_attn_ctx *c, const float *local, float *re
 {
     int P = c->grid->sp_size, T = c->tokens / P, C = c->heads * c->head_dim * P;
     long n = (long)c->batch * T * C;
-    float *blocks = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)n * P);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, (long)n * P);
     spb_allgather_f32(local, blocks, n, c->grid->sp_comm, c->phase);
-    blocks_to_region(blocks, region, c->batch, T, C, P);
-    spb_mem_free(blocks);
+    blocks_to_region(c, blocks, region, c->batch, T, C, P);
+    spb_dev_free(c, blocks);
 }
 
 /* Region [B][N][C] partial sums -> local [B][T][C] sums. */
@@ -66,10 +67,10 @@ static void reduce_scatter_sequence(const spb_attn_ctx *c, const float *region, 
 {
     int P = c->grid->sp_size, T = c->tokens / P, C = c->heads * c->head_dim * P;
     long n = (long)c->batch * T * C;
-    float *blocks = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)n * P);
-    region_to_blocks(region, blocks, c->batch, T, C, P);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, (long)n * P);
+    region_to_blocks(c, region, blocks, c->batch, T, C, P);
     spb_reduce_scatter_f32(blocks, local, n, c->grid->sp_comm, c->phase);
-    spb_mem_free(blocks);
+    spb_dev_free(c, blocks);
 }
 
 /* Bytes per link of one allgather or reduce-scatter of the region

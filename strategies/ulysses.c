@@ -22,6 +22,7 @@
 #include "../common/checks.h"
 #include "../common/memory.h"
 #include "../common/timer.h"
+#include "device_mem.h"
 #include "strategy.h"
 
 typedef struct ulysses_dims {
@@ -78,42 +79,32 @@ static spb_attn_desc head_desc(const ulysses_dims *u, const spb_attn_ctx *c)
 }
 
 /* blocks (block i = rank i's T tokens) -> head layout [B][N][w][Hp][D]. */
-static void blocks_to_head(const float *blocks, float *head, const ulysses_dims *u, int w)
+static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, int w)
 {
     long seq_chunk = (long)u->T * w * u->row; /* one sequence's T tokens */
-    size_t bytes = sizeof(float) * (size_t)seq_chunk;
     for (int i = 0; i < u->P; i++)
         for (int b = 0; b < u->B; b++)
-            memcpy(head + ((long)b * u->P + i) * seq_chunk, blocks + ((long)i * u->B + b) * seq_chunk, bytes);
+            spb_dev_copy(c, head + ((long)b * u->P + i) * seq_chunk, blocks + ((long)i * u->B + b) * seq_chunk,
+                         seq_chunk);
 }
 
 /* Inverse of blocks_to_head: block i = the rows of rank i's tokens. */
-static void head_to_blocks(const float *head, float *blocks, const ulysses_dims *u, int w)
+static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, int w)
 {
     long seq_chunk = (long)u->T * w * u->row;
-    size_t bytes = sizeof(float) * (size_t)seq_chunk;
     for (int i = 0; i < u->P; i++)
         for (int b = 0; b < u->B; b++)
-            memcpy(blocks + ((long)i * u->B + b) * seq_chunk, head + ((long)b * u->P + i) * seq_chunk, bytes);
+            spb_dev_copy(c, blocks + ((long)i * u->B + b) * seq_chunk, head + ((long)b * u->P + i) * seq_chunk,
+                         seq_chunk);
 }
 
 /* Buffers kept from call to call, grown when a call needs more: a fresh
- * spb_mem_alloc zeroes its block, a pass over memory the exchange does not
+ * allocation zeroes its block, a pass over memory the exchange does not
  * need.  They live until the process ends: each category's peak is what
  * per-call allocation would reach, but they stay counted as current. */
-static float *send_buf, *recv_buf; /* regrouping staging for B > 1, SPB_MEM_COMM */
-static float *gather_buf;          /* the allgather variant's P x whole buffers, SPB_MEM_COMM */
-static float *dout_head, *dqkv_head; /* backward's head-layout dO and dQKV, SPB_MEM_WORKSPACE */
-
-static float *cached(float **slot, spb_mem_category cat, long floats)
-{
-    size_t bytes = sizeof(float) * (size_t)floats;
-    if (!*slot || spb_mem_size(*slot) < bytes) {
-        spb_mem_free(*slot);
-        *slot = spb_mem_alloc(cat, bytes);
-    }
-    return *slot;
-}
+static spb_dev_cache send_buf, recv_buf; /* regrouping staging for B > 1, SPB_MEM_COMM */
+static spb_dev_cache gather_buf;         /* the allgather variant's P x whole buffers, SPB_MEM_COMM */
+static spb_dev_cache dout_head, dqkv_head; /* backward's head-layout dO and dQKV, SPB_MEM_WORKSPACE */
 
 /* Local side: the core hands Q, K, V and takes O in head blocks (block j =
  * heads [j·Hp, (j+1)·Hp) of all local tokens, the head_blocks hook), which is
@@ -136,17 +127,17 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int
                                float *blocks)
 {
     long count = (long)u->B * u->T * w * u->row, whole = count * u->P; /* floats per block, per rank */
-    float *all = cached(&gather_buf, SPB_MEM_COMM, whole * u->P);
+    float *all = spb_dev_cached(c, &gather_buf, SPB_MEM_COMM, whole * u->P);
     spb_allgather_f32(in, all, whole, c->grid->sp_comm, c->phase);
     int me = c->grid->sp_rank;
     long seq_chunk = (long)u->T * w * u->row;
     for (int i = 0; i < u->P; i++) {
         if (to_head) { /* rank i's local blocks: keep block `me` (my heads of its tokens) */
-            memcpy(blocks + i * count, all + i * whole + me * count, sizeof(float) * (size_t)count);
+            spb_dev_copy(c, blocks + i * count, all + i * whole + me * count, count);
         } else { /* rank i's head layout [B][N][w][Hp][D]: keep my tokens of its heads */
             for (int b = 0; b < u->B; b++)
-                memcpy(blocks + i * count + b * seq_chunk, all + i * whole + ((long)b * u->P + me) * seq_chunk,
-                       sizeof(float) * (size_t)seq_chunk);
+                spb_dev_copy(c, blocks + i * count + b * seq_chunk, all + i * whole + ((long)b * u->P + me) * seq_chunk,
+                             seq_chunk);
         }
     }
 }
@@ -154,7 +145,7 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int
 static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in, float *out)
 {
     long count = (long)u->B * u->T * w * u->row; /* floats per block */
-    float *staging = u->B > 1 ? cached(to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
+    float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
     double t0 = spb_now();
     if (to_head) {
         float *blocks = staging ? staging : out;
@@ -162,12 +153,12 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to
             allgather_exchange(c, u, w, 1, in, blocks);
         else
             spb_alltoall_f32(in, blocks, count, c->grid->sp_comm, c->phase);
-        if (staging) blocks_to_head(staging, out, u, w);
+        if (staging) blocks_to_head(c, staging, out, u, w);
     } else {
         if (uses_allgather(c)) /* gathers the head layout itself: no regrouping first */
             allgather_exchange(c, u, w, 0, in, out);
         else {
-            if (staging) head_to_blocks(in, staging, u, w);
+            if (staging) head_to_blocks(c, in, staging, u, w);
             spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
         }
     }
@@ -199,13 +190,13 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
     ulysses_dims u = dims_of(c);
     const float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
     long head_floats = u.B * u.N * u.row; /* one of Q, K, V, O in head layout */
-    float *dout_h = cached(&dout_head, SPB_MEM_WORKSPACE, head_floats);
-    float *dqkv_h = cached(&dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
+    float *dout_h = spb_dev_cached(c, &dout_head, SPB_MEM_WORKSPACE, head_floats);
+    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
 
     exchange(c, &u, 1, 1, dout, dout_h);
 
     spb_attn_desc d = head_desc(&u, c);
-    memset(dqkv_h, 0, sizeof(float) * (size_t)(3 * head_floats)); /* the backend accumulates */
+    spb_dev_zero(c, dqkv_h, 3 * head_floats); /* the backend accumulates */
     double t0 = spb_now();
     c->backend->backward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse, dout_h, dqkv_h, dqkv_h + u.row,
                          dqkv_h + 2 * u.row);
