@@ -28,6 +28,9 @@ typedef struct spb_backend {
     void (*free)(void *p);
     void (*zero)(float *x, long n);
     void (*copy)(float *dst, const float *src, long n); /* device to device */
+    /* rows of `width` floats from src (row stride src_stride) to dst (dst_stride) */
+    void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width);
+    void (*fill)(float *x, long n, float value);
     /* host ints (tokens) into a device buffer */
     void (*ints_to_device)(int *dst, const int *host, long n);
 
@@ -60,6 +63,9 @@ typedef struct spb_backend {
     void (*adamw_apply)(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                         float weight_decay, const spb_config *cfg, long step, double lr);
     double (*sum_squares)(const float *x, long n);
+    /* attention.h's spb_attn_merge_rows (ring attention) */
+    void (*attn_merge)(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch, int heads,
+                       int head_dim, int T, int row, int len);
 } spb_backend;
 
 extern const spb_backend spb_backend_cpu;

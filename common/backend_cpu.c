@@ -2,6 +2,7 @@
  * tracked host allocator. */
 #include <string.h>
 
+#include "attention.h"
 #include "backend.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -10,6 +11,14 @@ static float *cpu_alloc(spb_mem_category cat, long n) { return spb_mem_alloc(cat
 static int *cpu_alloc_ints(spb_mem_category cat, long n) { return spb_mem_alloc(cat, sizeof(int) * (size_t)n); }
 static void cpu_zero(float *x, long n) { memset(x, 0, sizeof(float) * (size_t)n); }
 static void cpu_copy(float *dst, const float *src, long n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
+static void cpu_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width)
+{
+    for (long r = 0; r < rows; r++) memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * (size_t)width);
+}
+static void cpu_fill(float *x, long n, float value)
+{
+    for (long i = 0; i < n; i++) x[i] = value;
+}
 static void cpu_ints_to_device(int *dst, const int *host, long n) { memcpy(dst, host, sizeof(int) * (size_t)n); }
 
 static void cpu_add_bias_rows(float *x, const float *b, long rows, int C)
@@ -31,6 +40,8 @@ const spb_backend spb_backend_cpu = {
     .free = spb_mem_free,
     .zero = cpu_zero,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
+    .fill = cpu_fill,
     .ints_to_device = cpu_ints_to_device,
     .matmul_forward = spb_matmul_forward,
     .matmul_backward = spb_matmul_backward,
@@ -49,6 +60,7 @@ const spb_backend spb_backend_cpu = {
     .bias_grad_rows = cpu_bias_grad_rows,
     .adamw_apply = spb_adamw_apply,
     .sum_squares = spb_sum_squares,
+    .attn_merge = spb_attn_merge_rows,
 };
 
 static const spb_backend *test_table;

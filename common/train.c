@@ -152,12 +152,33 @@ static float *local_vector(const spb_trainer *t)
     return spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)t->gpt->num_params);
 }
 
+/* A whole local vector of the model's device into host memory and back. */
+static void to_host(const spb_trainer *t, float *host, const float *dev)
+{
+    const spb_backend *be = t->gpt->be;
+    size_t bytes = sizeof(float) * (size_t)t->gpt->num_params;
+    if (be->host_memory)
+        memcpy(host, dev, bytes);
+    else
+        be->staging.to_host(host, dev, bytes);
+}
+
+static void to_device(const spb_trainer *t, float *dev, const float *host)
+{
+    const spb_backend *be = t->gpt->be;
+    size_t bytes = sizeof(float) * (size_t)t->gpt->num_params;
+    if (be->host_memory)
+        memcpy(dev, host, bytes);
+    else
+        be->staging.to_device(dev, host, bytes);
+}
+
 void spb_trainer_local_params(const spb_trainer *t, float *local)
 {
     if (t->zero)
         spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_PARAMS, local);
     else
-        memcpy(local, t->gpt->params, sizeof(float) * (size_t)t->gpt->num_params);
+        to_host(t, local, t->gpt->params);
 }
 
 void spb_trainer_local_grads(const spb_trainer *t, float *local)
@@ -165,20 +186,22 @@ void spb_trainer_local_grads(const spb_trainer *t, float *local)
     if (t->zero)
         spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_GRAD, local);
     else
-        memcpy(local, t->gpt->grads, sizeof(float) * (size_t)t->gpt->num_params);
+        to_host(t, local, t->gpt->grads);
 }
 
 int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer, char *err, size_t errlen)
 {
-    if (!t->zero)
-        return spb_checkpoint_save(path, &t->cfg, t->gpt, t->gpt->params, with_optimizer ? t->opt->m : NULL,
-                                   with_optimizer ? t->opt->v : NULL, t->iteration, err, errlen);
     float *p = local_vector(t), *m = NULL, *v = NULL;
     spb_trainer_local_params(t, p);
     if (with_optimizer) {
         m = local_vector(t), v = local_vector(t);
-        spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_M, m);
-        spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_V, v);
+        if (t->zero) {
+            spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_M, m);
+            spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_V, v);
+        } else {
+            to_host(t, m, t->opt->m);
+            to_host(t, v, t->opt->v);
+        }
     }
     int rc = spb_checkpoint_save(path, &t->cfg, t->gpt, p, m, v, t->iteration, err, errlen);
     spb_mem_free(p);
@@ -190,26 +213,29 @@ int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer,
 int spb_trainer_load(spb_trainer *t, const char *path, char *err, size_t errlen)
 {
     long step = 0;
-    int has_optimizer = 0, rc;
-    if (!t->zero) {
-        rc = spb_checkpoint_load(path, &t->cfg, t->gpt, t->gpt->params, t->opt->m, t->opt->v, &step, &has_optimizer,
-                                 err, errlen);
-        if (!rc && has_optimizer) t->opt->step = step;
-    } else {
-        float *p = local_vector(t), *m = local_vector(t), *v = local_vector(t);
-        rc = spb_checkpoint_load(path, &t->cfg, t->gpt, p, m, v, &step, &has_optimizer, err, errlen);
-        if (!rc) {
-            spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_PARAMS, p);
-            if (has_optimizer) {
-                spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_M, m);
-                spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_V, v);
-                t->zero->step = step;
-            }
+    int has_optimizer = 0;
+    /* Whole local vectors in host memory, then to the model's device (or
+     * to the ZeRO slices). */
+    float *p = local_vector(t), *m = local_vector(t), *v = local_vector(t);
+    int rc = spb_checkpoint_load(path, &t->cfg, t->gpt, p, m, v, &step, &has_optimizer, err, errlen);
+    if (!rc && t->zero) {
+        spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_PARAMS, p);
+        if (has_optimizer) {
+            spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_M, m);
+            spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_V, v);
+            t->zero->step = step;
         }
-        spb_mem_free(p);
-        spb_mem_free(m);
-        spb_mem_free(v);
+    } else if (!rc) {
+        to_device(t, t->gpt->params, p);
+        if (has_optimizer) {
+            to_device(t, t->opt->m, m);
+            to_device(t, t->opt->v, v);
+            t->opt->step = step;
+        }
     }
+    spb_mem_free(p);
+    spb_mem_free(m);
+    spb_mem_free(v);
     if (!rc) t->iteration = step;
     return rc;
 }

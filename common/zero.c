@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "checks.h"
 #include "memory.h"
 #include "ops.h"
@@ -13,6 +14,24 @@
  * padded); a rank owns slice `rank` of every tensor.  Working tensor by
  * tensor keeps staging at one padded tensor instead of a copy of the class. */
 static long slice_of(long numel, int size) { return (numel + size - 1) / size; }
+
+/* The slices and unit buffers live on the model's device (backend.h);
+ * checkpoints and initialisation cross to and from host memory. */
+static void to_host(const spb_backend *be, float *host, const float *dev, long n)
+{
+    if (be->host_memory)
+        memcpy(host, dev, sizeof(float) * (size_t)n);
+    else
+        be->staging.to_host(host, dev, sizeof(float) * (size_t)n);
+}
+
+static void to_device(const spb_backend *be, float *dev, const float *host, long n)
+{
+    if (be->host_memory)
+        memcpy(dev, host, sizeof(float) * (size_t)n);
+    else
+        be->staging.to_device(dev, host, sizeof(float) * (size_t)n);
+}
 
 /* The class of a tensor: replicated ones over D x P, shards over D. */
 static int class_of(const spb_param_tensor *t) { return t->split != SPB_REPLICATED; }
@@ -42,12 +61,13 @@ static void build_class(spb_zero *z, int cls, const spb_gpt *g, MPI_Comm comm)
         largest = slice * c->size > largest ? slice * c->size : largest;
     }
     c->slice = owned;
-    if (z->stage <= 2 && c->size > 1) c->packed = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)largest);
-    if (z->stage == 3) c->p = spb_mem_alloc(SPB_MEM_PARAMS, sizeof(float) * (size_t)owned);
-    c->m = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)owned);
-    c->v = spb_mem_alloc(SPB_MEM_OPTIMIZER, sizeof(float) * (size_t)owned);
-    c->grad = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)owned);
-    if (z->stage >= 2 && c->size > 1) c->reduced = spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)(largest / c->size));
+    const spb_backend *be = z->be;
+    if (z->stage <= 2 && c->size > 1) c->packed = be->alloc(SPB_MEM_COMM, largest);
+    if (z->stage == 3) c->p = be->alloc(SPB_MEM_PARAMS, owned);
+    c->m = be->alloc(SPB_MEM_OPTIMIZER, owned);
+    c->v = be->alloc(SPB_MEM_OPTIMIZER, owned);
+    c->grad = be->alloc(SPB_MEM_GRADS, owned);
+    if (z->stage >= 2 && c->size > 1) c->reduced = be->alloc(SPB_MEM_COMM, largest / c->size);
 }
 
 /* The tensors of a unit: a layer's 12, or the four globals. */
@@ -73,14 +93,14 @@ static long padded_of(const spb_zero *z, const spb_gpt *g, int k)
 static float *gather_unit(spb_zero *z, spb_gpt *g, int unit, long elems)
 {
     int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
-    float *buf = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)elems);
+    float *buf = z->be->alloc(SPB_MEM_WORKSPACE, elems);
     for (int i = 0; i < n; i++) {
         int k = ks[i];
         const spb_zero_class *c = &z->cls[z->tensor_class[k]];
         const spb_zero_segment *sg = &c->segments[z->tensor_segment[k]];
         float *dst = buf + z->work_offset[k];
         if (c->size == 1)
-            memcpy(dst, c->p + sg->packed_lo, sizeof(float) * (size_t)g->tensors[k].numel);
+            z->be->copy(dst, c->p + sg->packed_lo, g->tensors[k].numel);
         else
             spb_allgather_f32(c->p + sg->packed_lo, dst, slice_of(g->tensors[k].numel, c->size), c->comm,
                               SPB_PHASE_ZERO);
@@ -103,7 +123,7 @@ static void reduce_unit(spb_zero *z, spb_gpt *g, int unit, const float *buf)
             spb_reduce_scatter_f32(src, c->reduced, slice_of(g->tensors[k].numel, c->size), c->comm, SPB_PHASE_ZERO);
             src = c->reduced;
         }
-        spb_add_inplace(c->grad + sg->packed_lo, src, sg->n);
+        z->be->add_inplace(c->grad + sg->packed_lo, src, sg->n);
     }
 }
 
@@ -117,7 +137,7 @@ static void zero_unit_before(void *ctx, spb_gpt *g, int unit, spb_comm_phase pha
     if (phase == SPB_PHASE_BACKWARD && z->stage >= 2) {
         float **grads = global ? &z->global_grads : &z->layer_grads;
         SPB_CHECK(*grads == NULL);
-        *grads = spb_mem_alloc(SPB_MEM_GRADS, sizeof(float) * (size_t)elems);
+        *grads = z->be->alloc(SPB_MEM_GRADS, elems);
         int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
         for (int i = 0; i < n; i++) spb_gpt_point_tensor(g, ks[i], NULL, *grads + z->work_offset[ks[i]]);
     }
@@ -130,13 +150,13 @@ static void zero_unit_after(void *ctx, spb_gpt *g, int unit, spb_comm_phase phas
     if (phase == SPB_PHASE_BACKWARD && z->stage >= 2) {
         float **grads = global ? &z->global_grads : &z->layer_grads;
         reduce_unit(z, g, unit, *grads);
-        spb_mem_free(*grads);
+        z->be->free(*grads);
         *grads = NULL;
     }
     /* The globals stay from the start of forward to the end of backward. */
     if (z->stage == 3 && (phase == SPB_PHASE_BACKWARD || !global)) {
         float **params = global ? &z->global_params : &z->layer_params;
-        spb_mem_free(*params);
+        z->be->free(*params);
         *params = NULL;
     }
 }
@@ -146,14 +166,14 @@ static void init_slices(spb_zero *z, const spb_gpt *g, uint64_t seed)
 {
     long largest = 0;
     for (int k = 0; k < g->num_tensors; k++) largest = g->tensors[k].numel > largest ? g->tensors[k].numel : largest;
-    float *whole = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)largest);
+    float *whole = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)largest)); /* host */
     for (int k = 0; k < g->num_tensors; k++) {
         spb_zero_class *c = &z->cls[z->tensor_class[k]];
         const spb_zero_segment *sg = &c->segments[z->tensor_segment[k]];
         spb_gpt_init_tensor(g, k, seed, whole);
-        memcpy(c->p + sg->packed_lo, whole + (sg->param_offset - g->tensors[k].offset), sizeof(float) * (size_t)sg->n);
+        to_device(z->be, c->p + sg->packed_lo, whole + (sg->param_offset - g->tensors[k].offset), sg->n);
     }
-    spb_mem_free(whole);
+    free(whole);
 }
 
 spb_zero *spb_zero_create(spb_gpt *g, const spb_grid *grid, int stage, uint64_t seed)
@@ -161,6 +181,7 @@ spb_zero *spb_zero_create(spb_gpt *g, const spb_grid *grid, int stage, uint64_t 
     SPB_CHECK(stage >= 1 && stage <= 3);
     spb_zero *z = SPB_CHECK_PTR(calloc(1, sizeof *z));
     z->stage = stage;
+    z->be = g->be;
     z->tensor_class = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof(int)));
     z->tensor_segment = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof(int)));
     z->work_offset = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof(long)));
@@ -189,12 +210,12 @@ void spb_zero_destroy(spb_zero *z)
     for (int k = 0; k < z->num_classes; k++) {
         spb_zero_class *c = &z->cls[k];
         float *bufs[] = {c->packed, c->p, c->m, c->v, c->grad, c->reduced};
-        for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++) spb_mem_free(bufs[b]);
+        for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++) z->be->free(bufs[b]);
         free(c->tensors);
         free(c->segments);
     }
     float *units[] = {z->layer_params, z->global_params, z->layer_grads, z->global_grads};
-    for (size_t b = 0; b < sizeof units / sizeof units[0]; b++) spb_mem_free(units[b]);
+    for (size_t b = 0; b < sizeof units / sizeof units[0]; b++) z->be->free(units[b]);
     free(z->tensor_class);
     free(z->tensor_segment);
     free(z->work_offset);
@@ -205,7 +226,7 @@ void spb_zero_begin_gradients(spb_zero *z)
 {
     if (z->stage < 2) return; /* stage 1 overwrites its slices */
     for (int k = 0; k < z->num_classes; k++)
-        memset(z->cls[k].grad, 0, sizeof(float) * (size_t)z->cls[k].slice);
+        z->be->zero(z->cls[k].grad, z->cls[k].slice);
 }
 
 void spb_zero_reduce_gradients(spb_zero *z, const spb_gpt *g)
@@ -219,14 +240,14 @@ void spb_zero_reduce_gradients(spb_zero *z, const spb_gpt *g)
             long slice = slice_of(t->numel, c->size);
             float *mine = c->grad + sg->packed_lo;
             if (c->size == 1) {
-                memcpy(mine, g->grads + t->offset, sizeof(float) * (size_t)t->numel);
+                z->be->copy(mine, g->grads + t->offset, t->numel);
                 continue;
             }
             /* Padded copy of the tensor's gradient (padding reduces to 0). */
-            memcpy(c->packed, g->grads + t->offset, sizeof(float) * (size_t)t->numel);
-            memset(c->packed + t->numel, 0, sizeof(float) * (size_t)(slice * c->size - t->numel));
+            z->be->copy(c->packed, g->grads + t->offset, t->numel);
+            z->be->zero(c->packed + t->numel, slice * c->size - t->numel);
             spb_allreduce_sum_f32(c->packed, slice * c->size, c->comm, SPB_PHASE_GRAD_REDUCE);
-            memcpy(mine, c->packed + (long)c->rank * slice, sizeof(float) * (size_t)slice);
+            z->be->copy(mine, c->packed + (long)c->rank * slice, slice);
         }
     }
 }
@@ -240,7 +261,7 @@ double spb_zero_grad_norm(const spb_zero *z, MPI_Comm world)
     for (int k = 0; k < z->num_classes; k++) {
         const spb_zero_class *c = &z->cls[k];
         for (int s = 0; s < c->num_tensors; s++)
-            sum += spb_sum_squares(c->grad + c->segments[s].packed_lo, c->segments[s].n);
+            sum += z->be->sum_squares(c->grad + c->segments[s].packed_lo, c->segments[s].n);
     }
     spb_allreduce_sum_f64(&sum, 1, world, SPB_PHASE_OTHER);
     return sqrt(sum);
@@ -255,16 +276,16 @@ void spb_zero_update(spb_zero *z, spb_gpt *g, const spb_config *cfg, double lr, 
             const spb_param_tensor *t = &g->tensors[c->tensors[i]];
             const spb_zero_segment *sg = &c->segments[i];
             float *p = z->stage == 3 ? c->p + sg->packed_lo : g->params + sg->param_offset;
-            spb_adamw_apply(p, c->grad + sg->packed_lo, c->m + sg->packed_lo, c->v + sg->packed_lo, sg->n,
+            z->be->adamw_apply(p, c->grad + sg->packed_lo, c->m + sg->packed_lo, c->v + sg->packed_lo, sg->n,
                             grad_scale, sg->decay ? (float)cfg->weight_decay : 0.0f, cfg, z->step, lr);
             if (z->stage == 3 || c->size == 1) continue; /* stage 3 gathers before use */
             /* Everyone's updated slice of this tensor to everyone. */
             long slice = slice_of(t->numel, c->size);
             float *send = c->packed + (long)c->rank * slice;
-            memset(send, 0, sizeof(float) * (size_t)slice);
-            memcpy(send, g->params + sg->param_offset, sizeof(float) * (size_t)sg->n);
+            z->be->zero(send, slice);
+            z->be->copy(send, g->params + sg->param_offset, sg->n);
             spb_allgather_f32(send, c->packed, slice, c->comm, SPB_PHASE_ZERO);
-            memcpy(g->params + t->offset, c->packed, sizeof(float) * (size_t)t->numel);
+            z->be->copy(g->params + t->offset, c->packed, t->numel);
         }
     }
 }
@@ -283,7 +304,7 @@ static float *state_of(const spb_zero_class *c, spb_zero_state which)
 void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state which, float *local)
 {
     if (which == SPB_ZERO_PARAMS && z->stage < 3) {
-        memcpy(local, g->params, sizeof(float) * (size_t)g->num_params);
+        to_host(z->be, local, g->params, g->num_params);
         return;
     }
     for (int k = 0; k < z->num_classes; k++) {
@@ -293,13 +314,13 @@ void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state w
             const spb_param_tensor *t = &g->tensors[c->tensors[i]];
             const spb_zero_segment *sg = &c->segments[i];
             long slice = slice_of(t->numel, c->size);
-            float *all = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)(slice * c->size));
+            float *all = z->be->alloc(SPB_MEM_WORKSPACE, slice * c->size);
             if (c->size > 1)
                 spb_allgather_f32(src + sg->packed_lo, all, slice, c->comm, SPB_PHASE_OTHER);
             else
-                memcpy(all, src + sg->packed_lo, sizeof(float) * (size_t)slice);
-            memcpy(local + t->offset, all, sizeof(float) * (size_t)t->numel);
-            spb_mem_free(all);
+                z->be->copy(all, src + sg->packed_lo, slice);
+            to_host(z->be, local + t->offset, all, t->numel);
+            z->be->free(all);
         }
     }
 }
@@ -307,7 +328,7 @@ void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state w
 void spb_zero_scatter_local(spb_zero *z, spb_gpt *g, spb_zero_state which, const float *local)
 {
     if (which == SPB_ZERO_PARAMS && z->stage < 3) {
-        memcpy(g->params, local, sizeof(float) * (size_t)g->num_params);
+        to_device(z->be, g->params, local, g->num_params);
         return;
     }
     for (int k = 0; k < z->num_classes; k++) {
@@ -315,7 +336,7 @@ void spb_zero_scatter_local(spb_zero *z, spb_gpt *g, spb_zero_state which, const
         float *dst = state_of(c, which);
         for (int i = 0; i < c->num_tensors; i++) {
             const spb_zero_segment *sg = &c->segments[i];
-            memcpy(dst + sg->packed_lo, local + sg->param_offset, sizeof(float) * (size_t)sg->n);
+            to_device(z->be, dst + sg->packed_lo, local + sg->param_offset, sg->n);
         }
     }
 }

@@ -50,6 +50,7 @@ typedef struct spb_zero_class {
 } spb_zero_class;
 
 typedef struct spb_zero {
+    const struct spb_backend *be; /* the model's device: slices and buffers live there */
     int stage;
     long step;
     int num_classes;

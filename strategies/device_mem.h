@@ -39,6 +39,41 @@ static inline void spb_dev_zero(const spb_attn_ctx *c, float *x, long n)
         memset(x, 0, sizeof(float) * (size_t)n);
 }
 
+static inline void spb_dev_copy_rows(const spb_attn_ctx *c, float *dst, long dst_stride, const float *src,
+                                     long src_stride, long rows, long width)
+{
+    if (c->device) {
+        c->device->copy_rows(dst, dst_stride, src, src_stride, rows, width);
+        return;
+    }
+    for (long r = 0; r < rows; r++) memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * (size_t)width);
+}
+
+static inline void spb_dev_fill(const spb_attn_ctx *c, float *x, long n, float value)
+{
+    if (c->device) {
+        c->device->fill(x, n, value);
+        return;
+    }
+    for (long i = 0; i < n; i++) x[i] = value;
+}
+
+static inline void spb_dev_add(const spb_attn_ctx *c, float *a, const float *b, long n)
+{
+    if (c->device) {
+        c->device->add_inplace(a, b, n);
+        return;
+    }
+    for (long i = 0; i < n; i++) a[i] += b[i];
+}
+
+static inline void spb_dev_attn_merge(const spb_attn_ctx *c, float *o_acc, float *lse_acc, const float *o_pair,
+                                      const float *lse_pair, int row, int len)
+{
+    (c->device ? c->device->attn_merge : spb_attn_merge_rows)(o_acc, lse_acc, o_pair, lse_pair, c->batch, c->heads,
+                                                               c->head_dim, c->tokens, row, len);
+}
+
 /* A buffer kept from call to call on one device, grown when a call needs
  * more (a fresh allocation zeroes its block, a pass the caller does not
  * need); reallocated when the device changes. */

@@ -26,6 +26,7 @@
 #include "../common/checks.h"
 #include "../common/memory.h"
 #include "../common/timer.h"
+#include "device_mem.h"
 #include "strategy.h"
 
 enum { RING_MAX_RUNS = 2 };
@@ -109,40 +110,15 @@ static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const r
 static void pack_kv(const spb_attn_ctx *c, const float *qkv, float *block)
 {
     long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
-    for (long t = 0; t < BT; t++) memcpy(block + t * 2 * W, qkv + t * 3 * W + W, sizeof(float) * 2 * W);
+    spb_dev_copy_rows(c, block, 2 * W, qkv + W, 3 * W, BT, 2 * W);
 }
 
-/* Merge one pair's (O_b, lse_b) for the query rows of run q into the
- * running (O, lse), in fp32:
- *   lse = max + log(exp(lse_a - max) + exp(lse_b - max))
- *   O   = O_a exp(lse_a - lse) + O_b exp(lse_b - lse)
- * A row with no visible key so far (lse -inf) takes the other side as is.
- * o_acc, o_pair: [B][T][H][D]; lse_acc: [B][H][T]; lse_pair: [B][H][q->len]. */
+/* Fold one pair's (O_b, lse_b) for the query rows of run q into the running
+ * (O, lse) (attention.h, spb_attn_merge_rows). */
 static void merge_pair(const spb_attn_ctx *c, const ring_run *q, float *o_acc, float *lse_acc, const float *o_pair,
                        const float *lse_pair)
 {
-    int H = c->heads, D = c->head_dim, T = c->tokens;
-    long W = (long)H * D;
-    for (int b = 0; b < c->batch; b++)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < q->len; i++) {
-                float lb = lse_pair[((long)b * H + h) * q->len + i];
-                if (!(lb > -INFINITY)) continue;
-                float *la = &lse_acc[((long)b * H + h) * T + q->row + i];
-                long at = ((long)b * T + q->row + i) * W + (long)h * D;
-                float *oa = o_acc + at;
-                const float *ob = o_pair + at;
-                if (!(*la > -INFINITY)) {
-                    memcpy(oa, ob, sizeof(float) * (size_t)D);
-                    *la = lb;
-                    continue;
-                }
-                float hi = fmaxf(*la, lb), lo = fminf(*la, lb);
-                float lse = hi + log1pf(expf(lo - hi));
-                float wa = expf(*la - lse), wb = expf(lb - lse);
-                for (int e = 0; e < D; e++) oa[e] = oa[e] * wa + ob[e] * wb;
-                *la = lse;
-            }
+    spb_dev_attn_merge(c, o_acc, lse_acc, o_pair, lse_pair, q->row, q->len);
 }
 
 static size_t ring_saved_floats(const spb_attn_ctx *c)
@@ -160,15 +136,15 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = layout_runs(zigzag, c->seq_length, P, r, q_runs);
 
-    float *kv[2] = {spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)block_floats),
-                    P > 1 ? spb_mem_alloc(SPB_MEM_COMM, sizeof(float) * (size_t)block_floats) : NULL};
-    float *o_pair = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)(BT * W));
-    float *lse_pair = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)lse_floats);
+    float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
+                    P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
+    float *o_pair = spb_dev_alloc(c, SPB_MEM_WORKSPACE, BT * W);
+    float *lse_pair = spb_dev_alloc(c, SPB_MEM_WORKSPACE, lse_floats);
     pack_kv(c, qkv, kv[0]);
 
     /* The running (O, lse) accumulate in place in o and saved. */
-    memset(o, 0, sizeof(float) * (size_t)(BT * W));
-    for (long i = 0; i < lse_floats; i++) saved[i] = -INFINITY;
+    spb_dev_zero(c, o, BT * W);
+    spb_dev_fill(c, saved, lse_floats, -INFINITY);
 
     for (int step = 0; step < P; step++) {
         int owner = (r - step + P) % P;
@@ -196,10 +172,10 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
         if (more) spb_sendrecv_wait(&xfer);
     }
 
-    spb_mem_free(kv[0]);
-    spb_mem_free(kv[1]);
-    spb_mem_free(o_pair);
-    spb_mem_free(lse_pair);
+    spb_dev_free(c, kv[0]);
+    spb_dev_free(c, kv[1]);
+    spb_dev_free(c, o_pair);
+    spb_dev_free(c, lse_pair);
 }
 
 /* Backward.  dQ accumulates in place in dqkv.  K/V travel the ring again
@@ -222,18 +198,18 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
     int H = c->heads, T = c->tokens;
     long W = (long)H * c->head_dim, BT = (long)c->batch * T;
     long block_floats = BT * 2 * W;
-    size_t block_bytes = sizeof(float) * (size_t)block_floats;
     int zigzag = ctx_layout_is_zigzag(c);
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = layout_runs(zigzag, c->seq_length, P, r, q_runs);
 
-    memset(dqkv, 0, sizeof(float) * (size_t)(BT * 3 * W));
-    float *kv[2] = {spb_mem_alloc(SPB_MEM_COMM, block_bytes), P > 1 ? spb_mem_alloc(SPB_MEM_COMM, block_bytes) : NULL};
+    spb_dev_zero(c, dqkv, BT * 3 * W);
+    float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
+                    P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
     /* dK/dV blocks ([B][T][2][H][D]): computed this step, sent this step
      * (previous owner's accumulation), received this step. */
-    float *grad_work = spb_mem_alloc(SPB_MEM_COMM, block_bytes);
-    float *grad_out = P > 1 ? spb_mem_alloc(SPB_MEM_COMM, block_bytes) : NULL;
-    float *grad_in = P > 1 ? spb_mem_alloc(SPB_MEM_COMM, block_bytes) : NULL;
+    float *grad_work = spb_dev_alloc(c, SPB_MEM_COMM, block_floats);
+    float *grad_out = P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL;
+    float *grad_in = P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL;
     pack_kv(c, qkv, kv[0]);
 
     /* The backend wants the final lse of a query run contiguous per
@@ -241,9 +217,8 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
     float *lse_runs[RING_MAX_RUNS] = {NULL, NULL};
     for (int qi = 0; qi < n_q; qi++) {
         const ring_run *q = &q_runs[qi];
-        lse_runs[qi] = spb_mem_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)c->batch * H * q->len);
-        for (long bh = 0; bh < (long)c->batch * H; bh++)
-            memcpy(lse_runs[qi] + bh * q->len, saved + bh * T + q->row, sizeof(float) * (size_t)q->len);
+        lse_runs[qi] = spb_dev_alloc(c, SPB_MEM_WORKSPACE, (long)c->batch * H * q->len);
+        spb_dev_copy_rows(c, lse_runs[qi], q->len, saved + q->row, T, (long)c->batch * H, q->len);
     }
 
     for (int step = 0; step < P; step++) {
@@ -259,7 +234,7 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
         ring_run k_runs[RING_MAX_RUNS];
         int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
         double t0 = spb_now();
-        memset(grad_work, 0, block_bytes);
+        spb_dev_zero(c, grad_work, block_floats);
         for (int qi = 0; qi < n_q; qi++)
             for (int ki = 0; ki < n_k; ki++) {
                 const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
@@ -275,7 +250,7 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
         if (more_kv) spb_sendrecv_wait(&kv_xfer);
         if (grad_arrives) {
             spb_sendrecv_wait(&grad_xfer);
-            for (long i = 0; i < block_floats; i++) grad_work[i] += grad_in[i];
+            spb_dev_add(c, grad_work, grad_in, block_floats);
         }
         /* grad_work now holds owner's accumulation: it is next step's send. */
         if (P > 1) {
@@ -293,14 +268,14 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
         spb_sendrecv_wait(&home);
         own_grad = grad_in;
     }
-    for (long t = 0; t < BT; t++) memcpy(dqkv + t * 3 * W + W, own_grad + t * 2 * W, sizeof(float) * 2 * W);
+    spb_dev_copy_rows(c, dqkv + W, 3 * W, own_grad, 2 * W, BT, 2 * W);
 
-    for (int qi = 0; qi < n_q; qi++) spb_mem_free(lse_runs[qi]);
-    spb_mem_free(kv[0]);
-    spb_mem_free(kv[1]);
-    spb_mem_free(grad_work);
-    spb_mem_free(grad_out);
-    spb_mem_free(grad_in);
+    for (int qi = 0; qi < n_q; qi++) spb_dev_free(c, lse_runs[qi]);
+    spb_dev_free(c, kv[0]);
+    spb_dev_free(c, kv[1]);
+    spb_dev_free(c, grad_work);
+    spb_dev_free(c, grad_out);
+    spb_dev_free(c, grad_in);
 }
 
 /* Bytes per link, one layer, one micro-batch of b sequences, hidden h,
