@@ -4,7 +4,13 @@
 if(SPB_HAVE_CUDA AND TARGET spbcuda)
   set_target_properties(spbcuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
   target_sources(spbcuda PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c)
-  target_link_libraries(spbcuda PUBLIC CUDA::cublasLt)
+  # cuBLASLt for the bf16 kernels, cuBLAS (cublasSgemm) for the fp32 device
+  # table of the GPT core (common/cuda/cuda_backend.cu).
+  target_link_libraries(spbcuda PUBLIC CUDA::cublasLt CUDA::cublas)
+  # spbcuda calls back into spbcore (spb_die, spb_mem_category_name): a cycle
+  # of static libraries, which CMake resolves by repeating them on the link
+  # line.  INTERFACE: spbcuda's own compilation is unchanged.
+  target_link_libraries(spbcuda INTERFACE spbcore)
   # ptxas warnings about register spills of the SIMPLE attention kernels are expected.
   target_compile_options(spbcuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
 

@@ -1,7 +1,9 @@
 /* spbench-gpu-layer: the device transformer layer (common/cuda/cuda_layer.h)
  * against the CPU fp32 reference, a 2-layer GPT step against the GPT core
- * itself, then layer timings at the paper's 7B shape (docs/GPU.md, "The
- * layer check").
+ * itself, the GPT core itself run through the CUDA device table
+ * (common/cuda/cuda_backend.h, "core-step") against the same core on the
+ * CPU table, then layer timings at the paper's 7B shape (docs/GPU.md, "The
+ * layer check", "The core step").
  *
  *   spbench-gpu-layer [--check-only] [--out DIR] [--reps N] [--tokens 4096,...]
  *                     [--sp 8] [--peak-tflops X]
@@ -37,12 +39,16 @@ extern "C" {
 #include "attention.h"
 #include "ops.h"
 #ifdef SPB_GPU_CHECK_HAVE_CORE
+#include "backend.h"
 #include "config.h"
 #include "gpt.h"
 #include "grid.h"
 #include "rng.h"
 #endif
 }
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+#include "cuda_backend.h" /* spb_backend_cuda (needs MPI: CMake build only) */
+#endif
 
 #ifndef SPB_GIT_COMMIT
 #if __has_include("spb_version.h")
@@ -115,25 +121,31 @@ static env_info envi;
 static FILE *check_csv, *time_csv;
 static int failures, checks_run;
 
-static void report(const char *check, spb_cuda_impl impl, const char *shape, const char *tensor, double err,
-                   double tol)
+static void report_as(const char *check, const char *impl, const char *shape, const char *tensor, double err,
+                      double tol)
 {
     bool pass = err <= tol;
     checks_run++;
     if (!pass) failures++;
-    printf("%-10s %-6s %-40s %-14s rel_err %-10.3e tol %-9.2e %s\n", check, spb_cuda_impl_name(impl), shape, tensor,
-           err, tol, pass ? "PASS" : "FAIL");
+    printf("%-10s %-6s %-40s %-14s rel_err %-10.3e tol %-9.2e %s\n", check, impl, shape, tensor, err, tol,
+           pass ? "PASS" : "FAIL");
     if (check_csv) {
         char e[32], t[32];
         snprintf(e, sizeof e, "%.4e", err);
         snprintf(t, sizeof t, "%.4e", tol);
         char kname[96];
         snprintf(kname, sizeof kname, "%s %s", check, tensor);
-        const char *f[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kname, spb_cuda_impl_name(impl),
+        const char *f[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kname, impl,
                            shape, e, t, pass ? "PASS" : "FAIL"};
         for (int i = 0; i < 10; i++) spb_csv_field(check_csv, f[i], i == 9);
         fflush(check_csv);
     }
+}
+
+static void report(const char *check, spb_cuda_impl impl, const char *shape, const char *tensor, double err,
+                   double tol)
+{
+    report_as(check, spb_cuda_impl_name(impl), shape, tensor, err, tol);
 }
 
 /* ---------------------------------------------- the CPU reference layer -- */
@@ -394,6 +406,133 @@ static void fill_f32(float *d, long n, float scale)
     }
 }
 
+/* ------------------------------------------ the core through the device -- */
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+/* core-step: the project's own GPT core (common/gpt.c) run twice, once on
+ * the CPU table and once on the CUDA device table (spb_backend_cuda, fp32
+ * storage, cuBLAS fp32 products: common/cuda/cuda_backend.cu), same config,
+ * same parameters, same tokens; the loss and every tensor's gradient
+ * compared.  Both sides compute in fp32 and differ only in summation order
+ * (OpenBLAS against cuBLAS blocking, flash's online softmax against the
+ * device's two-pass one, atomics in the embedding backward) and in expf/tanhf
+ * (fastmath.h's polynomials, rel. error < 2e-7, against CUDA's, <= 2 ulp).
+ * A K-term fp32 sum carries a relative error ~ sqrt(K)·2^-24 (random walk;
+ * K <= 512 here: ~1.3e-6); some 40 operations in series, with LayerNorm's
+ * 1/sigma and the softmax derivatives, grow that to ~1e-6..1e-5 norm-wise.
+ * The bounds (1e-4 per tensor, 1e-5 for the mean loss) leave a factor of
+ * 10-100 over that; a wrong index, mask, missing term or factor gives
+ * 1e-2..1. */
+static const double kCoreTolGrad = 1e-4, kCoreTolLoss = 1e-5;
+
+static void core_config(spb_config *cfg, int L, int C, int H, int V, int T, int B, int checkpoint)
+{
+    spb_config_defaults(cfg);
+    cfg->num_layers = L, cfg->hidden_size = C, cfg->num_heads = H, cfg->vocab_size = V, cfg->seq_length = T;
+    cfg->micro_batch_size = B;
+    cfg->checkpoint_activations = checkpoint;
+    snprintf(cfg->strategy, sizeof cfg->strategy, "none");
+    snprintf(cfg->attention, sizeof cfg->attention, "flash"); /* the device table's for any of its names */
+    char err[256];
+    if (spb_config_finalize(cfg, 1, err, sizeof err) != 0) SPB_DIE("core-step config: %s", err);
+}
+
+/* A GPT core whose buffers live on the device: the test hook makes
+ * spb_backend_by_name return the CUDA table while the core is created. */
+static spb_gpt *device_gpt(const spb_config *cfg, const spb_grid *grid)
+{
+    spb_backend_register_for_tests(&spb_backend_cuda);
+    spb_gpt *g = spb_gpt_create(cfg, grid);
+    spb_backend_register_for_tests(NULL);
+    SPB_CHECK(g->be == &spb_backend_cuda);
+    return g;
+}
+
+static void check_core_step(int checkpoint)
+{
+    spb_config cfg;
+    core_config(&cfg, 2, 128, 4, 256, 64, 2, checkpoint);
+    spb_grid grid;
+    spb_grid_create(&grid, MPI_COMM_SELF, 1);
+    spb_gpt *m = spb_gpt_create(&cfg, &grid);
+    spb_gpt_init_params(m, 1234);
+    /* LayerNorm gains 1 ± 0.1 and biases ± 0.05 (the core's init: 1 and 0),
+     * so that every gradient is distinct and non-trivial. */
+    for (int k = 0; k < m->num_tensors; k++) {
+        const spb_param_tensor *t = &m->tensors[k];
+        if (t->cols > 1) continue;
+        const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
+        int ln_w = !strcmp(kind, "ln1_w") || !strcmp(kind, "ln2_w") || !strcmp(kind, "lnf_w");
+        for (long i = 0; i < t->numel; i++) m->params[t->offset + i] = ln_w ? 1.0f + 0.1f * frand() : 0.05f * frand();
+    }
+    spb_gpt *dm = device_gpt(&cfg, &grid);
+    SPB_CHECK(dm->num_params == m->num_params && dm->num_tensors == m->num_tensors);
+    SPB_CUDA_CHECK(cudaMemcpy(dm->params, m->params, sizeof(float) * m->num_params, cudaMemcpyHostToDevice));
+
+    const int B = m->B, T = m->T, rows = B * T;
+    std::vector<int> in(rows), tg(rows);
+    for (int i = 0; i < rows; i++) {
+        in[i] = (int)spb_rng_below(13, 1, (uint64_t)i, (uint64_t)m->V);
+        tg[i] = (int)spb_rng_below(13, 2, (uint64_t)i, (uint64_t)m->V);
+    }
+    spb_gpt_zero_grads(m);
+    double loss_cpu = spb_gpt_forward(m, in.data(), tg.data()) / rows;
+    spb_gpt_backward(m, 1.0f / rows);
+    spb_gpt_zero_grads(dm);
+    double loss_gpu = spb_gpt_forward(dm, in.data(), tg.data()) / rows;
+    spb_gpt_backward(dm, 1.0f / rows);
+    SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> gg = host_f32(dm->grads, m->num_params);
+
+    const char *check = checkpoint ? "core-ckpt" : "core-step";
+    char shape[128];
+    snprintf(shape, sizeof shape, "L=%d B=%d T=%d C=%d H=%d F=%d V=%d%s", m->L, B, T, m->C, m->H, m->F, m->V,
+             checkpoint ? " ckpt" : "");
+    printf("%s: loss cpu %.8f gpu %.8f\n", check, loss_cpu, loss_gpu);
+    report_as(check, "fp32", shape, "loss", fabs(loss_gpu - loss_cpu) / fabs(loss_cpu), kCoreTolLoss);
+    for (int k = 0; k < m->num_tensors; k++) {
+        const spb_param_tensor *t = &m->tensors[k];
+        report_as(check, "fp32", shape, t->name,
+                  norm_rel_err(gg.data() + t->offset, m->grads + t->offset, t->numel), kCoreTolGrad);
+    }
+    spb_gpt_destroy(dm);
+    spb_gpt_destroy(m);
+    spb_grid_destroy(&grid);
+}
+
+/* For information only: forward + backward of the core on the device table
+ * at a larger shape (median of reps after one warm-up; parameters uniform
+ * in ±0.02).  Not a check, not in any CSV. */
+static void time_core_step(int reps)
+{
+    const int L = 2, C = 1024, H = 8, V = 8192, T = 2048, B = 1;
+    spb_config cfg;
+    core_config(&cfg, L, C, H, V, T, B, 0);
+    spb_grid grid;
+    spb_grid_create(&grid, MPI_COMM_SELF, 1);
+    spb_gpt *dm = device_gpt(&cfg, &grid);
+    fill_f32(dm->params, dm->num_params, 0.02f);
+    std::vector<int> in((size_t)B * T), tg((size_t)B * T);
+    for (int i = 0; i < B * T; i++) {
+        in[(size_t)i] = (int)spb_rng_below(17, 1, (uint64_t)i, (uint64_t)V);
+        tg[(size_t)i] = (int)spb_rng_below(17, 2, (uint64_t)i, (uint64_t)V);
+    }
+    double loss = 0.0;
+    int r = reps < 3 ? reps : 3;
+    double ms = time_ms(
+        [&] {
+            spb_gpt_zero_grads(dm);
+            loss = spb_gpt_forward(dm, in.data(), tg.data()) / (B * T);
+            spb_gpt_backward(dm, 1.0f / (B * T));
+        },
+        r);
+    printf("core-step timing (information only; fp32 device table, simple kernels): L=%d B=%d T=%d C=%d H=%d "
+           "V=%d: forward+backward median %.1f ms over %d runs (loss %.4f)\n",
+           L, B, T, C, H, V, ms, r, loss);
+    spb_gpt_destroy(dm);
+    spb_grid_destroy(&grid);
+}
+#endif
+
 static double peak_tflops;
 static const char *peak_source = "";
 
@@ -581,8 +720,12 @@ int main(int argc, char **argv)
         for (const auto &s : shapes) check_layer(g, s, (spb_cuda_impl)impl);
 #ifdef SPB_GPU_CHECK_HAVE_CORE
     for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
+    printf("\ncore-step: the GPT core (common/gpt.c) on the CUDA device table against the CPU table; metric as "
+           "above, tolerance %.0e per tensor, %.0e for the loss (fp32 both sides)\n",
+           kCoreTolGrad, kCoreTolLoss);
+    for (int ckpt = 0; ckpt < 2; ckpt++) check_core_step(ckpt);
 #else
-    printf("gpt-step: skipped (standalone build without the MPI GPT core; the CMake build runs it)\n");
+    printf("gpt-step, core-step: skipped (standalone build without the MPI GPT core; the CMake build runs them)\n");
 #endif
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     printf("\n%d layer checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
@@ -603,6 +746,9 @@ int main(int argc, char **argv)
                                 "exec_tflops,peak_tflops,peak_source,vs_layer_over_P");
         run_timings(g, tokens, reps, P);
         if (time_csv) fclose(time_csv);
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+        time_core_step(reps);
+#endif
         printf("\nCSV: %s/layer_checks.csv, %s/layer_timings.csv\n", out, out);
     }
     spb_cuda_gemm_destroy(g);

@@ -1,0 +1,38 @@
+/* The CUDA device table of the GPT core (common/backend.h): fp32 storage on
+ * the device, the obviously-right version (one thread per row, column or
+ * element; fp32 products through cuBLAS cublasSgemm, no TF32).  Same
+ * contracts as the CPU table (common/ops.h, common/attention.h), checked
+ * against it by spbench-gpu-layer's "core-step" (docs/GPU.md).
+ *
+ * Every operation runs on the legacy default stream and returns with its
+ * work queued (softmax_xent_forward and sum_squares wait: they return a
+ * number).  Buffers come from spb_cuda_alloc (device memory, tracked per
+ * category, zeroed).  host_memory = 0 with cudaMemcpy staging hooks, so
+ * comm.h's collectives stage device buffers through host memory; copy,
+ * copy_rows, fill, adamw_apply (optimizer.c's arithmetic per element) and sum_squares
+ * (double, fixed order) are there too.  Checked so far (on paper: nothing
+ * has run on a GPU yet): --strategy none, forward and backward, with and
+ * without activation checkpointing.  Not yet: attn_merge (NULL: ring
+ * attention cannot run on it), bf16 storage, a check of the
+ * other strategies or of ZeRO and the optimizer on device buffers. */
+#ifndef SPB_CUDA_BACKEND_H
+#define SPB_CUDA_BACKEND_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../backend.h" /* C header without its own extern "C" */
+
+extern const spb_backend spb_backend_cuda;
+
+/* The device attention backends (fp32, one thread per query row forward,
+ * per query row and per key row backward; no atomics): both "naive" and
+ * "flash" name the same kernels here. */
+extern const spb_attn_backend spb_attn_cuda_simple;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
