@@ -35,15 +35,6 @@ extern "C" void spb_adamw_apply(float *p, const float *grad, float *m, float *v,
                                 float weight_decay, const spb_config *cfg, long step, double lr);
 #endif
 
-#ifndef SPB_GIT_COMMIT
-#if __has_include("spb_version.h")
-#include "spb_version.h"
-#define SPB_GIT_COMMIT SPB_VERSION_COMMIT
-#else
-#define SPB_GIT_COMMIT "unknown"
-#endif
-#endif
-
 /* ---------------------------------------------------------------- helpers -- */
 static unsigned long long rng_state = 0x9E3779B97F4A7C15ull;
 static float frand(void) /* uniform in [-1, 1) */

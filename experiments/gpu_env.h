@@ -12,6 +12,16 @@
 #include "cuda_device.h"
 #include "spb_cuda.h"
 
+/* The commit every CSV row names (the generated header in the CMake build). */
+#ifndef SPB_GIT_COMMIT
+#if __has_include("spb_version.h")
+#include "spb_version.h"
+#define SPB_GIT_COMMIT SPB_VERSION_COMMIT
+#else
+#define SPB_GIT_COMMIT "unknown"
+#endif
+#endif
+
 struct env_info {
     char gpu[256], driver[32], runtime[32];
 };

@@ -50,15 +50,6 @@ extern "C" {
 #include "cuda_backend.h" /* spb_backend_cuda (needs MPI: CMake build only) */
 #endif
 
-#ifndef SPB_GIT_COMMIT
-#if __has_include("spb_version.h")
-#include "spb_version.h"
-#define SPB_GIT_COMMIT SPB_VERSION_COMMIT
-#else
-#define SPB_GIT_COMMIT "unknown"
-#endif
-#endif
-
 /* ---------------------------------------------------------------- helpers -- */
 static unsigned long long rng_state = 0x2545F4914F6CDD1Dull;
 static float frand(void) /* uniform in [-1, 1) */
