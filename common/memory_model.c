@@ -7,28 +7,14 @@
 #include <string.h>
 #include <strings.h>
 
-/* Parameter counts of the model, split into what every rank of a replica
- * group holds whole and what tensor parallelism shards. */
-static void parameter_counts(const spb_config *c, double *replicated, double *shardable)
-{
-    double C = c->hidden_size, F = c->ffn_hidden_size, L = c->num_layers;
-    /* wte, wpe, per layer: ln1, ln2 (weight and bias), proj_b, fcproj_b; lnf */
-    *replicated = (double)c->vocab_size * C + (double)c->max_position_embeddings * C + L * 6.0 * C + 2.0 * C;
-    /* per layer: qkv_w, qkv_b, proj_w, fc_w, fc_b, fcproj_w */
-    *shardable = L * (3.0 * C * C + 3.0 * C + C * C + F * C + F + C * F);
-}
-
-static int tp_degree(const spb_config *c) { return spb_gpt_config_tp(c); }
-
 void spb_memory_model(const spb_config *c, int world_size, spb_precision precision, spb_memory_prediction *out)
 {
     memset(out, 0, sizeof *out);
-    const int P = c->sp_degree, tp = tp_degree(c);
-    double rep, shard;
-    parameter_counts(c, &rep, &shard);
-    const double local = rep + shard / tp; /* parameters this rank holds whole */
+    const int P = c->sp_degree, tp = spb_gpt_config_tp(c);
+    /* From the core's own tensor table (common/gpt.c, zero.c). */
     spb_zero_sizes z;
     spb_zero_sizes_of(c, world_size, &z);
+    const double local = z.local; /* parameters this rank holds whole */
 
     /* fp32 everywhere on the CPU; under mixed precision bf16 parameters and
      * gradients, fp32 master weights with the AdamW moments (12 bytes) and

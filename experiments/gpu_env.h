@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <vector>
 
 #include "cuda_check.h"
 #include "cuda_device.h"
@@ -51,6 +53,20 @@ static int gpu_env_open(env_info *e, const char *program, const char *commit)
         return 77;
     }
     return 0;
+}
+
+/* "4096,8192,..." -> tokens; 0 on a malformed list. */
+static int gpu_parse_tokens(char *list, std::vector<long> &tokens)
+{
+    tokens.clear();
+    for (char *s = list; *s;) {
+        long n = strtol(s, &s, 10);
+        if (n <= 0) return 0;
+        tokens.push_back(n);
+        if (*s == ',') s++;
+        else if (*s) return 0;
+    }
+    return 1;
 }
 
 #endif

@@ -675,14 +675,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc)
             peak_arg = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
-            tokens.clear();
-            for (char *s = argv[++i]; *s;) {
-                long n = strtol(s, &s, 10);
-                if (n <= 0) return usage(), 2;
-                tokens.push_back(n);
-                if (*s == ',') s++;
-                else if (*s) return usage(), 2;
-            }
+            if (!gpu_parse_tokens(argv[++i], tokens)) return usage(), 2;
         } else {
             usage();
             return 2;

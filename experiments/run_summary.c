@@ -12,7 +12,6 @@
 #include "../common/ops.h"
 #include "../common/report.h"
 #include "../common/zero.h"
-#include "../strategies/strategy.h"
 #include "spb_version.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -255,21 +254,10 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
                      spb_comm_phase_name(layer_phases[p]));
             spb_row_add(&r, key, "%.0f", link);
         }
-    /* The formulas beside the measurement: the strategy's comm_volume per
-     * layer and micro-batch, and per iteration with ZeRO's and the gradient
-     * reduction's (spb_zero_comm_items), as the performance model uses them. */
-    const spb_strategy *st = spb_strategy_by_name(c->strategy);
-    spb_comm_volume vol = st->comm_volume(c, g->sp_size);
-    double micro = (double)tr->accum_steps * c->num_layers;
-    double strategy_iter = micro * (vol.forward_bytes * (c->checkpoint_activations ? 2 : 1) + vol.backward_bytes);
-    spb_comm_item items[SPB_ZERO_MAX_ITEMS];
-    int n_items = spb_zero_comm_items(c, g->world_size, items);
-    double zero_iter = 0;
-    for (int k = 0; k < n_items; k++) zero_iter += items[k].link_bytes;
-    spb_row_add(&r, "predicted_layer_forward_link_bytes", "%.0f", vol.forward_bytes);
-    spb_row_add(&r, "predicted_layer_backward_link_bytes", "%.0f", vol.backward_bytes);
-    spb_row_add(&r, "predicted_strategy_link_bytes", "%.0f", strategy_iter);
-    spb_row_add(&r, "predicted_zero_and_reduce_link_bytes", "%.0f", zero_iter);
+    /* The formulas beside the measurement (common/zero.h). */
+    spb_predicted_bytes predicted;
+    spb_predicted_link_bytes(c, g->world_size, &predicted);
+    spb_row_add_predicted_bytes(&r, &predicted);
     spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
     spb_row_add(&r, "blas", "%s", spb_blas_description());
     spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);

@@ -24,6 +24,7 @@
 #include "../common/memory_model.h"
 #include "../common/perf_model.h"
 #include "../common/report.h"
+#include "../common/zero.h"
 #include "spb_version.h"
 
 static void usage(void)
@@ -252,6 +253,9 @@ int main(int argc, char **argv)
             snprintf(key, sizeof key, "%s_comm_s", spb_comm_phase_name((spb_comm_phase)p));
             spb_row_add(&r, key, "%.6g", sec);
         }
+        spb_predicted_bytes predicted; /* the same formulas spbench writes beside its measurement */
+        spb_predicted_link_bytes(&cfg, world, &predicted);
+        spb_row_add_predicted_bytes(&r, &predicted);
         spb_row_add(&r, "machine", "%s", prof->name);
         spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);
         spb_row_add(&r, "date", "%s", date);

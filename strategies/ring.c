@@ -113,14 +113,6 @@ static void pack_kv(const spb_attn_ctx *c, const float *qkv, float *block)
     spb_dev_copy_rows(c, block, 2 * W, qkv + W, 3 * W, BT, 2 * W);
 }
 
-/* Fold one pair's (O_b, lse_b) for the query rows of run q into the running
- * (O, lse) (attention.h, spb_attn_merge_rows). */
-static void merge_pair(const spb_attn_ctx *c, const ring_run *q, float *o_acc, float *lse_acc, const float *o_pair,
-                       const float *lse_pair)
-{
-    spb_dev_attn_merge(c, o_acc, lse_acc, o_pair, lse_pair, q->row, q->len);
-}
-
 static size_t ring_saved_floats(const spb_attn_ctx *c)
 {
     return (size_t)c->batch * c->heads * c->tokens; /* final log-sum-exp [B][H][T] */
@@ -166,7 +158,8 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
                 c->backend->forward(&d, qkv + (long)q->row * 3 * W, k_rows, k_rows + W, o_pair + (long)q->row * W,
                                     lse_pair);
                 *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
-                merge_pair(c, q, o, saved, o_pair, lse_pair);
+                /* fold this pair into the running (O, lse): attention.h */
+                spb_dev_attn_merge(c, o, saved, o_pair, lse_pair, q->row, q->len);
             }
         spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
         if (more) spb_sendrecv_wait(&xfer);

@@ -53,6 +53,20 @@ __device__ __forceinline__ int visible_keys(const spb_attn_desc &d, long i)
     return last >= d.k_len ? d.k_len : (int)(last + 1);
 }
 
+/* Rows [first, first + ST) of one head of a [batch][token][head][D] tensor
+ * into shared memory (rows at or past `limit` as zeros), by the block's ST
+ * threads; base = batch offset + head offset. */
+template <int D>
+__device__ __forceinline__ void stage_rows(bf16 (*dst)[D], const spb_bf16 *src, long base, long token_stride,
+                                           int first, int limit)
+{
+    for (int e = threadIdx.x; e < ST * D; e += ST) {
+        int r = e / D, x = e % D;
+        dst[r][x] = first + r < limit ? ((const bf16 *)src)[base + (long)(first + r) * token_stride + x]
+                                      : __float2bfloat16(0.0f);
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(ST) fwd_simple(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                  const spb_bf16 *v, spb_bf16 *o, float *lse)
@@ -71,13 +85,8 @@ __global__ void __launch_bounds__(ST) fwd_simple(spb_attn_desc d, const spb_bf16
     }
     for (int j0 = 0; j0 < n_block; j0 += ST) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ST * D; e += ST) {
-            int r = e / D, x = e % D;
-            long off = b * d.k_batch_stride + (long)(j0 + r) * d.k_token_stride + (long)h * D + x;
-            bool in = j0 + r < d.k_len;
-            Ks[r][x] = in ? ((const bf16 *)k)[off] : __float2bfloat16(0.0f);
-            Vs[r][x] = in ? ((const bf16 *)v)[off] : __float2bfloat16(0.0f);
-        }
+        stage_rows<D>(Ks, k, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
+        stage_rows<D>(Vs, v, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
         __syncthreads();
         for (int r = 0; r < ST && j0 + r < n; r++) {
             float s = 0.0f;
@@ -135,13 +144,8 @@ __global__ void __launch_bounds__(ST) dq_simple(spb_attn_desc d, const spb_bf16 
     }
     for (int j0 = 0; j0 < n_block; j0 += ST) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ST * D; e += ST) {
-            int r = e / D, x = e % D;
-            long off = b * d.k_batch_stride + (long)(j0 + r) * d.k_token_stride + (long)h * D + x;
-            bool in = j0 + r < d.k_len;
-            Ks[r][x] = in ? ((const bf16 *)k)[off] : __float2bfloat16(0.0f);
-            Vs[r][x] = in ? ((const bf16 *)v)[off] : __float2bfloat16(0.0f);
-        }
+        stage_rows<D>(Ks, k, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
+        stage_rows<D>(Vs, v, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
         __syncthreads();
         for (int r = 0; r < ST && j0 + r < n; r++) {
             float s = 0.0f, dp = 0.0f;
@@ -178,15 +182,8 @@ __global__ void __launch_bounds__(ST) dkv_simple(spb_attn_desc d, const spb_bf16
     int i0 = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / ST * ST);
     for (; i0 < d.q_len; i0 += ST) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ST * D; e += ST) {
-            int r = e / D, x = e % D;
-            bool in = i0 + r < d.q_len;
-            Qs[r][x] = in ? ((const bf16 *)q)[b * d.q_batch_stride + (long)(i0 + r) * d.q_token_stride + (long)h * D + x]
-                          : __float2bfloat16(0.0f);
-            dOs[r][x] = in ? ((const bf16 *)dout)[b * d.o_batch_stride + (long)(i0 + r) * d.o_token_stride +
-                                                   (long)h * D + x]
-                           : __float2bfloat16(0.0f);
-        }
+        stage_rows<D>(Qs, q, b * d.q_batch_stride + (long)h * D, d.q_token_stride, i0, d.q_len);
+        stage_rows<D>(dOs, dout, b * d.o_batch_stride + (long)h * D, d.o_token_stride, i0, d.q_len);
         if (i0 + (int)threadIdx.x < d.q_len) {
             long row = ((long)b * d.heads + h) * d.q_len + i0 + threadIdx.x;
             Ls[threadIdx.x] = lse[row];
