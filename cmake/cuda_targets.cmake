@@ -23,11 +23,11 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
     target_link_libraries(spbcuda PUBLIC ${SPB_NCCL_LIBRARY})
     target_compile_definitions(spbcuda PUBLIC SPB_HAVE_NCCL=1)
   else()
-    # The glob put nccl_comm.cu into spbcuda: take it out again.
+    # The glob put the NCCL sources into spbcuda: take them out again.
     get_target_property(spb_cuda_srcs spbcuda SOURCES)
-    list(FILTER spb_cuda_srcs EXCLUDE REGEX "nccl_comm\\.cu$")
+    list(FILTER spb_cuda_srcs EXCLUDE REGEX "nccl_(device_)?comm\\.cu$")
     set_property(TARGET spbcuda PROPERTY SOURCES ${spb_cuda_srcs})
-    message(STATUS "spbench NCCL: not found, common/cuda/nccl_comm.cu left out")
+    message(STATUS "spbench NCCL: not found, common/cuda/nccl_comm.cu and nccl_device_comm.cu left out")
   endif()
 
   add_executable(spbench-gpu-check ${CMAKE_SOURCE_DIR}/experiments/gpu_check.cu)
@@ -50,21 +50,25 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
     # The device layer and GPT step against the CPU; SKIPPED (77) without a GPU.
     add_test(NAME gpu_layer COMMAND spbench-gpu-layer --check-only)
     set_tests_properties(gpu_layer PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
-    # Host arithmetic of the layer timings (no GPU needed): FLOP counts,
-    # strategy shapes at P, attention pairs, the peak table.
-    add_executable(test_layer_plan ${CMAKE_SOURCE_DIR}/tests/gpu/test_layer_plan.c)
-    target_include_directories(test_layer_plan PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${CMAKE_SOURCE_DIR}/common)
-    target_link_libraries(test_layer_plan PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
-    add_test(NAME gpu_layer_plan COMMAND test_layer_plan)
-    set_tests_properties(gpu_layer_plan PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
     # Kernels against the CPU reference; SKIPPED (77) where no GPU is visible.
     add_test(NAME gpu_check COMMAND spbench-gpu-check --check-only)
     set_tests_properties(gpu_check PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
-    # Host logic of the GPU code (no GPU needed): layouts, tolerances, CSV.
-    add_executable(test_gpu_util ${CMAKE_SOURCE_DIR}/tests/gpu/test_gpu_util.c ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c)
-    target_include_directories(test_gpu_util PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda)
-    target_link_libraries(test_gpu_util PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
-    add_test(NAME gpu_util COMMAND test_gpu_util)
-    set_tests_properties(gpu_util PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
+    if(SPB_HAVE_CHECK)
+      # Host arithmetic of the layer timings (no GPU needed): FLOP counts,
+      # strategy shapes at P, attention pairs, the peak table.
+      add_executable(test_layer_plan ${CMAKE_SOURCE_DIR}/tests/gpu/test_layer_plan.c)
+      target_include_directories(test_layer_plan PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${CMAKE_SOURCE_DIR}/common)
+      target_link_libraries(test_layer_plan PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
+      add_test(NAME gpu_layer_plan COMMAND test_layer_plan)
+      set_tests_properties(gpu_layer_plan PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
+      # Host logic of the GPU code (no GPU needed): layouts, tolerances, CSV.
+      add_executable(test_gpu_util ${CMAKE_SOURCE_DIR}/tests/gpu/test_gpu_util.c ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c)
+      target_include_directories(test_gpu_util PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda)
+      target_link_libraries(test_gpu_util PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
+      add_test(NAME gpu_util COMMAND test_gpu_util)
+      set_tests_properties(gpu_util PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
+    else()
+      spb_left_out(test_layer_plan test_gpu_util) # Check-based
+    endif()
   endif()
 endif()

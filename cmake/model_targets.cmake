@@ -13,7 +13,9 @@ add_dependencies(spbench-calibrate spb_version)
 target_include_directories(spbench-calibrate PRIVATE ${CMAKE_BINARY_DIR}/generated)
 target_link_libraries(spbench-calibrate PRIVATE spbmodel)
 
-if(BUILD_TESTING)
+if(BUILD_TESTING AND NOT SPB_HAVE_CHECK)
+  spb_left_out(test_perf_model)
+elseif(BUILD_TESTING)
   add_executable(test_perf_model ${CMAKE_SOURCE_DIR}/tests/test_perf_model.c)
   target_link_libraries(test_perf_model PRIVATE spbmodel PkgConfig::CHECK)
   add_test(NAME perf_model_mpi4

@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "config.h"
 #include "memory.h"
+#include "timer.h"
 
 typedef struct spb_backend {
     const char *name;
@@ -20,6 +21,29 @@ typedef struct spb_backend {
      * (comm.h's host-staged path), set up by the core when it is created. */
     int host_memory;
     spb_comm_staging staging;
+    /* Binds this rank to one of the machine's devices (local ranks share
+     * them round-robin, so several ranks may share one GPU); 0, or -1 with
+     * a message.  exclusive: each rank needs a device of its own (NCCL
+     * refuses two ranks on one device).  NULL: nothing to open (the host). */
+    int (*open)(int local_rank, int local_size, int exclusive, char *err, size_t errlen);
+    /* Waits for the work queued on the device (NULL: work is never queued). */
+    void (*synchronize)(void);
+    /* The tracker that holds this table's buffers (memory.h's on the host). */
+    const spb_mem_stats *(*mem_stats)(void);
+    void (*mem_reset_peaks)(void);
+    /* Bytes in use as the device's driver reports them (CUDA: total - free,
+     * the context and other processes on the device included); NULL where
+     * there is no such reading. */
+    double (*device_used_bytes)(void);
+    /* The phase timers' clock on the stream the table computes on (NULL:
+     * the host clock). */
+    const spb_timer_clock *clock;
+    /* Optional (NULL: nothing to learn): told the run's configuration when a
+     * model is created on the table, before the model allocates anything.
+     * A table whose storage depends on how the core uses a buffer (the
+     * bf16 table: where fp32 master weights live under each ZeRO stage)
+     * reads it here. */
+    void (*configure)(const spb_config *cfg);
     /* The device's attention kernel of that name (--attention), or NULL. */
     const spb_attn_backend *(*attention)(const char *name);
     /* n elements, zeroed, tracked under cat; free takes NULL. */
@@ -69,10 +93,22 @@ typedef struct spb_backend {
 } spb_backend;
 
 extern const spb_backend spb_backend_cpu;
+/* Mixed precision emulated on the CPU (common/backend_bf16_cpu.c): bf16
+ * storage behind handles, fp32 arithmetic, fp32 masters and moments. */
+extern const spb_backend spb_backend_cpu_bf16;
 
-/* The table for --device (NULL when this build has none). */
+/* The table for --device and --precision (fp32, bf16; "" is fp32), NULL
+ * when this build has none. */
+const spb_backend *spb_backend_for(const char *device, const char *precision);
+/* The fp32 table for --device (spb_backend_for(device, "fp32")). */
 const spb_backend *spb_backend_by_name(const char *device);
-/* Tests: make spb_backend_by_name return this table (NULL: back to normal). */
+/* 1 when this build has a table for --device (config.c's check). */
+int spb_backend_available(const char *device);
+/* Binds the calling rank to its device (be->open with its rank on the
+ * machine); 0, or -1 with a message.  Collective over world. */
+int spb_backend_open(const spb_backend *be, MPI_Comm world, int exclusive, char *err, size_t errlen);
+/* Tests: make spb_backend_for and spb_backend_by_name return this table
+ * (NULL: back to normal). */
 void spb_backend_register_for_tests(const spb_backend *table);
 
 #endif

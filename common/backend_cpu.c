@@ -34,6 +34,8 @@ static void cpu_bias_grad_rows(float *db, const float *dy, long rows, int C)
 const spb_backend spb_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
+    .mem_stats = spb_mem_get_stats,
+    .mem_reset_peaks = spb_mem_reset_peaks,
     .attention = spb_attn_backend_by_name,
     .alloc = cpu_alloc,
     .alloc_ints = cpu_alloc_ints,
@@ -62,13 +64,3 @@ const spb_backend spb_backend_cpu = {
     .sum_squares = spb_sum_squares,
     .attn_merge = spb_attn_merge_rows,
 };
-
-static const spb_backend *test_table;
-
-void spb_backend_register_for_tests(const spb_backend *table) { test_table = table; }
-
-const spb_backend *spb_backend_by_name(const char *device)
-{
-    if (test_table) return test_table;
-    return !strcmp(device, "cpu") ? &spb_backend_cpu : NULL;
-}

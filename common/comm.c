@@ -12,6 +12,36 @@ static spb_comm_record records[SPB_NUM_OPS][SPB_NUM_PHASES];
 static const spb_comm_staging *staging;
 void spb_comm_set_staging(const spb_comm_staging *s) { staging = s; }
 
+
+/* A collective's start time.  Staged, the device's queued work is waited
+ * for first: the first copy would wait for it inside the timed region. */
+static double start_time(void)
+{
+    if (staging && staging->synchronize) staging->synchronize();
+    return spb_now();
+}
+
+/* The device path: NULL when collectives go through MPI. */
+static const spb_comm_device_ops *device;
+
+/* Bytes per element of the buffer a collective sends (comm.h). */
+static double element_bytes(const void *buf)
+{
+    return staging && staging->element_bytes && !device ? staging->element_bytes(buf) : 4.0;
+}
+
+/* Device calls whose seconds have not arrived yet, by ticket.  Tickets are
+ * issued in order; [first_open, next_ticket) holds every call not yet
+ * reported plus those reported out of order after the oldest open one,
+ * in slot ticket % calls_cap. */
+enum time_use { TIME_RECORD, TIME_REPLAY, TIME_DROP };
+typedef struct device_call {
+    unsigned char op, phase, use, arrived;
+} device_call;
+static device_call *calls_out;
+static long calls_cap, first_open, next_ticket;
+static double replay_seconds; /* spb_comm_replay_alltoalls' calls */
+
 /* Two host buffers that grow to the largest collective seen. */
 static float *stage_buffer(int which, long n)
 {
@@ -63,7 +93,8 @@ double spb_comm_bus_factor(spb_comm_op op, int n)
     }
 }
 
-static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double payload, double seconds)
+/* Calls, payload and link bytes: the same on both paths. */
+static void account(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double payload)
 {
     int n = 1;
     MPI_Comm_size(comm, &n);
@@ -71,13 +102,71 @@ static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double p
     r->calls++;
     r->payload_bytes += payload;
     r->link_bytes += payload * spb_comm_bus_factor(op, n);
-    r->seconds += seconds;
+}
+
+static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double payload, double seconds)
+{
+    account(op, phase, comm, payload);
+    records[op][phase].seconds += seconds;
     spb_timer_add(SPB_T_COMM, seconds);
+}
+
+static long issue_ticket(spb_comm_op op, spb_comm_phase phase, enum time_use use)
+{
+    if (next_ticket - first_open == calls_cap) { /* full: double, keeping each open ticket's slot rule */
+        long cap = calls_cap ? 2 * calls_cap : 256;
+        device_call *grown = SPB_CHECK_PTR(malloc(sizeof *grown * (size_t)cap));
+        for (long t = first_open; t < next_ticket; t++) grown[t % cap] = calls_out[t % calls_cap];
+        free(calls_out);
+        calls_out = grown, calls_cap = cap;
+    }
+    calls_out[next_ticket % calls_cap] = (device_call){(unsigned char)op, (unsigned char)phase, (unsigned char)use, 0};
+    return next_ticket++;
+}
+
+void spb_comm_device_time(long ticket, double seconds)
+{
+    if (ticket < first_open || ticket >= next_ticket || calls_out[ticket % calls_cap].arrived)
+        SPB_DIE("device time for collective %ld, which is not pending (reported twice, or never issued)", ticket);
+    device_call *c = &calls_out[ticket % calls_cap];
+    c->arrived = 1;
+    if (c->use == TIME_RECORD) {
+        records[c->op][c->phase].seconds += seconds;
+        spb_timer_add(SPB_T_COMM, seconds);
+    } else if (c->use == TIME_REPLAY) {
+        replay_seconds += seconds;
+    }
+    while (first_open < next_ticket && calls_out[first_open % calls_cap].arrived) first_open++;
+}
+
+void spb_comm_flush(void)
+{
+    if (!device || first_open == next_ticket) return;
+    device->flush_times();
+    if (first_open != next_ticket)
+        SPB_DIE("device collectives %s: %ld calls' times still pending after flush_times", device->name,
+                next_ticket - first_open);
+}
+
+void spb_comm_forget(MPI_Comm comm)
+{
+    if (device && device->forget) device->forget(comm);
+}
+
+void spb_comm_set_device_ops(const spb_comm_device_ops *ops)
+{
+    spb_comm_flush(); /* the old table's times, before it goes */
+    device = ops;
 }
 
 void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase)
 {
-    double t0 = spb_now();
+    if (device) {
+        device->allreduce_sum_f32(buf, n, comm, issue_ticket(SPB_OP_ALLREDUCE, phase, TIME_RECORD));
+        account(SPB_OP_ALLREDUCE, phase, comm, element_bytes(buf) * (double)n);
+        return;
+    }
+    double t0 = start_time();
     float *work = staging ? (float *)stage_out(buf, n) : buf;
     /* MPI counts are int: reduce in chunks. */
     const long chunk = 1L << 30;
@@ -86,7 +175,7 @@ void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase pha
         SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, work + off, cnt, MPI_FLOAT, MPI_SUM, comm));
     }
     stage_back(buf, work, n);
-    record(SPB_OP_ALLREDUCE, phase, comm, 4.0 * (double)n, spb_now() - t0);
+    record(SPB_OP_ALLREDUCE, phase, comm, element_bytes(buf) * (double)n, spb_now() - t0);
 }
 
 static void allreduce_f64(double *buf, int n, MPI_Op mop, MPI_Comm comm, spb_comm_phase phase)
@@ -119,17 +208,44 @@ static int group_size(MPI_Comm comm)
     return n;
 }
 
+static void log_alltoall(long count, MPI_Comm comm)
+{
+    if (alltoall_logged < ALLTOALL_LOG_MAX) alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
+}
+
 void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
-    double t0 = spb_now();
+    if (device) {
+        device->alltoall_f32(send, recv, count, comm, issue_ticket(SPB_OP_ALLTOALL, phase, TIME_RECORD));
+        account(SPB_OP_ALLTOALL, phase, comm, element_bytes(send) * (double)count * group_size(comm));
+        log_alltoall(count, comm);
+        return;
+    }
+    double t0 = start_time();
     int c = count_as_int(count), n = group_size(comm);
     const float *s = stage_out(send, count * n);
     float *r = stage_in(recv, count * n);
     SPB_MPI_CHECK(MPI_Alltoall(s, c, MPI_FLOAT, r, c, MPI_FLOAT, comm));
     stage_back(recv, r, count * n);
-    record(SPB_OP_ALLTOALL, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
-    if (alltoall_logged < ALLTOALL_LOG_MAX)
-        alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
+    record(SPB_OP_ALLTOALL, phase, comm, element_bytes(send) * (double)count * group_size(comm), spb_now() - t0);
+    log_alltoall(count, comm);
+}
+
+/* The replay through the device table: the calls' device seconds. */
+static double replay_on_device(long most)
+{
+    if (!device->scratch_alloc || !device->scratch_free) return 0.0;
+    float *send = device->scratch_alloc(most + 1), *recv = device->scratch_alloc(most + 1);
+    spb_comm_flush();
+    replay_seconds = 0.0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < alltoall_logged; i++)
+        device->alltoall_f32(send, recv, alltoall_log[i].count, alltoall_log[i].comm,
+                             issue_ticket(SPB_OP_ALLTOALL, SPB_PHASE_OTHER, TIME_REPLAY));
+    spb_comm_flush();
+    device->scratch_free(send);
+    device->scratch_free(recv);
+    return replay_seconds;
 }
 
 double spb_comm_replay_alltoalls(void)
@@ -139,6 +255,7 @@ double spb_comm_replay_alltoalls(void)
         long need = alltoall_log[i].count * group_size(alltoall_log[i].comm);
         most = need > most ? need : most;
     }
+    if (device) return replay_on_device(most);
     float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     MPI_Barrier(MPI_COMM_WORLD);
@@ -155,35 +272,54 @@ double spb_comm_replay_alltoalls(void)
 
 void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
-    double t0 = spb_now();
+    if (device) {
+        device->allgather_f32(send, recv, count, comm, issue_ticket(SPB_OP_ALLGATHER, phase, TIME_RECORD));
+        account(SPB_OP_ALLGATHER, phase, comm, element_bytes(send) * (double)count * group_size(comm));
+        return;
+    }
+    double t0 = start_time();
     int c = count_as_int(count), n = group_size(comm);
     const float *s = stage_out(send, count);
     float *r = stage_in(recv, count * n);
     SPB_MPI_CHECK(MPI_Allgather(s, c, MPI_FLOAT, r, c, MPI_FLOAT, comm));
     stage_back(recv, r, count * n);
-    record(SPB_OP_ALLGATHER, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
+    record(SPB_OP_ALLGATHER, phase, comm, element_bytes(send) * (double)count * group_size(comm), spb_now() - t0);
 }
 
 void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
-    double t0 = spb_now();
+    if (device) {
+        device->reduce_scatter_f32(send, recv, count, comm, issue_ticket(SPB_OP_REDUCE_SCATTER, phase, TIME_RECORD));
+        account(SPB_OP_REDUCE_SCATTER, phase, comm, element_bytes(send) * (double)count * group_size(comm));
+        return;
+    }
+    double t0 = start_time();
     int c = count_as_int(count), n = group_size(comm);
     const float *s = stage_out(send, count * n);
     float *r = stage_in(recv, count);
     SPB_MPI_CHECK(MPI_Reduce_scatter_block(s, r, c, MPI_FLOAT, MPI_SUM, comm));
     stage_back(recv, r, count);
-    record(SPB_OP_REDUCE_SCATTER, phase, comm, 4.0 * (double)count * group_size(comm), spb_now() - t0);
+    record(SPB_OP_REDUCE_SCATTER, phase, comm, element_bytes(send) * (double)count * group_size(comm), spb_now() - t0);
 }
 
 void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *recv, int src, long count,
                         MPI_Comm comm, spb_comm_phase phase)
 {
-    double t0 = spb_now();
-    int c = count_as_int(count);
     r->count = count;
+    r->element_bytes = element_bytes(send);
     r->comm = comm;
     r->phase = phase;
     r->host_send = r->host_recv = r->device_recv = NULL;
+    r->transfer = NULL;
+    r->blocked = 0.0;
+    if (device) { /* accounted at the wait, as below; its seconds arrive by ticket */
+        r->transfer = device->sendrecv_start(send, dest, recv, src, count, comm,
+                                             issue_ticket(SPB_OP_SENDRECV, phase, TIME_RECORD));
+        SPB_CHECK(r->transfer);
+        return;
+    }
+    double t0 = start_time();
+    int c = count_as_int(count);
     if (staging) { /* buffers of its own: exchanges may overlap */
         r->host_send = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count ? count : 1)));
         r->host_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count ? count : 1)));
@@ -198,7 +334,14 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
 
 void spb_sendrecv_wait(spb_sendrecv *r)
 {
-    double t0 = spb_now();
+    if (r->transfer) {
+        SPB_CHECK(device);
+        device->sendrecv_wait(r->transfer);
+        r->transfer = NULL;
+        account(SPB_OP_SENDRECV, r->phase, r->comm, r->element_bytes * (double)r->count);
+        return;
+    }
+    double t0 = start_time();
     SPB_MPI_CHECK(MPI_Waitall(2, r->req, MPI_STATUSES_IGNORE));
     if (r->host_recv) {
         staging->to_device(r->device_recv, r->host_recv, sizeof(float) * (size_t)r->count);
@@ -207,14 +350,19 @@ void spb_sendrecv_wait(spb_sendrecv *r)
         r->host_send = r->host_recv = NULL;
     }
     r->blocked += spb_now() - t0;
-    record(SPB_OP_SENDRECV, r->phase, r->comm, 4.0 * (double)r->count, r->blocked);
+    record(SPB_OP_SENDRECV, r->phase, r->comm, r->element_bytes * (double)r->count, r->blocked);
 }
 
-const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase) { return &records[op][phase]; }
+const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase)
+{
+    spb_comm_flush();
+    return &records[op][phase];
+}
 
 void spb_comm_reset(void)
 {
     alltoall_logged = 0;
+    for (long t = first_open; t < next_ticket; t++) calls_out[t % calls_cap].use = TIME_DROP;
     for (int o = 0; o < SPB_NUM_OPS; o++)
         for (int p = 0; p < SPB_NUM_PHASES; p++) records[o][p] = (spb_comm_record){0};
 }

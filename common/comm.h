@@ -10,6 +10,10 @@
 #include <mpi.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" { /* the device tables in common/cuda are CUDA C++ */
+#endif
+
 typedef enum spb_comm_phase {
     SPB_PHASE_FORWARD = 0,
     SPB_PHASE_BACKWARD,
@@ -49,11 +53,15 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
 
 /* Point-to-point exchange for rings: post the receive from `src` and the
  * send to `dest` now, compute, then wait.  Recorded time is what the caller
- * is blocked (start + wait), i.e. the exposed part of the transfer. */
+ * is blocked (start + wait), i.e. the exposed part of the transfer; on the
+ * device path (spb_comm_set_device_ops) it is the transfer's own time on
+ * the communication stream, overlapped or not. */
 typedef struct spb_sendrecv {
     MPI_Request req[2];
     long count;
+    double element_bytes;                       /* stored bytes per element sent */
     float *host_send, *host_recv, *device_recv; /* the host-staged path's */
+    void *transfer;                             /* the device path's handle, else NULL */
     MPI_Comm comm;
     spb_comm_phase phase;
     double blocked;
@@ -71,7 +79,10 @@ void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase pha
  * log): plain MPI_Alltoall of the same counts on the same communicators, in
  * the same order, back to back after a barrier, on scratch buffers; returns
  * the seconds.  Against it, a strategy's exchange cost without the waiting
- * for other ranks that in-run timings include.  Collective. */
+ * for other ranks that in-run timings include.  Collective.  On the device
+ * path the replay goes through the device table on its scratch buffers and
+ * the seconds are the sum of the calls' device times (what the in-run
+ * records hold there too); 0 when the table has no scratch buffers. */
 double spb_comm_replay_alltoalls(void);
 
 /* Device buffers without a device-aware MPI: with a staging interface set,
@@ -83,13 +94,86 @@ double spb_comm_replay_alltoalls(void);
 typedef struct spb_comm_staging {
     void (*to_host)(void *host, const void *device, size_t bytes);
     void (*to_device)(void *device, const void *host, size_t bytes);
+    /* Optional (NULL: none): waits for the device's queued work.  Called
+     * before each staged collective (and before each half of a sendrecv)
+     * takes its start time, so that kernels still queued before it are not
+     * counted as its time (the first copy would wait for them inside). */
+    void (*synchronize)(void);
+    /* Optional (NULL: 4, fp32): the bytes the device stores per element at
+     * `device` (2 for a bf16 buffer).  The recorded payload and link bytes
+     * are what a device-aware library would move: the send buffer's
+     * elements at their stored size (MPI itself moves the staged fp32). */
+    double (*element_bytes)(const void *device);
 } spb_comm_staging;
 void spb_comm_set_staging(const spb_comm_staging *staging);
 
+/* Collectives on device buffers through a device's own library (NCCL):
+ * with a table set, every float collective above (allreduce_sum_f32,
+ * alltoall, allgather, reduce_scatter, sendrecv) goes through it instead
+ * of MPI and instead of staging; the f64 reductions stay on MPI (host
+ * scalars).  Calls, payload and link bytes are recorded exactly as on the
+ * MPI path.
+ *
+ * Ordering: a collective is issued after the work the caller has queued on
+ * its compute stream so far and returns without waiting; work queued on
+ * the compute stream afterwards (kernels, copies to the host) sees its
+ * result.  sendrecv_start issues the transfer the same way and returns a
+ * non-NULL handle; sendrecv_wait makes compute queued afterwards wait for
+ * it, so compute queued between the two overlaps the transfer.  Buffers
+ * belong to the collective until then, as on the MPI path.
+ *
+ * Time: each call carries a ticket; the table measures the call on the
+ * device and hands its seconds back later through spb_comm_device_time,
+ * exactly once per ticket, whenever it learns them (it may poll finished
+ * calls at any time), and for every call issued so far when flush_times
+ * is called (which may wait for the device).  comm.c folds them into the
+ * call's record and SPB_T_COMM as they arrive; spb_comm_flush,
+ * spb_comm_record_get and spb_comm_replay_alltoalls ask the table for the
+ * rest.  So no collective forces a device wait of its own. */
+typedef struct spb_comm_device_ops {
+    const char *name;
+    void (*allreduce_sum_f32)(float *buf, long n, MPI_Comm comm, long ticket);
+    void (*alltoall_f32)(const float *send, float *recv, long count, MPI_Comm comm, long ticket);
+    void (*allgather_f32)(const float *send, float *recv, long count, MPI_Comm comm, long ticket);
+    void (*reduce_scatter_f32)(const float *send, float *recv, long count, MPI_Comm comm, long ticket);
+    void *(*sendrecv_start)(const float *send, int dest, float *recv, int src, long count, MPI_Comm comm,
+                            long ticket);
+    void (*sendrecv_wait)(void *transfer);
+    void (*flush_times)(void);
+    /* Optional: drops what the table keeps for comm (spb_comm_forget). */
+    void (*forget)(MPI_Comm comm);
+    /* Optional (NULL: spb_comm_replay_alltoalls skips): n floats of device
+     * memory for the replay, and its release. */
+    float *(*scratch_alloc)(long n);
+    void (*scratch_free)(float *p);
+} spb_comm_device_ops;
+/* NULL (the default): MPI, staged or not.  Replacing a table first folds
+ * the old one's pending times. */
+void spb_comm_set_device_ops(const spb_comm_device_ops *ops);
+/* Before freeing a communicator that collectives have used: the device
+ * table releases what it holds for it (NCCL: its communicator, destroyed
+ * with its peers), so that a later communicator reusing the handle starts
+ * afresh.  Collective over comm; a no-op without a device table. */
+void spb_comm_forget(MPI_Comm comm);
+/* For device tables: the seconds of the call issued with `ticket`. */
+void spb_comm_device_time(long ticket, double seconds);
+/* Folds every pending device time into the records and SPB_T_COMM (waits
+ * for the device's collectives); the trainer calls it at the step boundary.
+ * A no-op without a device table or with nothing pending. */
+void spb_comm_flush(void);
+
+/* Folds pending device times first (spb_comm_flush). */
 const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase);
+/* Zeroes the records; device times still pending belong to the interval
+ * being discarded and are dropped when they arrive (as spb_timer_reset_all
+ * drops pending regions). */
 void spb_comm_reset(void);
 double spb_comm_bus_factor(spb_comm_op op, int ranks);
 const char *spb_comm_op_name(spb_comm_op op);
 const char *spb_comm_phase_name(spb_comm_phase phase);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

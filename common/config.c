@@ -12,6 +12,7 @@
 
 #include "../strategies/strategy.h"
 #include "attention.h"
+#include "backend.h"
 #include "memory_model.h"
 
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_U64, OPT_STRING, OPT_FLAG } opt_kind;
@@ -64,7 +65,13 @@ static const option_spec options[] = {
     OPT("ulysses-comm", OPT_STRING, ulysses_comm,
         "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
     OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
-    OPT("device", OPT_STRING, device, "cpu"),
+    OPT("device", OPT_STRING, device,
+        "cpu | cuda (fp32 CUDA table; ranks on one machine share its GPUs round-robin; docs/GPU.md)"),
+    OPT("comm", OPT_STRING, comm,
+        "collectives: mpi (device buffers staged through host memory) | nccl (--device cuda, NCCL on device buffers)"),
+    OPT("precision", OPT_STRING, precision,
+        "fp32 | bf16 (mixed precision: bf16 parameters, activations and gradients, fp32 arithmetic, masters and "
+        "AdamW moments; --device cpu emulates it)"),
     OPT("data", OPT_STRING, data, "byte-level text file (vocabulary 256); default synthetic tokens"),
     OPT("results", OPT_STRING, results, "append a summary row to this CSV file"),
     OPT("dump", OPT_STRING, dump, "write inputs, loss, gradients of iteration 1 to FILE (and FILE.ckpt)"),
@@ -119,6 +126,8 @@ void spb_config_defaults(spb_config *c)
     strcpy(c->ring_layout, "contiguous");
     strcpy(c->ulysses_comm, "alltoall");
     strcpy(c->device, "cpu");
+    strcpy(c->comm, "mpi");
+    strcpy(c->precision, "fp32");
     c->log_interval = 1;
     c->timing_warmup = 1;
 }
@@ -255,11 +264,24 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (c->clip_grad < 0) return fail(err, errlen, "--clip-grad must be >= 0 (0 = off)");
     if (c->init_std <= 0) return fail(err, errlen, "--init-method-std must be positive");
 
-    if (!strcmp(c->device, "cuda"))
-        return fail(err, errlen, "--device cuda: the GPT core's CUDA backend is not implemented yet (its kernels are "
-                                 "checked by spbench-gpu-check)");
-    if (strcmp(c->device, "cpu"))
-        return fail(err, errlen, "unknown --device '%s' (this build has: cpu)", c->device);
+    if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
+        return fail(err, errlen, "unknown --device '%s' (cpu, cuda)", c->device);
+    if (!spb_backend_available(c->device))
+        return fail(err, errlen, "--device %s: not implemented in this build (no CUDA compiler when it was built; "
+                                 "docs/GPU.md)", c->device);
+    if (strcmp(c->comm, "mpi") && strcmp(c->comm, "nccl"))
+        return fail(err, errlen, "unknown --comm '%s' (mpi, nccl)", c->comm);
+    if (!strcmp(c->comm, "nccl") && strcmp(c->device, "cuda"))
+        return fail(err, errlen, "--comm nccl needs --device cuda (NCCL moves device buffers)");
+#ifndef SPB_HAVE_NCCL
+    if (!strcmp(c->comm, "nccl"))
+        return fail(err, errlen, "--comm nccl: not implemented in this build (NCCL was not found when it was built)");
+#endif
+    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16"))
+        return fail(err, errlen, "unknown --precision '%s' (fp32, bf16)", c->precision);
+    if (!strcmp(c->precision, "bf16") && !spb_backend_for(c->device, c->precision))
+        return fail(err, errlen, "--precision bf16 with --device %s: not implemented (the %s table is fp32; --device "
+                                 "cpu --precision bf16 emulates mixed precision)", c->device, c->device);
     if (strcmp(c->attention_mask, "causal") && strcmp(c->attention_mask, "full"))
         return fail(err, errlen, "unknown --attention-mask '%s' (causal, full)", c->attention_mask);
     c->causal = !strcmp(c->attention_mask, "causal");
@@ -271,6 +293,9 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "--sparse-global-blocks must be >= 0 (got %d)", c->sparse_global_blocks);
     if (c->sparse_block == 0 && (c->sparse_local_blocks || c->sparse_global_blocks))
         return fail(err, errlen, "--sparse-local-blocks and --sparse-global-blocks need --sparse-block > 0");
+    if (c->sparse_block > 0 && !strcmp(c->device, "cuda"))
+        return fail(err, errlen, "--sparse-block with --device cuda: not implemented (the CUDA attention kernels are "
+                                 "dense; docs/SPARSE.md)");
     if (c->sparse_block > 0 && c->sparse_local_blocks < 1)
         return fail(err, errlen, "--sparse-block %d needs --sparse-local-blocks >= 1 (got %d; the query's own block)",
                     c->sparse_block, c->sparse_local_blocks);
@@ -317,12 +342,12 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         double budget = spb_parse_bytes(c->memory_budget);
         if (budget <= 0) return fail(err, errlen, "--memory-budget '%s' is not a size (e.g. 80GiB)", c->memory_budget);
         spb_memory_prediction pred;
-        spb_memory_model(c, world_size, SPB_FP32, &pred);
+        spb_memory_model(c, world_size, spb_memory_precision(c), &pred);
         if (pred.total > budget)
             return fail(err, errlen,
-                        "predicted %.3f GiB per rank (parameters, gradients, optimizer state, activations; fp32) "
+                        "predicted %.3f GiB per rank (parameters, gradients, optimizer state, activations; %s) "
                         "exceeds --memory-budget %s",
-                        pred.total / 1073741824.0, c->memory_budget);
+                        pred.total / 1073741824.0, c->precision, c->memory_budget);
     }
     if (c->load[0] && access(c->load, R_OK) != 0)
         return fail(err, errlen, "--load '%s': %s", c->load, strerror(errno));

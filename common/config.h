@@ -45,7 +45,9 @@ typedef struct spb_config {
     int sparse_global_blocks;   /* leading key blocks every query sees */
     char ring_layout[SPB_NAME_MAX]; /* contiguous | zigzag */
     char ulysses_comm[SPB_NAME_MAX]; /* alltoall | allgather (ablation) */
-    char device[SPB_NAME_MAX];
+    char device[SPB_NAME_MAX];  /* cpu | cuda */
+    char comm[SPB_NAME_MAX];    /* mpi (host-staged for device buffers) | nccl (device buffers, --device cuda) */
+    char precision[SPB_NAME_MAX]; /* fp32 | bf16 (mixed: bf16 storage, fp32 arithmetic, masters and moments) */
     /* io */
     char data[SPB_PATH_MAX];    /* byte-level text; empty = synthetic tokens */
     char results[SPB_PATH_MAX]; /* CSV summary row appended */

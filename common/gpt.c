@@ -199,11 +199,13 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->B = cfg->micro_batch_size;
     g->T = cfg->seq_length / grid->sp_size;
     g->grid = grid;
-    g->be = spb_backend_by_name(cfg->device);
+    g->be = spb_backend_for(cfg->device, cfg->precision);
     SPB_CHECK(g->be);
+    if (g->be->configure) g->be->configure(cfg);
     /* Collectives on device buffers go through host memory unless the
      * buffers are host memory already. */
     spb_comm_set_staging(g->be->host_memory ? NULL : &g->be->staging);
+    spb_timer_set_clock(g->be->clock);
     g->strategy = spb_strategy_by_name(cfg->strategy);
     g->attn = g->be->attention(cfg->attention);
     SPB_CHECK(g->strategy && g->attn);
@@ -474,7 +476,7 @@ static spb_layer_acts *layer_acts(spb_gpt *g, int l) { return &g->acts[g->checkp
 
 double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
 {
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_FORWARD);
     const int BT = g->B * g->T, C = g->C;
     g->be->ints_to_device(g->inputs, inputs, BT);
     g->be->ints_to_device(g->targets, targets, BT);
@@ -489,7 +491,7 @@ double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
     g->be->matmul_forward(g->probs, g->lnf_out, g->wte, NULL, BT, C, g->V);
     double loss_sum = g->be->softmax_xent_forward(g->probs, g->targets, BT, g->V);
     unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_FORWARD);
-    spb_timer_add(SPB_T_FORWARD, spb_now() - t0);
+    spb_timer_end(timed);
     return loss_sum;
 }
 
@@ -513,7 +515,7 @@ static const float *enter_region_backward(spb_gpt *g, int layer, const float *dr
 
 void spb_gpt_backward(spb_gpt *g, float loss_scale)
 {
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_BACKWARD);
     const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     unit_before(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
     g->be->softmax_xent_backward(g->probs, g->targets, BT, g->V, loss_scale);
@@ -560,5 +562,5 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
     }
     g->be->embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, g->positions, BT, g->T, C);
     unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
-    spb_timer_add(SPB_T_BACKWARD, spb_now() - t0);
+    spb_timer_end(timed);
 }

@@ -1,6 +1,7 @@
 #include "grid.h"
 
 #include "checks.h"
+#include "comm.h"
 
 void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree)
 {
@@ -19,6 +20,10 @@ void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree)
 
 void spb_grid_destroy(spb_grid *g)
 {
+    /* A device-collective table may hold communicators built on these. */
+    spb_comm_forget(g->sp_comm);
+    spb_comm_forget(g->dp_comm);
+    spb_comm_forget(g->dpsp_comm);
     MPI_Comm_free(&g->sp_comm);
     MPI_Comm_free(&g->dp_comm);
     MPI_Comm_free(&g->dpsp_comm);

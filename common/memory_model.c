@@ -16,9 +16,10 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     spb_zero_sizes_of(c, world_size, &z);
     const double local = z.local; /* parameters this rank holds whole */
 
-    /* fp32 everywhere on the CPU; under mixed precision bf16 parameters and
-     * gradients, fp32 master weights with the AdamW moments (12 bytes) and
-     * fp32 reduced gradient slices. */
+    /* fp32 everywhere (--precision fp32); under mixed precision bf16
+     * parameters and gradients, fp32 master weights with the AdamW moments
+     * (12 bytes per owned element: ZeRO-1/2 partition the masters with the
+     * moments, as DeepSpeed does) and fp32 reduced gradient slices. */
     const double pbytes = precision == SPB_FP32 ? 4.0 : 2.0, per_param = precision == SPB_FP32 ? 8.0 : 12.0;
     const int stage = c->zero_stage;
     /* Stage 3 keeps only the owned parameter slices. */
@@ -39,26 +40,40 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double B = c->micro_batch_size, N = c->seq_length, T = N / P, C = c->hidden_size;
     const double Ttp = T * tp, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
     const double D_head = C / H, Hl = H / tp, BT = B * T, BR = B * Ttp;
-    double saved; /* the strategy's attention state per layer */
+    /* The strategy's attention state per layer: its log-sum-exp, and for
+     * Ulysses the head-layout QKV and O before it. */
+    double lse, head_copies = 0;
     if (!strcmp(c->strategy, "ulysses")) {
         double Hp = Hl / P;
-        saved = B * N * 4.0 * Hp * D_head + B * Hp * N; /* head-layout QKV and O, log-sum-exp */
+        head_copies = B * N * 4.0 * Hp * D_head;
+        lse = B * Hp * N;
     } else {
-        saved = B * Hl * Ttp; /* log-sum-exp */
+        lse = B * Hl * Ttp;
     }
-    double per_layer = BT * C + 2 * BT      /* ln1 out, mean, rstd */
+    /* Values: what mixed precision keeps in bf16.  Statistics: LayerNorm
+     * means and reciprocal deviations and the log-sum-exp, which stay fp32
+     * (a bf16 log-sum-exp of a few units errs by ~1e-2 absolute, scaling
+     * every recomputed softmax row by that much). */
+    double per_layer = BT * C                  /* ln1 out */
                        + BR * 3 * Ca + BR * Ca /* qkv, attention output */
-                       + saved + BT * C        /* residual after attention */
-                       + BT * C + 2 * BT       /* ln2 */
+                       + head_copies + BT * C  /* residual after attention */
+                       + BT * C                /* ln2 out */
                        + 2 * BR * Fl;          /* fc before and after GELU */
+    double stats_per_layer = 2 * BT + 2 * BT + lse; /* ln1, ln2 mean and rstd; log-sum-exp */
     double layers = c->checkpoint_activations ? 1 : c->num_layers;
-    double floats = layers * per_layer + (c->num_layers + 1.0) * BT * C /* residual streams */
-                    + BT * C + 2 * BT                                  /* final LayerNorm */
+    double values = layers * per_layer + (c->num_layers + 1.0) * BT * C /* residual streams */
+                    + BT * C                                           /* final LayerNorm out */
                     + BT * c->vocab_size;                              /* probabilities */
-    double abytes = precision == SPB_FP32 ? 4.0 : 2.0;
-    out->bytes[SPB_MEM_ACTIVATIONS] = abytes * floats + 4.0 * 2 * BT; /* + input and target tokens */
+    double stats = layers * stats_per_layer + 2 * BT;                 /* + final LayerNorm's */
+    double vbytes = precision == SPB_FP32 ? 4.0 : 2.0;
+    out->bytes[SPB_MEM_ACTIVATIONS] = vbytes * values + 4.0 * stats + 4.0 * 2 * BT; /* + input and target tokens */
 
     for (int k = 0; k < SPB_MEM_NUM_CATEGORIES; k++) out->total += out->bytes[k];
+}
+
+spb_precision spb_memory_precision(const spb_config *c)
+{
+    return !strcmp(c->precision, "bf16") ? SPB_BF16_MIXED : SPB_FP32;
 }
 
 double spb_parse_bytes(const char *text)

@@ -16,10 +16,16 @@
 #include "memory.h"
 
 typedef enum spb_precision {
-    SPB_FP32 = 0,    /* the CPU path: everything fp32 */
-    SPB_BF16_MIXED,  /* the GPU path (modelled): bf16 parameters, gradients and
-                        activations; fp32 master weights and AdamW moments */
+    SPB_FP32 = 0,    /* --precision fp32 (the default): everything fp32 */
+    SPB_BF16_MIXED,  /* --precision bf16 (the GPU path; emulated on the CPU by
+                        common/backend_bf16_cpu.c): bf16 parameters, gradients
+                        and activations; fp32 master weights and AdamW moments,
+                        ZeRO's reduced gradient slices, LayerNorm statistics
+                        and attention log-sum-exp */
 } spb_precision;
+
+/* The precision a finalized configuration runs at (--precision). */
+spb_precision spb_memory_precision(const spb_config *cfg);
 
 typedef struct spb_memory_prediction {
     double bytes[SPB_MEM_NUM_CATEGORIES];

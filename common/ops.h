@@ -10,6 +10,7 @@ const char *spb_blas_description(void);
 /* FLOPs executed by all matrix products so far (2mnk each). */
 double spb_gemm_flops(void);
 void spb_gemm_flops_reset(void);
+void spb_gemm_flops_add(double flops); /* a device table's products count here too */
 
 /* out[r][o] = sum_i inp[r][i] W[o][i] + b[o]   (b may be NULL) */
 void spb_matmul_forward(float *out, const float *inp, const float *W, const float *b, int rows, int in, int out_f);

@@ -11,22 +11,27 @@ static double gemm_flops;
 
 const char *spb_blas_description(void)
 {
+#ifdef SPB_CBLAS_IS_FALLBACK /* common/blas_fallback/cblas.h: no OpenBLAS in this build */
+    return "fallback sgemm (slow)";
+#else
     static char text[96];
     snprintf(text, sizeof text, "OpenBLAS %s x%d", openblas_get_corename(), openblas_get_num_threads());
     return text;
+#endif
 }
 
 double spb_gemm_flops(void) { return gemm_flops; }
 void spb_gemm_flops_reset(void) { gemm_flops = 0.0; }
+void spb_gemm_flops_add(double flops) { gemm_flops += flops; }
 
 /* Row-major C[m][n] = alpha op(A) op(B) + beta C, timed and counted. */
 static void sgemm(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
                   int ldb, float beta, float *C, int ldc)
 {
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_GEMM);
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, n, k,
                 alpha, A, lda, B, ldb, beta, C, ldc);
-    spb_timer_add(SPB_T_GEMM, spb_now() - t0);
+    spb_timer_end(timed);
     gemm_flops += 2.0 * m * n * k;
 }
 

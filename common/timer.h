@@ -1,4 +1,8 @@
-/* Phase timers: wall seconds accumulated per phase of a training step. */
+/* Phase timers: seconds accumulated per phase of a training step.  On the
+ * host the seconds are wall-clock; where a device clock is set (the CUDA
+ * table's events on its compute stream), a region's begin and end are marks
+ * on the device's timeline, read back later (spb_timer_get, spb_timer_flush)
+ * so that no region forces a device synchronisation. */
 #ifndef SPB_TIMER_H
 #define SPB_TIMER_H
 
@@ -20,5 +24,27 @@ void spb_timer_add(spb_timer_id id, double seconds);
 double spb_timer_get(spb_timer_id id);
 void spb_timer_reset_all(void);
 const char *spb_timer_name(spb_timer_id id);
+
+/* A device's clock: mark() records a point on the stream the device
+ * computes on and returns its handle; elapsed(a, b) waits for mark b and
+ * returns the seconds from a to b; release() makes every handle reusable
+ * (called once all pending regions are read). */
+typedef struct spb_timer_clock {
+    int (*mark)(void);
+    double (*elapsed)(int from, int to);
+    void (*release)(void);
+} spb_timer_clock;
+/* NULL: the host clock (the default). */
+void spb_timer_set_clock(const spb_timer_clock *clock);
+
+typedef struct spb_timer_region {
+    spb_timer_id id;
+    double t0; /* host clock */
+    int mark;  /* device clock */
+} spb_timer_region;
+spb_timer_region spb_timer_begin(spb_timer_id id);
+void spb_timer_end(spb_timer_region r);
+/* Folds the device regions ended so far into the totals (waits for them). */
+void spb_timer_flush(void);
 
 #endif

@@ -105,20 +105,20 @@ double spb_trainer_gradients(spb_trainer *t)
     if (t->zero) spb_zero_begin_gradients(t->zero);
     double loss_sum = 0.0;
     for (int a = 0; a < t->accum_steps; a++) {
-        double t0 = spb_now();
+        spb_timer_region timed = spb_timer_begin(SPB_T_DATA);
         load_micro_batch(t, a);
-        spb_timer_add(SPB_T_DATA, spb_now() - t0);
+        spb_timer_end(timed);
         loss_sum += spb_gpt_forward(g, t->inputs, t->targets);
         /* The loss is the mean over every token of the global batch, so each
          * token's gradient is scaled by 1/(G·N) whatever the split. */
         spb_gpt_backward(g, (float)(1.0 / tokens));
     }
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_GRAD_REDUCE);
     if (t->zero)
         spb_zero_reduce_gradients(t->zero, g);
     else
         reduce_gradients(t);
-    spb_timer_add(SPB_T_GRAD_REDUCE, spb_now() - t0);
+    spb_timer_end(timed);
     spb_allreduce_sum_f64(&loss_sum, 1, t->grid->world, SPB_PHASE_OTHER);
     t->loss = loss_sum / tokens;
     return t->loss;
@@ -126,7 +126,7 @@ double spb_trainer_gradients(spb_trainer *t)
 
 void spb_trainer_update(spb_trainer *t)
 {
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_OPTIMIZER);
     spb_gpt *g = t->gpt;
     t->grad_norm = t->zero ? spb_zero_grad_norm(t->zero, t->grid->world) : global_grad_norm(t);
     float scale = 1.0f;
@@ -137,7 +137,14 @@ void spb_trainer_update(spb_trainer *t)
     else
         spb_adamw_update(t->opt, g, &t->cfg, t->lr, scale);
     t->iteration++;
-    spb_timer_add(SPB_T_OPTIMIZER, spb_now() - t0);
+    spb_timer_end(timed);
+}
+
+void spb_trainer_synchronize(spb_trainer *t)
+{
+    if (t->gpt->be->synchronize) t->gpt->be->synchronize();
+    spb_timer_flush();
+    spb_comm_flush(); /* device collectives' event times (--comm nccl) */
 }
 
 double spb_trainer_step(spb_trainer *t)

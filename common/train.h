@@ -38,6 +38,9 @@ double spb_trainer_gradients(spb_trainer *t);
 void spb_trainer_update(spb_trainer *t);
 /* gradients + update; returns the loss. */
 double spb_trainer_step(spb_trainer *t);
+/* The step boundary: waits for the device's queued work and folds the
+ * device-timed regions into the phase timers (a no-op on the host). */
+void spb_trainer_synchronize(spb_trainer *t);
 
 /* Checkpoints of the model and optimizer state whatever the ZeRO stage
  * (partitioned state is gathered to whole local vectors first).  Both are

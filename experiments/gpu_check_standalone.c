@@ -27,25 +27,7 @@ const char *spb_mem_category_name(spb_mem_category cat)
 }
 
 #ifdef SPB_STANDALONE_CBLAS
-#include "cblas.h"
-
-/* Row-major only (all the callers use it). */
-void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k,
-                 float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
-{
-    if (order != CblasRowMajor) abort();
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            float acc = 0.0f;
-            for (int l = 0; l < k; l++) {
-                float a = ta == CblasTrans ? A[(long)l * lda + i] : A[(long)i * lda + l];
-                float b = tb == CblasTrans ? B[(long)j * ldb + l] : B[(long)l * ldb + j];
-                acc += a * b;
-            }
-            float *c = C + (long)i * ldc + j;
-            *c = alpha * acc + (beta == 0.0f ? 0.0f : beta * *c);
-        }
-}
-char *openblas_get_corename(void) { return (char *)"loops (no OpenBLAS)"; }
-int openblas_get_num_threads(void) { return 1; }
+/* The build's own fallback sgemm (common/blas_fallback), compiled here so
+ * that experiments/gpu-check's list of sources stays as it is. */
+#include "../common/blas_fallback/sgemm.c"
 #endif

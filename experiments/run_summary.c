@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/backend.h"
 #include "../common/flops.h"
 #include "../common/memory_model.h"
 #include "../common/ops.h"
@@ -21,7 +22,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times, int measured, double first_loss,
-                       double final_loss)
+                       double final_loss, double device_used_peak)
 {
     const spb_config *cfg = &tr->cfg;
     MPI_Comm world_comm = tr->grid->world;
@@ -40,10 +41,13 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
     spb_allreduce_sum_f64(counted, 2, world_comm, SPB_PHASE_OTHER);
     s->counted_gemm = counted[0], s->counted_attn = counted[1];
 
-    const spb_mem_stats *ms = spb_mem_get_stats();
+    /* The tracker of the device the model lives on (the GPU's for --device cuda). */
+    const spb_mem_stats *ms = tr->gpt->be->mem_stats();
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++) s->peaks[c] = (double)ms->peak[c];
     s->peaks[SPB_MEM_NUM_CATEGORIES] = (double)ms->peak_total;
     spb_allreduce_max_f64(s->peaks, SPB_MEM_NUM_CATEGORIES + 1, world_comm, SPB_PHASE_OTHER);
+    s->device_used_peak = device_used_peak;
+    spb_allreduce_max_f64(&s->device_used_peak, 1, world_comm, SPB_PHASE_OTHER);
 
     /* The breakdown of the slowest rank (by time in forward, backward,
      * reduction and optimizer), whole, so that its parts add up. */
@@ -133,16 +137,22 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
     printf("peak memory/rank (MiB):");
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
         printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), s->peaks[c] / 1048576.0);
-    printf(" | total %.2f\n", s->peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
+    printf(" | total %.2f", s->peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
+    if (s->device_used_peak >= 0) /* the driver's view beside the tracker's */
+        printf(" | device in use (driver, sampled at step ends; context and ranks sharing the GPU included) %.2f",
+               s->device_used_peak / 1048576.0);
+    printf("\n");
     /* The model covers what the configuration fixes (not workspace or
-     * communication buffers); the bf16 line is what the GPU path would hold. */
+     * communication buffers); the measured peaks above match the line of the
+     * run's --precision, the other is what that precision would hold. */
     spb_memory_prediction fp32, bf16;
     spb_memory_model(cfg, s->world, SPB_FP32, &fp32);
     spb_memory_model(cfg, s->world, SPB_BF16_MIXED, &bf16);
     static const spb_mem_category shown[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
-    printf("memory model (MiB/rank): fp32 predicted");
+    const int bf16_run = spb_memory_precision(cfg) == SPB_BF16_MIXED;
+    printf("memory model (MiB/rank): fp32%s", bf16_run ? "" : " (this run)");
     for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), fp32.bytes[shown[k]] / 1048576.0);
-    printf(" | modelled bf16 mixed precision (GPU path)");
+    printf(" | bf16 mixed precision%s", bf16_run ? " (this run)" : "");
     for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), bf16.bytes[shown[k]] / 1048576.0);
     printf("\n");
     fflush(stdout);
@@ -171,6 +181,8 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "status", "%s", "ok");
     spb_row_add(&r, "strategy", "%s", c->strategy);
     spb_row_add(&r, "device", "%s", c->device);
+    spb_row_add(&r, "comm", "%s", c->comm);
+    spb_row_add(&r, "precision", "%s", c->precision);
     spb_row_add(&r, "attention", "%s", c->attention);
     spb_row_add(&r, "world_size", "%d", g->world_size);
     spb_row_add(&r, "dp", "%d", g->dp_size);
@@ -215,6 +227,10 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
         spb_row_add(&r, key, "%.0f", s->peaks[k]);
     }
     spb_row_add(&r, "peak_mem_total_bytes", "%.0f", s->peaks[SPB_MEM_NUM_CATEGORIES]);
+    if (s->device_used_peak >= 0)
+        spb_row_add(&r, "device_used_peak_bytes", "%.0f", s->device_used_peak);
+    else
+        spb_row_add(&r, "device_used_peak_bytes", "%s", "");
     spb_memory_prediction model;
     spb_memory_model(c, g->world_size, SPB_FP32, &model);
     spb_row_add(&r, "model_fp32_bytes", "%.0f", model.total);

@@ -21,6 +21,10 @@ typedef struct spb_run_summary {
     double counted_gemm, counted_attn;   /* FLOPs per iteration, all ranks */
     double first_loss, final_loss;
     double peaks[SPB_MEM_NUM_CATEGORIES + 1]; /* bytes, max over ranks; last = total */
+    /* The device driver's bytes in use (cudaMemGetInfo), max over ranks and
+     * step boundaries; -1 on the host.  Includes the CUDA context and, when
+     * ranks share a GPU, all of them. */
+    double device_used_peak;
     /* Per iteration, the slowest rank's (its parts add up); the extra slot
      * SPB_T_LAYER_COMM is communication inside forward/backward. */
     double timers[SPB_NUM_TIMERS + 1];
@@ -34,9 +38,10 @@ typedef struct spb_run_summary {
 } spb_run_summary;
 
 /* Collective over the trainer's world: every rank calls, every rank gets
- * the same summary.  times: the measured iterations' times (sorted here). */
+ * the same summary.  times: the measured iterations' times (sorted here);
+ * device_used_peak: this rank's sampled driver reading (-1: none). */
 void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times, int measured, double first_loss,
-                       double final_loss);
+                       double final_loss, double device_used_peak);
 void spb_print_summary(const spb_run_summary *s, const spb_config *cfg);
 /* Appends the results row to cfg->results; 0 or -1 with a message. */
 int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char *err, size_t errlen);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../common/checks.h"
+#include "../common/backend.h"
 #include "../common/checkpoint.h"
 #include "../common/comm.h"
 #include "../common/config.h"
@@ -20,6 +21,9 @@
 #include "spb_version.h"
 #ifdef SPB_HAVE_CUDA
 #include "../common/cuda/cuda_device.h"
+#endif
+#ifdef SPB_HAVE_NCCL
+#include "../common/cuda/nccl_comm.h"
 #endif
 
 /* Every rank reaches the same verdict: rank 0 prints it, all exit 2. */
@@ -97,6 +101,18 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* Bind each rank to its device before anything is allocated there. */
+    const int use_nccl = !strcmp(cfg.comm, "nccl");
+    int obad = spb_backend_open(spb_backend_for(cfg.device, cfg.precision), MPI_COMM_WORLD, use_nccl, err, sizeof err) != 0;
+    if (agree_on_error(obad, err, rank)) {
+        MPI_Finalize();
+        return 2;
+    }
+#ifdef SPB_HAVE_NCCL
+    /* Collectives on device buffers through NCCL, on the device just bound. */
+    if (use_nccl) spb_comm_set_device_ops(spb_nccl_device_ops());
+#endif
+
     spb_grid grid;
     spb_grid_create(&grid, MPI_COMM_WORLD, cfg.sp_degree);
     spb_trainer *tr = spb_trainer_create(&cfg, &grid);
@@ -142,6 +158,7 @@ int main(int argc, char **argv)
     int iters = cfg.train_iters;
     double *times = SPB_CHECK_PTR(calloc((size_t)iters + 1, sizeof(double)));
     double final_loss = NAN, first_loss = NAN;
+    double device_used_peak = -1.0; /* what the driver reports in use, sampled at step boundaries */
     int measured = 0;
     for (int i = 0; i < iters; i++) {
         if (i == cfg.timing_warmup) {
@@ -162,7 +179,12 @@ int main(int argc, char **argv)
             }
         }
         spb_trainer_update(tr);
+        spb_trainer_synchronize(tr); /* the only device wait of the step */
         double dt = spb_now() - t0;
+        if (g->be->device_used_bytes) {
+            double used = g->be->device_used_bytes();
+            device_used_peak = used > device_used_peak ? used : device_used_peak;
+        }
         spb_allreduce_max_f64(&dt, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER); /* the slowest rank */
         if (i == 0) first_loss = loss;
         final_loss = loss;
@@ -182,7 +204,7 @@ int main(int argc, char **argv)
     if (loss_log) fclose(loss_log);
 
     spb_run_summary sum;
-    spb_summarize_run(&sum, tr, times, measured, first_loss, final_loss); /* collective */
+    spb_summarize_run(&sum, tr, times, measured, first_loss, final_loss, device_used_peak); /* collective */
     int rc = 0;
     if (rank == 0) {
         if (!cfg.quiet) spb_print_summary(&sum, &cfg);
@@ -199,6 +221,9 @@ int main(int argc, char **argv)
     free(times);
     spb_trainer_destroy(tr);
     spb_grid_destroy(&grid);
+#ifdef SPB_HAVE_NCCL
+    if (use_nccl) spb_nccl_device_ops_shutdown(); /* NCCL finalizes with its peers, before MPI goes */
+#endif
     MPI_Finalize();
     return rc;
 }

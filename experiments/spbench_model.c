@@ -131,6 +131,8 @@ int main(int argc, char **argv)
     spb_profile *prof = calloc(1, sizeof *prof);
     if (spb_profile_load(profile_path, prof, err, sizeof err)) return die(err);
     if (!precision_set) precision = prof->precision;
+    /* The configuration carries it too: the predicted-bytes columns scale by it. */
+    snprintf(cfg.precision, sizeof cfg.precision, "%s", precision == SPB_FP32 ? "fp32" : "bf16");
     if (budget_text[0]) {
         double b = spb_parse_bytes(budget_text);
         if (b <= 0) return die("--memory-budget is not a size (e.g. 80GiB)");

@@ -338,13 +338,14 @@ RUNNER_COLUMNS = ["sweep", "scale", "point", "series", "label", "status", "messa
                   "memory_budget", "tune_choice", "tune_tried", "profile", "loss_log", "elapsed_s",
                   "layer_link_bytes_measured", "layer_link_bytes_predicted"]
 # spbench's results row (experiments/run_summary.c), in its order.
-SPB_COLUMNS = """run_name strategy device attention world_size dp sp zero_stage checkpoint_activations ring_layout
+SPB_COLUMNS = """run_name strategy device comm precision attention world_size dp sp zero_stage checkpoint_activations ring_layout
 attention_mask sparse_block sparse_local_blocks sparse_global_blocks num_layers hidden_size num_heads ffn_hidden_size vocab_size seq_length micro_batch_size
 global_batch_size num_params train_iters measured_iters iter_time_median_s iter_time_min_s iter_time_max_s
 tokens_per_s tflops_paper_per_rank tflops_counted_per_rank gemm_gflops_per_rank first_loss final_loss
 time_data_s time_forward_s time_backward_s time_grad_reduce_s time_optimizer_s time_gemm_s time_attention_s
 time_comm_s time_exchange_s peak_mem_params_bytes peak_mem_grads_bytes peak_mem_optimizer_bytes
-peak_mem_activations_bytes peak_mem_workspace_bytes peak_mem_comm_bytes peak_mem_total_bytes model_fp32_bytes
+peak_mem_activations_bytes peak_mem_workspace_bytes peak_mem_comm_bytes peak_mem_total_bytes
+device_used_peak_bytes model_fp32_bytes
 modelled_bf16_bytes layer_comm_s other_compute_s comm_time_s comm_fraction comm_link_bytes alltoall_pack_unpack_s
 alltoall_plain_s alltoall_overhead_ratio allreduce_link_bytes allreduce_s allgather_link_bytes allgather_s
 reduce_scatter_link_bytes reduce_scatter_s alltoall_link_bytes alltoall_s sendrecv_link_bytes sendrecv_s
@@ -358,7 +359,7 @@ predicted_layer_forward_link_bytes predicted_layer_backward_link_bytes predicted
 predicted_zero_and_reduce_link_bytes
 machine blas commit date""".split()
 # Columns only the performance model writes (docs/MODEL.md).
-MODEL_COLUMNS = ["precision", "attn_density", "fits", "memory_needed_bytes", "memory_capacity_bytes",
+MODEL_COLUMNS = ["attn_density", "fits", "memory_needed_bytes", "memory_capacity_bytes",
                  "max_seq_length_fits"]
 HEADER = RUNNER_COLUMNS + SPB_COLUMNS + MODEL_COLUMNS
 
@@ -462,13 +463,19 @@ def machine():
     return "%s/%dcores" % (socket.gethostname(), os.cpu_count() or 0)
 
 
-def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p):
+def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p, precision="fp32"):
     """Bytes per link per layer per micro-step, forward + backward, of the
     layer collectives: the formulas of strategies/*.c comm_volume restated
-    (4-byte floats).  Ulysses 8bNh(P-1)/P^2 (all-to-all) or P times that
-    (allgather); Megatron-SP 10·4bNh(P-1)/P; ring 3P-2 blocks of 8bNh/P."""
+    (4-byte floats; half that under bf16).  Ulysses 8bNh(P-1)/P^2 (all-to-all)
+    or P times that (allgather); Megatron-SP 10·4bNh(P-1)/P; ring 3P-2 blocks
+    of 8bNh/P."""
     if p <= 1 or strategy == "none":
         return 0.0
+    scale = 0.5 if precision == "bf16" else 1.0
+    return scale * _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p)
+
+
+def _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p):
     local = b * (n / p) * h
     if strategy == "ulysses":
         f = (p - 1) / p
@@ -492,7 +499,7 @@ def classify(rc, stderr, timed_out):
     if msg:
         if "exceeds --memory-budget" in msg:
             return "oom-predicted", msg
-        if "not implemented" in msg:
+        if "not implemented" in msg or "no CUDA device" in msg:
             return "unsupported", msg
         if rc == 2:
             return "invalid", msg
@@ -645,7 +652,8 @@ def _derive(row):
             pred = float(row["predicted_layer_forward_link_bytes"]) + float(row["predicted_layer_backward_link_bytes"])
         else:
             pred = predicted_layer_bytes(row["strategy"], row.get("ulysses_comm") or "alltoall",
-                                         int(row["seq_length"]), int(row["hidden_size"]), b, int(row["sp"]))
+                                         int(row["seq_length"]), int(row["hidden_size"]), b, int(row["sp"]),
+                                         row.get("precision") or "fp32")
         if pred is not None:
             row["layer_link_bytes_predicted"] = "%.0f" % pred
     except (KeyError, ValueError, ZeroDivisionError):

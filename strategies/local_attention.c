@@ -35,9 +35,9 @@ void spb_local_attention_forward(const spb_attn_ctx *c, const float *qkv, float 
 {
     spb_attn_desc d = spb_attn_local_desc(c);
     long W = (long)c->heads * c->head_dim;
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
     c->backend->forward(&d, qkv, qkv + W, qkv + 2 * W, o, lse);
-    spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+    spb_timer_end(timed);
     *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
 }
 
@@ -51,8 +51,8 @@ void spb_local_attention_backward(const spb_attn_ctx *c, const float *qkv, const
         c->device->zero(dqkv, n); /* the buffers are the device's */
     else
         memset(dqkv, 0, sizeof(float) * (size_t)n);
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
     c->backend->backward(&d, qkv, qkv + W, qkv + 2 * W, o, lse, dout, dqkv, dqkv + W, dqkv + 2 * W);
-    spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+    spb_timer_end(timed);
     *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
 }

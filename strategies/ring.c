@@ -148,7 +148,7 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
 
         ring_run k_runs[RING_MAX_RUNS];
         int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
-        double t0 = spb_now();
+        spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
         for (int qi = 0; qi < n_q; qi++)
             for (int ki = 0; ki < n_k; ki++) {
                 const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
@@ -161,7 +161,7 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
                 /* fold this pair into the running (O, lse): attention.h */
                 spb_dev_attn_merge(c, o, saved, o_pair, lse_pair, q->row, q->len);
             }
-        spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+        spb_timer_end(timed);
         if (more) spb_sendrecv_wait(&xfer);
     }
 
@@ -226,7 +226,7 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
 
         ring_run k_runs[RING_MAX_RUNS];
         int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
-        double t0 = spb_now();
+        spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
         spb_dev_zero(c, grad_work, block_floats);
         for (int qi = 0; qi < n_q; qi++)
             for (int ki = 0; ki < n_k; ki++) {
@@ -238,7 +238,7 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
                                      dout + o_at, dqkv + q_at, grad_work + k_at, grad_work + k_at + W);
                 *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
             }
-        spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+        spb_timer_end(timed);
 
         if (more_kv) spb_sendrecv_wait(&kv_xfer);
         if (grad_arrives) {

@@ -146,7 +146,7 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to
 {
     long count = (long)u->B * u->T * w * u->row; /* floats per block */
     float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
     if (to_head) {
         float *blocks = staging ? staging : out;
         if (uses_allgather(c))
@@ -162,7 +162,7 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to
             spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
         }
     }
-    spb_timer_add(SPB_T_EXCHANGE, spb_now() - t0);
+    spb_timer_end(timed);
 }
 
 static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
@@ -175,9 +175,9 @@ static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, f
     exchange(c, &u, 3, 1, qkv, qkv_h);
 
     spb_attn_desc d = head_desc(&u, c);
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
     c->backend->forward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse);
-    spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+    spb_timer_end(timed);
     *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
 
     exchange(c, &u, 1, 0, o_h, o);
@@ -197,10 +197,10 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
 
     spb_attn_desc d = head_desc(&u, c);
     spb_dev_zero(c, dqkv_h, 3 * head_floats); /* the backend accumulates */
-    double t0 = spb_now();
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
     c->backend->backward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse, dout_h, dqkv_h, dqkv_h + u.row,
                          dqkv_h + 2 * u.row);
-    spb_timer_add(SPB_T_ATTENTION, spb_now() - t0);
+    spb_timer_end(timed);
     *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
 
     /* dQ, dK, dV go back together: every head block of every local token

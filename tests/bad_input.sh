@@ -30,6 +30,9 @@ cases=(
   "--micro-batch-size 2 --global-batch-size 5"
   "--lr"
   "--device tpu"
+  "--comm tcp"
+  "--comm nccl"  # NCCL moves device buffers: needs --device cuda
+  "--device cuda --sparse-block 16 --sparse-local-blocks 1"  # refused with or without a GPU
   "--attention magic"
   "--load /nonexistent/model.ckpt"
   "--load $tmp/garbage.ckpt"

@@ -6,6 +6,9 @@
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "train.h"
 
@@ -34,6 +37,43 @@ static inline double worst_tensor_error(const spb_gpt *ref, const float *a, cons
         if (rel > worst) worst = rel, *worst_name = t->name;
     }
     return worst;
+}
+
+/* A small training run of one strategy: its variant options (Ulysses'
+ * collective, ring's layout), micro-batch, ZeRO stage, sequence-parallel
+ * degree P and activation checkpointing. */
+typedef struct small_case {
+    const char *strategy, *comm, *layout;
+    int micro, zero, sp, checkpoint;
+} small_case;
+
+/* The case on 2 layers, hidden 32, 4 heads, vocab 64, 32 tokens, global
+ * batch 4 (not yet finalized). */
+static inline void small_case_config(spb_config *c, const small_case *k)
+{
+    spb_config_defaults(c);
+    c->num_layers = 2, c->hidden_size = 32, c->num_heads = 4, c->vocab_size = 64, c->seq_length = 32;
+    c->micro_batch_size = k->micro, c->global_batch_size = 4, c->zero_stage = k->zero;
+    c->sp_degree = k->sp, c->checkpoint_activations = k->checkpoint;
+    snprintf(c->strategy, sizeof c->strategy, "%s", k->strategy);
+    snprintf(c->ulysses_comm, sizeof c->ulysses_comm, "%s", k->comm);
+    snprintf(c->ring_layout, sizeof c->ring_layout, "%s", k->layout);
+}
+
+/* 1 when the two trainers hold the same local parameters, bit for bit
+ * (collective under ZeRO-3). */
+static inline int same_local_params(const spb_trainer *a, const spb_trainer *b)
+{
+    long n = a->gpt->num_params;
+    if (b->gpt->num_params != n) return 0;
+    float *pa = malloc(sizeof(float) * (size_t)n), *pb = malloc(sizeof(float) * (size_t)n);
+    ck_assert(pa && pb);
+    spb_trainer_local_params(a, pa);
+    spb_trainer_local_params(b, pb);
+    int same = memcmp(pa, pb, sizeof(float) * (size_t)n) == 0;
+    free(pa);
+    free(pb);
+    return same;
 }
 
 #endif

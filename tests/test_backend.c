@@ -17,6 +17,7 @@
 #include "optimizer.h"
 #include "train.h"
 #include "mpi_check.h"
+#include "strategy_check.h"
 
 enum { OP_ALLOC, OP_ALLOC_INTS, OP_FREE, OP_ZERO, OP_INTS, OP_MM_F, OP_MM_B, OP_MM_FLD, OP_MM_BLD, OP_LN_F, OP_LN_B,
        OP_GELU_F, OP_GELU_B, OP_EMB_F, OP_EMB_B, OP_XENT_F, OP_XENT_B, OP_ADD, OP_BIAS, OP_BIAS_GRAD, NUM_OPS };
@@ -177,33 +178,24 @@ static void to_device(void *d, const void *h, size_t n) { staged_bytes[1] += (do
 
 START_TEST(host_staged_path_is_exact)
 {
-    static const struct { const char *strategy, *comm, *layout; int micro, zero; } cases[] = {
-        {"none", "alltoall", "contiguous", 2, 0},     {"ulysses", "alltoall", "contiguous", 1, 0},
-        {"ulysses", "alltoall", "contiguous", 2, 0},  {"ulysses", "allgather", "contiguous", 1, 0},
-        {"megatron", "alltoall", "contiguous", 2, 0}, {"ring", "alltoall", "zigzag", 2, 0},
-        {"ring", "alltoall", "contiguous", 1, 0},     {"none", "alltoall", "contiguous", 1, 1},
-        {"ulysses", "alltoall", "contiguous", 1, 2},  {"ulysses", "alltoall", "contiguous", 1, 3},
-        {"megatron", "alltoall", "contiguous", 1, 3}, {"ring", "alltoall", "zigzag", 1, 3},
+    static const small_case cases[] = {
+        {"none", "alltoall", "contiguous", 2, 0, 1, 0},     {"ulysses", "alltoall", "contiguous", 1, 0, 2, 0},
+        {"ulysses", "alltoall", "contiguous", 2, 0, 2, 0},  {"ulysses", "allgather", "contiguous", 1, 0, 2, 0},
+        {"megatron", "alltoall", "contiguous", 2, 0, 2, 0}, {"ring", "alltoall", "zigzag", 2, 0, 2, 0},
+        {"ring", "alltoall", "contiguous", 1, 0, 2, 0},     {"none", "alltoall", "contiguous", 1, 1, 1, 0},
+        {"ulysses", "alltoall", "contiguous", 1, 2, 2, 0},  {"ulysses", "alltoall", "contiguous", 1, 3, 2, 0},
+        {"megatron", "alltoall", "contiguous", 1, 3, 2, 0}, {"ring", "alltoall", "zigzag", 1, 3, 2, 0},
     };
     spb_backend staged = spb_backend_cpu;
     staged.name = "staged-cpu";
     staged.host_memory = 0;
-    staged.staging = (spb_comm_staging){to_host, to_device};
+    staged.staging = (spb_comm_staging){.to_host = to_host, .to_device = to_device};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         spb_config c;
-        spb_config_defaults(&c);
-        c.num_layers = 2, c.hidden_size = 32, c.num_heads = 4, c.vocab_size = 64, c.seq_length = 32;
-        c.micro_batch_size = cases[k].micro, c.global_batch_size = 4, c.zero_stage = cases[k].zero;
-        c.sp_degree = strcmp(cases[k].strategy, "none") ? 2 : 1;
-        snprintf(c.strategy, sizeof c.strategy, "%s", cases[k].strategy);
-        snprintf(c.ulysses_comm, sizeof c.ulysses_comm, "%s", cases[k].comm);
-        snprintf(c.ring_layout, sizeof c.ring_layout, "%s", cases[k].layout);
-        char err[256];
-        ck_assert_msg(spb_config_finalize(&c, 2, err, sizeof err) == 0, "%s", err);
+        small_case_config(&c, &cases[k]);
         spb_grid grid;
-        spb_grid_create(&grid, MPI_COMM_WORLD, c.sp_degree);
         double plain_loss[2], staged_loss[2];
-        spb_trainer *a = spb_trainer_create(&c, &grid);
+        spb_trainer *a = make(&c, MPI_COMM_WORLD, &grid);
         for (int i = 0; i < 2; i++) plain_loss[i] = spb_trainer_step(a);
         staged_bytes[0] = staged_bytes[1] = 0;
         spb_backend_register_for_tests(&staged);
@@ -215,13 +207,7 @@ START_TEST(host_staged_path_is_exact)
             cases[k].comm, cases[k].layout, cases[k].micro, cases[k].zero, staged_bytes[0], staged_bytes[1],
             memcmp(plain_loss, staged_loss, sizeof plain_loss) ? "DIFFER" : "bit-identical");
         ck_assert_int_eq(memcmp(plain_loss, staged_loss, sizeof plain_loss), 0);
-        long n = a->gpt->num_params;
-        float *pa = malloc(sizeof(float) * (size_t)n), *pb = malloc(sizeof(float) * (size_t)n);
-        spb_trainer_local_params(a, pa);
-        spb_trainer_local_params(b, pb);
-        ck_assert_int_eq(memcmp(pa, pb, sizeof(float) * (size_t)n), 0);
-        free(pa);
-        free(pb);
+        ck_assert(same_local_params(a, b));
         ck_assert(staged_bytes[0] > 0 && staged_bytes[1] > 0);
         spb_trainer_destroy(a);
         spb_trainer_destroy(b);

@@ -17,6 +17,7 @@
 #include "optimizer.h"
 #include "report.h"
 #include "rng.h"
+#include "timer.h"
 #include "mpi_check.h"
 
 static int parse_and_finalize(int world, char *err, size_t errlen, spb_config *c, ...)
@@ -196,6 +197,70 @@ START_TEST(results_rows_are_whole_and_headers_checked)
 }
 END_TEST
 
+/* A fake device clock: marks are points on a simulated timeline (the
+ * stream's time when the mark is reached), readable only after release has
+ * not reset them. */
+static double fake_timeline[64];
+static int fake_used, fake_reads, fake_releases;
+static double fake_now;
+static int fake_mark(void)
+{
+    ck_assert_int_lt(fake_used, 64);
+    fake_timeline[fake_used] = fake_now;
+    return fake_used++;
+}
+static double fake_elapsed(int a, int b)
+{
+    ck_assert(a >= 0 && b > a && b < fake_used); /* a released mark would be out of range */
+    fake_reads++;
+    return fake_timeline[b] - fake_timeline[a];
+}
+static void fake_release(void)
+{
+    fake_releases++;
+    fake_used = 0;
+}
+static const spb_timer_clock fake_clock = {fake_mark, fake_elapsed, fake_release};
+
+START_TEST(device_timer_regions_fold_once)
+{
+    spb_timer_set_clock(&fake_clock);
+    spb_timer_reset_all();
+    fake_now = 0.0, fake_reads = 0;
+    spb_timer_region fwd = spb_timer_begin(SPB_T_FORWARD);
+    fake_now = 1.0;
+    spb_timer_region gemm = spb_timer_begin(SPB_T_GEMM);
+    fake_now = 3.5;
+    spb_timer_end(gemm);
+    /* A read inside the open forward region folds the GEMM but must not
+     * reuse the forward region's begin mark. */
+    ck_assert_double_eq(spb_timer_get(SPB_T_GEMM), 2.5);
+    ck_assert_int_eq(fake_used, 3);
+    fake_now = 6.0;
+    spb_timer_end(fwd);
+    spb_timer_flush();
+    ck_assert_double_eq(spb_timer_get(SPB_T_FORWARD), 6.0);
+    ck_assert_double_eq(spb_timer_get(SPB_T_GEMM), 2.5); /* folded once, not again */
+    ck_assert_int_eq(fake_reads, 2);
+    ck_assert_int_eq(fake_used, 0); /* everything read: marks reusable */
+    /* Host-clock additions (the collectives) go straight in beside them. */
+    spb_timer_add(SPB_T_COMM, 0.25);
+    ck_assert_double_eq(spb_timer_get(SPB_T_COMM), 0.25);
+    /* Regions pending at a reset belong to the discarded interval. */
+    spb_timer_region b = spb_timer_begin(SPB_T_BACKWARD);
+    fake_now = 9.0;
+    spb_timer_end(b);
+    spb_timer_reset_all();
+    ck_assert_double_eq(spb_timer_get(SPB_T_BACKWARD), 0.0);
+    spb_timer_set_clock(NULL);
+    /* Back on the host clock: regions add wall seconds. */
+    spb_timer_region h = spb_timer_begin(SPB_T_DATA);
+    spb_timer_end(h);
+    ck_assert(spb_timer_get(SPB_T_DATA) >= 0.0 && spb_timer_get(SPB_T_DATA) < 1.0);
+    spb_timer_reset_all();
+}
+END_TEST
+
 START_TEST(lr_schedule)
 {
     spb_config c;
@@ -227,6 +292,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, init_does_not_depend_on_the_model_object);
     tcase_add_test(tc, results_rows_are_whole_and_headers_checked);
     tcase_add_test(tc, lr_schedule);
+    tcase_add_test(tc, device_timer_regions_fold_once);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

@@ -17,13 +17,19 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <vector>
 
 #include "cuda_backend.h"
 #include "cuda_check.h"
+#include "cuda_device.h"
 #include "spb_cuda.h"
+
+extern "C" {
+#include "../ops.h" /* spb_gemm_flops_add: C headers without their own extern "C" */
+}
 
 #define SPB_CUBLAS_CHECK(call)                                                                                         \
     do {                                                                                                               \
@@ -90,8 +96,11 @@ void sgemm_rm(int transA, int transB, int m, int n, int k, float alpha, const fl
               int ldb, float beta, float *C, int ldc)
 {
     if (m <= 0 || n <= 0) return;
+    spb_timer_region timed = spb_timer_begin(SPB_T_GEMM); /* events on the default stream: no wait */
     SPB_CUBLAS_CHECK(cublasSgemm(blas(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
                                  k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+    spb_timer_end(timed);
+    spb_gemm_flops_add(2.0 * m * n * k);
 }
 
 /* out[r][o] = b[o] for rows of stride ldo */
@@ -539,19 +548,33 @@ void attn_forward(const spb_attn_desc *d, const float *q, const float *k, const 
     SPB_LAUNCH_CHECK();
 }
 
+/* The per-row dot products of attention backward: one buffer that only
+ * grows, because cudaFree synchronises the device, which would stall the
+ * host behind a ring transfer in flight on the communication stream. */
+float *rowdot_workspace(long n)
+{
+    static float *buf = nullptr;
+    static long cap = 0;
+    if (n > cap) {
+        spb_cuda_free(buf);
+        buf = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n);
+        cap = n;
+    }
+    return buf;
+}
+
 void attn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
                    const float *lse, const float *dout, float *dq, float *dk, float *dv)
 {
     long nq = (long)d->batch * d->heads * d->q_len, nk = (long)d->batch * d->heads * d->k_len;
     if (nq <= 0 || nk <= 0) return;
-    float *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)nq);
+    float *ws = rowdot_workspace(nq);
     k_attn_rowdot<<<blocks_for(nq), kThreads>>>(*d, o, dout, ws);
     SPB_LAUNCH_CHECK();
     k_attn_backward_dq<<<blocks_for(nq), kThreads>>>(*d, q, k, v, lse, dout, ws, dq);
     SPB_LAUNCH_CHECK();
     k_attn_backward_dkdv<<<blocks_for(nk), kThreads>>>(*d, q, k, v, lse, dout, ws, dk, dv);
     SPB_LAUNCH_CHECK();
-    spb_cuda_free(ws); /* cudaFree waits for the kernels */
 }
 
 const spb_attn_backend *dev_attention(const char *name)
@@ -686,6 +709,70 @@ double dev_sum_squares(const float *x, long n)
     return s;
 }
 
+/* ------------------------------------- device, clock, memory readings -- */
+int dev_open(int local_rank, int local_size, int exclusive, char *err, size_t errlen)
+{
+    int n = spb_cuda_device_count();
+    if (n == 0) {
+        char why[256];
+        spb_cuda_describe(why, sizeof why);
+        snprintf(err, errlen, "--device cuda: no CUDA device on this machine (%s)", why);
+        return -1;
+    }
+    if (exclusive && local_size > n) {
+        snprintf(err, errlen, "--comm nccl: %d ranks on this machine share %d GPU(s); NCCL needs one GPU per rank "
+                 "(--comm mpi stages through host memory and lets ranks share a GPU)", local_size, n);
+        return -1;
+    }
+    /* Ranks of one machine take its GPUs round-robin: P ranks on one GPU
+     * is the host-staged check of every strategy (docs/GPU.md). */
+    cudaError_t rc = cudaSetDevice(local_rank % n);
+    if (rc == cudaSuccess) rc = cudaFree(0); /* create the context now, not inside the first timed step */
+    if (rc != cudaSuccess) {
+        snprintf(err, errlen, "--device cuda: cannot use GPU %d for local rank %d: %s", local_rank % n, local_rank,
+                 cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+
+void dev_synchronize(void) { SPB_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+double dev_used_bytes(void)
+{
+    size_t free_b = 0, total_b = 0;
+    SPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return (double)(total_b - free_b);
+}
+
+/* The phase timers' marks: a pool of events recorded on the legacy default
+ * stream, where every operation of this table runs. */
+std::vector<cudaEvent_t> clock_events;
+size_t clock_used;
+
+int clock_mark(void)
+{
+    if (clock_used == clock_events.size()) {
+        cudaEvent_t e;
+        SPB_CUDA_CHECK(cudaEventCreate(&e));
+        clock_events.push_back(e);
+    }
+    SPB_CUDA_CHECK(cudaEventRecord(clock_events[clock_used], 0));
+    return (int)clock_used++;
+}
+
+double clock_elapsed(int from, int to)
+{
+    float ms = 0.0f;
+    SPB_CUDA_CHECK(cudaEventSynchronize(clock_events[(size_t)to]));
+    SPB_CUDA_CHECK(cudaEventElapsedTime(&ms, clock_events[(size_t)from], clock_events[(size_t)to]));
+    return 1e-3 * ms;
+}
+
+void clock_release(void) { clock_used = 0; }
+
+const spb_timer_clock device_clock = {clock_mark, clock_elapsed, clock_release};
+
 /* The table, filled by member name (members this file does not know stay
  * zero: a new entry of backend.h shows up as a NULL call, not a shifted
  * one). */
@@ -697,6 +784,9 @@ spb_backend make_table(void)
     t.host_memory = 0; /* MPI stages through host memory (comm.h) */
     t.staging.to_host = staging_to_host;
     t.staging.to_device = staging_to_device;
+    /* before a staged collective takes its start time, the kernels queued
+     * before it finish, not inside its first cudaMemcpy (comm.h) */
+    t.staging.synchronize = dev_synchronize;
     t.attention = dev_attention;
     t.alloc = dev_alloc;
     t.alloc_ints = dev_alloc_ints;
@@ -724,6 +814,12 @@ spb_backend make_table(void)
     t.bias_grad_rows = dev_bias_grad_rows;
     t.adamw_apply = dev_adamw_apply;
     t.sum_squares = dev_sum_squares;
+    t.open = dev_open;
+    t.synchronize = dev_synchronize;
+    t.mem_stats = spb_cuda_mem_stats;
+    t.mem_reset_peaks = spb_cuda_mem_reset_peaks;
+    t.device_used_bytes = dev_used_bytes;
+    t.clock = &device_clock;
     return t;
 }
 

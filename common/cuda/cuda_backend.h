@@ -6,15 +6,16 @@
  *
  * Every operation runs on the legacy default stream and returns with its
  * work queued (softmax_xent_forward and sum_squares wait: they return a
- * number).  Buffers come from spb_cuda_alloc (device memory, tracked per
- * category, zeroed).  host_memory = 0 with cudaMemcpy staging hooks, so
- * comm.h's collectives stage device buffers through host memory; copy,
- * copy_rows, fill, adamw_apply (optimizer.c's arithmetic per element) and sum_squares
- * (double, fixed order) are there too.  Checked so far (on paper: nothing
- * has run on a GPU yet): --strategy none, forward and backward, with and
- * without activation checkpointing.  Not yet: attn_merge (NULL: ring
- * attention cannot run on it), bf16 storage, a check of the
- * other strategies or of ZeRO and the optimizer on device buffers. */
+ * number); the phase timers mark that stream with CUDA events and read them
+ * at the step boundary (synchronize).  Buffers come from spb_cuda_alloc
+ * (device memory, tracked per category, zeroed); cudaMemGetInfo is read
+ * beside that tracker.  host_memory = 0 with cudaMemcpy staging hooks, so
+ * comm.h's collectives stage device buffers through host memory (--comm
+ * mpi).  open() binds a rank to GPU local_rank mod the GPU count.  Not yet:
+ * bf16 storage (the fast kernels of common/cuda/ are checked on their own
+ * by spbench-gpu-check) and the sparse attention pattern (config.c refuses
+ * it).  Nothing here has run on a GPU yet: experiments/gpu-check runs
+ * core-step and every strategy against the CPU first (docs/GPU.md). */
 #ifndef SPB_CUDA_BACKEND_H
 #define SPB_CUDA_BACKEND_H
 

@@ -1,26 +1,20 @@
 /* NCCL communication layer (nccl_comm.h). */
-#include <nccl.h>
+#define OMPI_SKIP_MPICXX 1 /* mpi.h: the C API only */
+#define MPICH_SKIP_MPICXX 1
 #include <string.h>
 
-#include "cuda_check.h"
+#include <deque>
+#include <vector>
+
+#include "nccl_check.h"
 #include "nccl_comm.h"
 
-#define SPB_NCCL_CHECK(call)                                                                                           \
-    do {                                                                                                               \
-        ncclResult_t r_ = (call);                                                                                      \
-        if (r_ != ncclSuccess) SPB_DIE("NCCL call failed: %s: %s", #call, ncclGetErrorString(r_));                     \
-    } while (0)
-#define SPB_MPI_CALL(call)                                                                                             \
-    do {                                                                                                               \
-        if ((call) != MPI_SUCCESS) SPB_DIE("MPI call failed: %s", #call);                                              \
-    } while (0)
-
-#define PENDING_MAX 256
-
 namespace {
+/* A call issued on the comm stream whose time has not been read yet. */
 struct pending {
     cudaEvent_t start, stop;
     spb_nccl_op op;
+    long tag;
 };
 } // namespace
 
@@ -28,9 +22,13 @@ struct spb_nccl_comm {
     ncclComm_t comm;
     int rank, size;
     cudaStream_t stream;
-    pending pend[PENDING_MAX];
-    int npend;
+    cudaEvent_t ready;              /* `after`'s work so far (reused: a wait uses its state when issued) */
+    cudaEvent_t joined;             /* the comm stream's work so far, for spb_nccl_join (same) */
+    std::deque<pending> pend;       /* in issue order, so they finish in this order */
+    std::vector<cudaEvent_t> spare; /* timing events free for reuse */
     spb_nccl_stats stats[SPB_NCCL_NUM_OPS];
+    spb_nccl_time_sink sink;
+    void *sink_ctx;
 };
 
 static ncclDataType_t nccl_type(spb_nccl_dtype t) { return t == SPB_NCCL_BF16 ? ncclBfloat16 : ncclFloat32; }
@@ -42,14 +40,17 @@ extern "C" spb_nccl_comm *spb_nccl_create(MPI_Comm group)
     SPB_MPI_CALL(MPI_Comm_rank(group, &c->rank));
     SPB_MPI_CALL(MPI_Comm_size(group, &c->size));
     ncclUniqueId id;
+    memset(&id, 0, sizeof id);
     if (c->rank == 0) SPB_NCCL_CHECK(ncclGetUniqueId(&id));
     SPB_MPI_CALL(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, group));
     SPB_NCCL_CHECK(ncclCommInitRank(&c->comm, c->size, id, c->rank));
+    /* Non-blocking: no implicit synchronisation with the legacy default
+     * stream, so a transfer can overlap the compute queued there (with a
+     * blocking stream every kernel on stream 0 would wait for it).  Hence
+     * every dependency is explicit: `after` below and spb_nccl_join. */
     SPB_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    for (int i = 0; i < PENDING_MAX; i++) {
-        SPB_CUDA_CHECK(cudaEventCreate(&c->pend[i].start));
-        SPB_CUDA_CHECK(cudaEventCreate(&c->pend[i].stop));
-    }
+    SPB_CUDA_CHECK(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+    SPB_CUDA_CHECK(cudaEventCreateWithFlags(&c->joined, cudaEventDisableTiming));
     return c;
 }
 
@@ -57,12 +58,11 @@ extern "C" void spb_nccl_destroy(spb_nccl_comm *c)
 {
     if (!c) return;
     spb_nccl_sync(c);
-    for (int i = 0; i < PENDING_MAX; i++) {
-        cudaEventDestroy(c->pend[i].start);
-        cudaEventDestroy(c->pend[i].stop);
-    }
-    cudaStreamDestroy(c->stream);
-    ncclCommDestroy(c->comm);
+    for (cudaEvent_t e : c->spare) SPB_CUDA_CHECK(cudaEventDestroy(e));
+    SPB_CUDA_CHECK(cudaEventDestroy(c->ready));
+    SPB_CUDA_CHECK(cudaEventDestroy(c->joined));
+    SPB_CUDA_CHECK(cudaStreamDestroy(c->stream));
+    SPB_NCCL_CHECK(ncclCommDestroy(c->comm));
     delete c;
 }
 
@@ -70,31 +70,85 @@ extern "C" int spb_nccl_rank(const spb_nccl_comm *c) { return c->rank; }
 extern "C" int spb_nccl_size(const spb_nccl_comm *c) { return c->size; }
 extern "C" cudaStream_t spb_nccl_stream(const spb_nccl_comm *c) { return c->stream; }
 
-/* Start of a timed call: wait for the producer, record the start event. */
-static pending *begin(spb_nccl_comm *c, spb_nccl_op op, double bytes, cudaStream_t after)
+extern "C" void spb_nccl_set_time_sink(spb_nccl_comm *c, spb_nccl_time_sink sink, void *ctx)
 {
-    if (c->npend == PENDING_MAX) spb_nccl_sync(c);
-    if (after) {
-        cudaEvent_t ready;
-        SPB_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-        SPB_CUDA_CHECK(cudaEventRecord(ready, after));
-        SPB_CUDA_CHECK(cudaStreamWaitEvent(c->stream, ready, 0));
-        SPB_CUDA_CHECK(cudaEventDestroy(ready)); /* released once the wait is satisfied */
+    c->sink = sink;
+    c->sink_ctx = ctx;
+}
+
+static cudaEvent_t timing_event(spb_nccl_comm *c)
+{
+    cudaEvent_t e;
+    if (!c->spare.empty()) {
+        e = c->spare.back();
+        c->spare.pop_back();
+    } else {
+        SPB_CUDA_CHECK(cudaEventCreate(&e));
     }
-    pending *p = &c->pend[c->npend++];
-    p->op = op;
+    return e;
+}
+
+/* 1 when the event has been reached, 0 when not yet. */
+static int event_done(cudaEvent_t e)
+{
+    cudaError_t rc = cudaEventQuery(e);
+    if (rc == cudaSuccess) return 1;
+    if (rc != cudaErrorNotReady) SPB_DIE("CUDA call failed: cudaEventQuery(stop): %s", cudaGetErrorString(rc));
+    /* "Not ready" is no error; should the runtime have kept it as the last
+     * error, clear it, so that the next launch check does not see it. */
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+    return 0;
+}
+
+/* Read the times of the leading finished calls (all of them after a wait). */
+static void read_times(spb_nccl_comm *c, int all_done)
+{
+    while (!c->pend.empty() && (all_done || event_done(c->pend.front().stop))) {
+        pending p = c->pend.front();
+        c->pend.pop_front();
+        float ms = 0.0f;
+        SPB_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
+        double s = ms * 1e-3;
+        c->stats[p.op].seconds += s;
+        c->spare.push_back(p.start);
+        c->spare.push_back(p.stop);
+        if (c->sink) c->sink(c->sink_ctx, p.op, p.tag, s);
+    }
+}
+
+/* Start of a timed call: wait for the producer, record the start event.
+ * The finished calls' times are read first, so the pending list (and the
+ * event pool) stay as long as the calls in flight, without a wait. */
+static pending begin(spb_nccl_comm *c, spb_nccl_op op, double bytes, cudaStream_t after, long tag)
+{
+    read_times(c, 0);
+    if (after) {
+        SPB_CUDA_CHECK(cudaEventRecord(c->ready, after));
+        SPB_CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));
+    }
+    pending p;
+    p.start = timing_event(c);
+    p.stop = timing_event(c);
+    p.op = op;
+    p.tag = tag;
     c->stats[op].calls++;
     c->stats[op].bytes += bytes;
-    SPB_CUDA_CHECK(cudaEventRecord(p->start, c->stream));
+    /* Recorded after the wait: the time starts when the inputs are ready. */
+    SPB_CUDA_CHECK(cudaEventRecord(p.start, c->stream));
     return p;
 }
-static void end(spb_nccl_comm *c, pending *p) { SPB_CUDA_CHECK(cudaEventRecord(p->stop, c->stream)); }
+
+static void end(spb_nccl_comm *c, const pending &p)
+{
+    SPB_CUDA_CHECK(cudaEventRecord(p.stop, c->stream));
+    c->pend.push_back(p);
+}
 
 extern "C" void spb_nccl_alltoall(spb_nccl_comm *c, const void *send, void *recv, size_t count, spb_nccl_dtype t,
-                                  cudaStream_t after)
+                                  cudaStream_t after, long tag)
 {
     size_t eb = type_bytes(t);
-    pending *p = begin(c, SPB_NCCL_ALLTOALL, (double)count * eb * (c->size - 1), after);
+    pending p = begin(c, SPB_NCCL_ALLTOALL, (double)count * eb * (c->size - 1), after, tag);
     SPB_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < c->size; r++) {
         SPB_NCCL_CHECK(ncclSend((const char *)send + r * count * eb, count, nccl_type(t), r, c->comm, c->stream));
@@ -105,32 +159,33 @@ extern "C" void spb_nccl_alltoall(spb_nccl_comm *c, const void *send, void *recv
 }
 
 extern "C" void spb_nccl_allgather(spb_nccl_comm *c, const void *send, void *recv, size_t count, spb_nccl_dtype t,
-                                   cudaStream_t after)
+                                   cudaStream_t after, long tag)
 {
-    pending *p = begin(c, SPB_NCCL_ALLGATHER, (double)count * type_bytes(t), after);
+    pending p = begin(c, SPB_NCCL_ALLGATHER, (double)count * type_bytes(t), after, tag);
     SPB_NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(t), c->comm, c->stream));
     end(c, p);
 }
 
 extern "C" void spb_nccl_reduce_scatter(spb_nccl_comm *c, const void *send, void *recv, size_t recv_count,
-                                        spb_nccl_dtype t, cudaStream_t after)
+                                        spb_nccl_dtype t, cudaStream_t after, long tag)
 {
-    pending *p = begin(c, SPB_NCCL_REDUCE_SCATTER, (double)recv_count * c->size * type_bytes(t), after);
+    pending p = begin(c, SPB_NCCL_REDUCE_SCATTER, (double)recv_count * c->size * type_bytes(t), after, tag);
     SPB_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(t), ncclSum, c->comm, c->stream));
     end(c, p);
 }
 
-extern "C" void spb_nccl_allreduce(spb_nccl_comm *c, void *buf, size_t count, spb_nccl_dtype t, cudaStream_t after)
+extern "C" void spb_nccl_allreduce(spb_nccl_comm *c, void *buf, size_t count, spb_nccl_dtype t, cudaStream_t after,
+                                   long tag)
 {
-    pending *p = begin(c, SPB_NCCL_ALLREDUCE, (double)count * type_bytes(t), after);
+    pending p = begin(c, SPB_NCCL_ALLREDUCE, (double)count * type_bytes(t), after, tag);
     SPB_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, c->stream));
     end(c, p);
 }
 
 extern "C" void spb_nccl_sendrecv(spb_nccl_comm *c, const void *send, int dst, void *recv, int src, size_t count,
-                                  spb_nccl_dtype t, cudaStream_t after)
+                                  spb_nccl_dtype t, cudaStream_t after, long tag)
 {
-    pending *p = begin(c, SPB_NCCL_SENDRECV, (double)count * type_bytes(t), after);
+    pending p = begin(c, SPB_NCCL_SENDRECV, (double)count * type_bytes(t), after, tag);
     SPB_NCCL_CHECK(ncclGroupStart());
     SPB_NCCL_CHECK(ncclSend(send, count, nccl_type(t), dst, c->comm, c->stream));
     SPB_NCCL_CHECK(ncclRecv(recv, count, nccl_type(t), src, c->comm, c->stream));
@@ -140,22 +195,16 @@ extern "C" void spb_nccl_sendrecv(spb_nccl_comm *c, const void *send, int dst, v
 
 extern "C" void spb_nccl_join(spb_nccl_comm *c, cudaStream_t stream)
 {
-    cudaEvent_t done;
-    SPB_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    SPB_CUDA_CHECK(cudaEventRecord(done, c->stream));
-    SPB_CUDA_CHECK(cudaStreamWaitEvent(stream, done, 0));
-    SPB_CUDA_CHECK(cudaEventDestroy(done));
+    SPB_CUDA_CHECK(cudaEventRecord(c->joined, c->stream));
+    SPB_CUDA_CHECK(cudaStreamWaitEvent(stream, c->joined, 0));
 }
+
+extern "C" void spb_nccl_poll(spb_nccl_comm *c) { read_times(c, 0); }
 
 extern "C" void spb_nccl_sync(spb_nccl_comm *c)
 {
     SPB_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < c->npend; i++) {
-        float ms = 0.0f;
-        SPB_CUDA_CHECK(cudaEventElapsedTime(&ms, c->pend[i].start, c->pend[i].stop));
-        c->stats[c->pend[i].op].seconds += ms * 1e-3;
-    }
-    c->npend = 0;
+    read_times(c, 1);
 }
 
 extern "C" const spb_nccl_stats *spb_nccl_get_stats(spb_nccl_comm *c, spb_nccl_op op)

@@ -149,8 +149,10 @@ class CsvWriter(unittest.TestCase):
     def test_classify(self):
         self.assertEqual(sl.classify(2, "spbench: error: predicted 1 GiB ... exceeds --memory-budget 1KiB\n", False)[0],
                          "oom-predicted")
-        self.assertEqual(sl.classify(2, "spbench: error: --device cuda: the GPT core's CUDA backend is not implemented yet\n", False),
-                         ("unsupported", "--device cuda: the GPT core's CUDA backend is not implemented yet"))
+        self.assertEqual(sl.classify(2, "spbench: error: --device cuda: not implemented in this build\n", False),
+                         ("unsupported", "--device cuda: not implemented in this build"))
+        self.assertEqual(sl.classify(2, "spbench: error: --device cuda: no CUDA device on this machine (x)\n", False),
+                         ("unsupported", "--device cuda: no CUDA device on this machine (x)"))
         self.assertEqual(sl.classify(2, "spbench: error: --num-attention-heads 3 is not divisible\n", False)[0],
                          "invalid")
         self.assertEqual(sl.classify(137, "Killed\n", False), ("failed", "exit 137: Killed"))

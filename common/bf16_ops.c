@@ -1,0 +1,298 @@
+#include "bf16_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16_frame.h"
+#include "checks.h"
+#include "ops.h"
+#include "optimizer.h"
+
+/* --- matrix products: fp32 products of bf16 operands, rounded once ---------- */
+
+void spb_bf16_matmul_forward(float *out, const float *inp, const float *W, const float *b, int rows, int in,
+                             int out_f)
+{
+    spb_bf16_matmul_forward_ld(out, out_f, inp, in, W, in, b, rows, in, out_f, 0);
+}
+
+void spb_bf16_matmul_backward(float *dinp, float *dW, float *db, const float *dout, const float *inp,
+                              const float *W, int rows, int in, int out_f, int accumulate_dinp)
+{
+    spb_bf16_matmul_backward_ld(dinp, in, dW, in, db, dout, out_f, inp, in, W, in, rows, in, out_f, accumulate_dinp);
+}
+
+void spb_bf16_matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw,
+                                const float *b, int rows, int in, int out_f, int accumulate)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &out, spb_strided_extent(rows, ldo, out_f), "matmul_forward (out)");
+    spb_frame_in(&f, &inp, spb_strided_extent(rows, ldi, in), "matmul_forward (inp)");
+    spb_frame_in(&f, &W, spb_strided_extent(out_f, ldw, in), "matmul_forward (W)");
+    spb_frame_in(&f, &b, out_f, "matmul_forward (b)");
+    spb_frame_load(&f);
+    spb_matmul_forward_ld(out, ldo, inp, ldi, W, ldw, b, rows, in, out_f, accumulate);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_matmul_backward_ld(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
+                                 const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
+                                 int accumulate_dinp)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &dinp, spb_strided_extent(rows, lddi, in), "matmul_backward (dinp)");
+    spb_frame_out(&f, &dW, spb_strided_extent(out_f, lddw, in), "matmul_backward (dW)");
+    spb_frame_out(&f, &db, out_f, "matmul_backward (db)");
+    spb_frame_in(&f, &dout, spb_strided_extent(rows, ldo, out_f), "matmul_backward (dout)");
+    spb_frame_in(&f, &inp, spb_strided_extent(rows, ldi, in), "matmul_backward (inp)");
+    spb_frame_in(&f, &W, spb_strided_extent(out_f, ldw, in), "matmul_backward (W)");
+    spb_frame_load(&f);
+    spb_matmul_backward_ld(dinp, lddi, dW, lddw, db, dout, ldo, inp, ldi, W, ldw, rows, in, out_f, accumulate_dinp);
+    spb_frame_store(&f);
+}
+
+/* --- row-wise operations --------------------------------------------------- */
+
+void spb_bf16_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                const float *b, int rows, int C)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &out, (long)rows * C, "layernorm_forward (out)");
+    spb_frame_out_f32(&f, &mean, rows, "layernorm_forward (mean)");
+    spb_frame_out_f32(&f, &rstd, rows, "layernorm_forward (rstd)");
+    spb_frame_in(&f, &inp, (long)rows * C, "layernorm_forward (inp)");
+    spb_frame_in(&f, &w, C, "layernorm_forward (w)");
+    spb_frame_in(&f, &b, C, "layernorm_forward (b)");
+    spb_frame_load(&f);
+    spb_layernorm_forward(out, mean, rstd, inp, w, b, rows, C);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int rows, int C)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &dinp, (long)rows * C, "layernorm_backward (dinp)");
+    spb_frame_out(&f, &dw, C, "layernorm_backward (dw)");
+    spb_frame_out(&f, &db, C, "layernorm_backward (db)");
+    spb_frame_in(&f, &dout, (long)rows * C, "layernorm_backward (dout)");
+    spb_frame_in(&f, &inp, (long)rows * C, "layernorm_backward (inp)");
+    spb_frame_in(&f, &w, C, "layernorm_backward (w)");
+    spb_frame_in(&f, &mean, rows, "layernorm_backward (mean)");
+    spb_frame_in(&f, &rstd, rows, "layernorm_backward (rstd)");
+    spb_frame_load(&f);
+    spb_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_gelu_forward(float *out, const float *inp, long n)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &out, n, "gelu_forward (out)");
+    spb_frame_in(&f, &inp, n, "gelu_forward (inp)");
+    spb_frame_load(&f);
+    spb_gelu_forward(out, inp, n);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &dinp, n, "gelu_backward (dinp)");
+    spb_frame_in(&f, &inp, n, "gelu_backward (inp)");
+    spb_frame_in(&f, &dout, n, "gelu_backward (dout)");
+    spb_frame_load(&f);
+    spb_gelu_backward(dinp, inp, dout, n);
+    spb_frame_store(&f);
+}
+
+/* Rows of a table the lookups reach: one past the largest index. */
+static long rows_reached_ints(const int *idx, long n)
+{
+    long top = -1;
+    for (long i = 0; i < n; i++) top = idx[i] > top ? idx[i] : top;
+    return top + 1;
+}
+
+static long rows_reached_positions(const long *pos, int rows, int T)
+{
+    long top = -1;
+    for (int r = 0; r < rows && r < T; r++) top = pos[r] > top ? pos[r] : top;
+    return top + 1;
+}
+
+void spb_bf16_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                                const long *positions, int rows, int T, int C)
+{
+    const int *tok = spb_bf16_ints(tokens, rows, "embedding_forward (tokens)");
+    spb_frame f = {0};
+    spb_frame_out(&f, &out, (long)rows * C, "embedding_forward (out)");
+    spb_frame_in(&f, &wte, rows_reached_ints(tok, rows) * C, "embedding_forward (wte)");
+    spb_frame_in(&f, &wpe, rows_reached_positions(positions, rows, T) * C, "embedding_forward (wpe)");
+    spb_frame_load(&f);
+    spb_embedding_forward(out, tok, wte, wpe, positions, rows, T, C);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                                 const long *positions, int rows, int T, int C)
+{
+    const int *tok = spb_bf16_ints(tokens, rows, "embedding_backward (tokens)");
+    spb_frame f = {0};
+    spb_frame_out(&f, &dwte, rows_reached_ints(tok, rows) * C, "embedding_backward (dwte)");
+    spb_frame_out(&f, &dwpe, rows_reached_positions(positions, rows, T) * C, "embedding_backward (dwpe)");
+    spb_frame_in(&f, &dout, (long)rows * C, "embedding_backward (dout)");
+    spb_frame_load(&f);
+    spb_embedding_backward(dwte, dwpe, dout, tok, positions, rows, T, C);
+    spb_frame_store(&f);
+}
+
+/* The loss comes from the fp32 logits before the probabilities are rounded. */
+double spb_bf16_softmax_xent_forward(float *probs, const int *targets, int rows, int V)
+{
+    const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_forward (targets)");
+    spb_frame f = {0};
+    spb_frame_out(&f, &probs, (long)rows * V, "softmax_xent_forward (probs)");
+    spb_frame_load(&f);
+    double loss = spb_softmax_xent_forward(probs, tg, rows, V);
+    spb_frame_store(&f);
+    return loss;
+}
+
+void spb_bf16_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale)
+{
+    const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_backward (targets)");
+    spb_frame f = {0};
+    spb_frame_out(&f, &probs, (long)rows * V, "softmax_xent_backward (probs)");
+    spb_frame_load(&f);
+    spb_softmax_xent_backward(probs, tg, rows, V, scale);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_add_inplace(float *a, const float *b, long n)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &a, n, "add_inplace (a)");
+    spb_frame_in(&f, &b, n, "add_inplace (b)");
+    spb_frame_load(&f);
+    spb_add_inplace(a, b, n);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_add_bias_rows(float *x, const float *b, long rows, int C)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &x, rows * C, "add_bias_rows (x)");
+    spb_frame_in(&f, &b, C, "add_bias_rows (b)");
+    spb_frame_load(&f);
+    for (long r = 0; r < rows; r++) spb_add_inplace(x + r * C, b, C);
+    spb_frame_store(&f);
+}
+
+/* The column sums accumulate in fp32 over every row, then round once. */
+void spb_bf16_bias_grad_rows(float *db, const float *dy, long rows, int C)
+{
+    spb_frame f = {0};
+    spb_frame_out(&f, &db, C, "bias_grad_rows (db)");
+    spb_frame_in(&f, &dy, rows * C, "bias_grad_rows (dy)");
+    spb_frame_load(&f);
+    for (long r = 0; r < rows; r++) spb_add_inplace(db, dy + r * C, C);
+    spb_frame_store(&f);
+}
+
+double spb_bf16_sum_squares(const float *x, long n)
+{
+    spb_frame f = {0};
+    spb_frame_in(&f, &x, n, "sum_squares");
+    spb_frame_load(&f);
+    double s = n > 0 ? spb_sum_squares(x, n) : 0.0;
+    spb_frame_store(&f);
+    return s;
+}
+
+/* --- attention ------------------------------------------------------------- */
+
+void spb_bf16_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch,
+                         int heads, int head_dim, int T, int row, int len)
+{
+    long rows = (long)batch * T * heads * head_dim;
+    spb_frame f = {0};
+    spb_frame_out(&f, &o_acc, rows, "attn_merge (o_acc)");
+    spb_frame_out_f32(&f, &lse_acc, (long)batch * heads * T, "attn_merge (lse_acc)");
+    spb_frame_in(&f, &o_pair, rows, "attn_merge (o_pair)");
+    spb_frame_in(&f, &lse_pair, (long)batch * heads * len, "attn_merge (lse_pair)");
+    spb_frame_load(&f);
+    spb_attn_merge_rows(o_acc, lse_acc, o_pair, lse_pair, batch, heads, head_dim, T, row, len);
+    spb_frame_store(&f);
+}
+
+/* Elements a [batch][token][head][dim] operand spans at its strides. */
+static long operand_extent(const spb_attn_desc *d, int tokens, long token_stride, long batch_stride)
+{
+    if (d->batch <= 0 || tokens <= 0) return 0;
+    return (long)(d->batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)d->heads * d->head_dim;
+}
+
+static void attention_forward(const spb_attn_backend *kernel, const spb_attn_desc *d, const float *q,
+                              const float *k, const float *v, float *o, float *lse)
+{
+    long qx = operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    spb_frame f = {0};
+    spb_frame_out(&f, &o, operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride), "attention (o)");
+    spb_frame_out_f32(&f, &lse, (long)d->batch * d->heads * d->q_len, "attention (lse)");
+    spb_frame_in(&f, &q, qx, "attention (q)");
+    spb_frame_in(&f, &k, kx, "attention (k)");
+    spb_frame_in(&f, &v, kx, "attention (v)");
+    spb_frame_load(&f);
+    kernel->forward(d, q, k, v, o, lse);
+    spb_frame_store(&f);
+}
+
+static void attention_backward(const spb_attn_backend *kernel, const spb_attn_desc *d, const float *q,
+                               const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                               float *dq, float *dk, float *dv)
+{
+    long qx = operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    spb_frame f = {0};
+    spb_frame_out(&f, &dq, qx, "attention backward (dq)");
+    spb_frame_out(&f, &dk, kx, "attention backward (dk)");
+    spb_frame_out(&f, &dv, kx, "attention backward (dv)");
+    spb_frame_in(&f, &q, qx, "attention backward (q)");
+    spb_frame_in(&f, &k, kx, "attention backward (k)");
+    spb_frame_in(&f, &v, kx, "attention backward (v)");
+    spb_frame_in(&f, &o, ox, "attention backward (o)");
+    spb_frame_in(&f, &lse, (long)d->batch * d->heads * d->q_len, "attention backward (lse)");
+    spb_frame_in(&f, &dout, ox, "attention backward (dout)");
+    spb_frame_load(&f);
+    kernel->backward(d, q, k, v, o, lse, dout, dq, dk, dv);
+    spb_frame_store(&f);
+}
+
+/* One wrapper per CPU kernel (a C function pointer carries no state). */
+#define SPB_BF16_ATTENTION(kernel, label)                                                                        \
+    static void label##_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, \
+                                float *lse)                                                                      \
+    {                                                                                                            \
+        attention_forward(&kernel, d, q, k, v, o, lse);                                                          \
+    }                                                                                                            \
+    static void label##_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,         \
+                                 const float *o, const float *lse, const float *dout, float *dq, float *dk,      \
+                                 float *dv)                                                                      \
+    {                                                                                                            \
+        attention_backward(&kernel, d, q, k, v, o, lse, dout, dq, dk, dv);                                       \
+    }                                                                                                            \
+    static const spb_attn_backend label = {#label, label##_forward, label##_backward};
+
+SPB_BF16_ATTENTION(spb_attn_naive, naive)
+SPB_BF16_ATTENTION(spb_attn_flash, flash)
+#undef SPB_BF16_ATTENTION
+
+const spb_attn_backend *spb_bf16_attention(const char *name)
+{
+    if (!strcmp(name, "naive")) return &naive;
+    if (!strcmp(name, "flash")) return &flash;
+    return NULL;
+}

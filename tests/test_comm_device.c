@@ -1,0 +1,563 @@
+/* comm.h's device-collective path, on the CPU: a fake device table that
+ * runs each collective with host MPI on host memory but reports its
+ * seconds late (some at later calls, out of order, the rest only when
+ * asked to flush), registered with spb_comm_set_device_ops.  Shown, under
+ * mpiexec -np 4:
+ *   - every strategy with ZeRO 0-3 trains bit for bit as on the plain MPI
+ *     path, and the records' calls, payload and link bytes are identical;
+ *   - each deferred second is folded exactly once into its (op, phase)
+ *     record and into SPB_T_COMM (not lost, not counted twice), none after
+ *     a reset, and the all-to-all replay goes through the table;
+ *   - ring attention starts each transfer before the compute that overlaps
+ *     it and waits after it;
+ * and the host-staged path calls the staging's synchronize hook before
+ * each staged collective, once per collective and once per half of a
+ * sendrecv. */
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "checks.h"
+#include "comm.h"
+#include "timer.h"
+#include "train.h"
+#include "mpi_check.h"
+#include "strategy_check.h"
+
+/* ------------------------------------------------------ the fake table -- */
+
+/* Seconds the fake "measures" for a call: multiples of 2^-10, so that any
+ * sum of them is exact and a lost or doubled report shows as a difference. */
+static double fake_seconds_of(long ticket) { return (double)(ticket % 5 + 1) / 1024.0; }
+
+enum { HELD_MAX = 1 << 16, EARLY_AT = 8 };
+static struct held_time {
+    long ticket;
+    spb_comm_op op;
+} held[HELD_MAX]; /* issued, not yet reported */
+static int nheld;
+
+static struct fake_stats {
+    long issued[SPB_NUM_OPS];
+    double reported[SPB_NUM_OPS]; /* seconds handed to comm.c */
+    long flushes;
+    spb_comm_op issue_log[4096]; /* op of each call, in issue order */
+    double issue_seconds[4096];
+    long nlog;
+} fake;
+
+static void report(int i)
+{
+    fake.reported[held[i].op] += fake_seconds_of(held[i].ticket);
+    spb_comm_device_time(held[i].ticket, fake_seconds_of(held[i].ticket));
+}
+
+/* A call issued: held back.  Once EARLY_AT are held, the even-numbered of
+ * them are reported (out of order, leaving gaps), as a table that polls
+ * its finished calls would. */
+static void issued(spb_comm_op op, long ticket)
+{
+    ck_assert_int_lt(nheld, HELD_MAX);
+    if (fake.nlog < (long)(sizeof fake.issue_log / sizeof fake.issue_log[0])) {
+        fake.issue_log[fake.nlog] = op;
+        fake.issue_seconds[fake.nlog++] = fake_seconds_of(ticket);
+    }
+    fake.issued[op]++;
+    held[nheld++] = (struct held_time){ticket, op};
+    if (nheld < EARLY_AT) return;
+    int kept = 0;
+    for (int i = 0; i < nheld; i++) {
+        if (i % 2 == 0)
+            report(i);
+        else
+            held[kept++] = held[i];
+    }
+    nheld = kept;
+}
+
+/* Everything held, newest first. */
+static void fake_flush_times(void)
+{
+    fake.flushes++;
+    for (int i = nheld - 1; i >= 0; i--) report(i);
+    nheld = 0;
+}
+
+static void fake_allreduce(float *buf, long n, MPI_Comm comm, long ticket)
+{
+    SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, comm));
+    issued(SPB_OP_ALLREDUCE, ticket);
+}
+
+static void fake_alltoall(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+{
+    SPB_MPI_CHECK(MPI_Alltoall(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, comm));
+    issued(SPB_OP_ALLTOALL, ticket);
+}
+
+static void fake_allgather(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+{
+    SPB_MPI_CHECK(MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, comm));
+    issued(SPB_OP_ALLGATHER, ticket);
+}
+
+static void fake_reduce_scatter(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+{
+    SPB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, comm));
+    issued(SPB_OP_REDUCE_SCATTER, ticket);
+}
+
+/* The ring's order: attention calls (forward, backward, merge) and
+ * zeroing count as compute; a transfer overlaps compute when some ran
+ * between its start and its wait. */
+static long compute_calls;
+static struct transfer_stats {
+    long started, waited, overlapped;
+} xfers;
+
+typedef struct fake_transfer {
+    MPI_Request req[2];
+    long compute_at_start;
+    int waited;
+} fake_transfer;
+
+static void *fake_sendrecv_start(const float *send, int dest, float *recv, int src, long count, MPI_Comm comm,
+                                 long ticket)
+{
+    fake_transfer *t = SPB_CHECK_PTR(calloc(1, sizeof *t));
+    SPB_MPI_CHECK(MPI_Irecv(recv, (int)count, MPI_FLOAT, src, 0, comm, &t->req[0]));
+    SPB_MPI_CHECK(MPI_Isend(send, (int)count, MPI_FLOAT, dest, 0, comm, &t->req[1]));
+    t->compute_at_start = compute_calls;
+    xfers.started++;
+    issued(SPB_OP_SENDRECV, ticket);
+    return t;
+}
+
+static void fake_sendrecv_wait(void *handle)
+{
+    fake_transfer *t = handle;
+    ck_assert(!t->waited);
+    t->waited = 1;
+    SPB_MPI_CHECK(MPI_Waitall(2, t->req, MPI_STATUSES_IGNORE));
+    xfers.waited++;
+    if (compute_calls > t->compute_at_start) xfers.overlapped++;
+    free(t);
+}
+
+static long forgotten;
+static void fake_forget(MPI_Comm comm)
+{
+    (void)comm;
+    forgotten++;
+}
+
+static float *fake_scratch_alloc(long n) { return SPB_CHECK_PTR(calloc((size_t)n, sizeof(float))); }
+static void fake_scratch_free(float *p) { free(p); }
+
+static const spb_comm_device_ops fake_ops = {
+    .name = "fake-deferred",
+    .allreduce_sum_f32 = fake_allreduce,
+    .alltoall_f32 = fake_alltoall,
+    .allgather_f32 = fake_allgather,
+    .reduce_scatter_f32 = fake_reduce_scatter,
+    .sendrecv_start = fake_sendrecv_start,
+    .sendrecv_wait = fake_sendrecv_wait,
+    .flush_times = fake_flush_times,
+    .forget = fake_forget,
+    .scratch_alloc = fake_scratch_alloc,
+    .scratch_free = fake_scratch_free,
+};
+
+static void fake_reset(void)
+{
+    memset(&fake, 0, sizeof fake);
+    memset(&xfers, 0, sizeof xfers);
+    nheld = 0;
+    compute_calls = 0;
+}
+
+/* The CPU table with its attention counted as compute. */
+static const spb_attn_backend *attn_inner;
+static void counted_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o,
+                            float *lse)
+{
+    compute_calls++;
+    attn_inner->forward(d, q, k, v, o, lse);
+}
+static void counted_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
+                             const float *lse, const float *dout, float *dq, float *dk, float *dv)
+{
+    compute_calls++;
+    attn_inner->backward(d, q, k, v, o, lse, dout, dq, dk, dv);
+}
+static spb_attn_backend counted_attn = {"counted", counted_forward, counted_backward};
+static const spb_attn_backend *counted_attention(const char *name)
+{
+    attn_inner = spb_backend_cpu.attention(name);
+    counted_attn.name = attn_inner->name;
+    return &counted_attn;
+}
+static void counted_merge(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch,
+                          int heads, int head_dim, int T, int row, int len)
+{
+    compute_calls++;
+    spb_backend_cpu.attn_merge(o_acc, lse_acc, o_pair, lse_pair, batch, heads, head_dim, T, row, len);
+}
+
+static void counted_zero(float *x, long n)
+{
+    compute_calls++;
+    spb_backend_cpu.zero(x, n);
+}
+
+/* ------------------------------------------------------------- records -- */
+
+typedef struct comm_snapshot {
+    spb_comm_record rec[SPB_NUM_OPS][SPB_NUM_PHASES];
+} comm_snapshot;
+
+static comm_snapshot snapshot(void)
+{
+    comm_snapshot s;
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = 0; p < SPB_NUM_PHASES; p++) s.rec[o][p] = *spb_comm_record_get((spb_comm_op)o, (spb_comm_phase)p);
+    return s;
+}
+
+/* Calls, payload and link bytes equal, op by op and phase by phase. */
+static void assert_same_volumes(const comm_snapshot *a, const comm_snapshot *b)
+{
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = 0; p < SPB_NUM_PHASES; p++) {
+            const spb_comm_record *x = &a->rec[o][p], *y = &b->rec[o][p];
+            ck_assert_msg(x->calls == y->calls && x->payload_bytes == y->payload_bytes &&
+                              x->link_bytes == y->link_bytes,
+                          "%s/%s: %ld calls %.0f payload %.0f link vs %ld %.0f %.0f",
+                          spb_comm_op_name((spb_comm_op)o), spb_comm_phase_name((spb_comm_phase)p), x->calls,
+                          x->payload_bytes, x->link_bytes, y->calls, y->payload_bytes, y->link_bytes);
+        }
+}
+
+static double op_seconds(const comm_snapshot *s, spb_comm_op op)
+{
+    double t = 0;
+    for (int p = 0; p < SPB_NUM_PHASES; p++) t += s->rec[op][p].seconds;
+    return t;
+}
+
+static double all_seconds(const comm_snapshot *s)
+{
+    double t = 0;
+    for (int o = 0; o < SPB_NUM_OPS; o++) t += op_seconds(s, (spb_comm_op)o);
+    return t;
+}
+
+/* ------------------------------------------------------ training cases -- */
+
+enum { STEPS = 2 };
+
+static void train(spb_trainer *t, double *losses)
+{
+    for (int i = 0; i < STEPS; i++) losses[i] = spb_trainer_step(t);
+}
+
+START_TEST(device_path_trains_like_mpi)
+{
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ck_assert_msg(world == 4, "run with 4 ranks");
+    static const small_case cases[] = {
+        {"none", "alltoall", "contiguous", 1, 0, 1, 0},     {"none", "alltoall", "contiguous", 1, 1, 1, 0},
+        {"none", "alltoall", "contiguous", 1, 2, 1, 0},     {"none", "alltoall", "contiguous", 1, 3, 1, 0},
+        {"ulysses", "alltoall", "contiguous", 1, 0, 2, 0},  {"ulysses", "alltoall", "contiguous", 2, 1, 2, 0},
+        {"ulysses", "alltoall", "contiguous", 1, 2, 2, 0},  {"ulysses", "alltoall", "contiguous", 1, 3, 4, 0},
+        {"ulysses", "allgather", "contiguous", 1, 0, 4, 0}, {"megatron", "alltoall", "contiguous", 2, 0, 2, 0},
+        {"megatron", "alltoall", "contiguous", 1, 1, 4, 0}, {"megatron", "alltoall", "contiguous", 1, 2, 2, 1},
+        {"megatron", "alltoall", "contiguous", 1, 3, 2, 0}, {"ring", "alltoall", "contiguous", 1, 0, 2, 0},
+        {"ring", "alltoall", "zigzag", 2, 1, 2, 0},         {"ring", "alltoall", "zigzag", 1, 2, 4, 1},
+        {"ring", "alltoall", "zigzag", 1, 3, 4, 0},
+    };
+    spb_backend counted = spb_backend_cpu;
+    counted.name = "counted-cpu";
+    counted.attention = counted_attention;
+    counted.attn_merge = counted_merge;
+    counted.zero = counted_zero;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const small_case *kc = &cases[k];
+        spb_config c;
+        small_case_config(&c, kc);
+        spb_grid grid;
+        double plain_loss[STEPS], device_loss[STEPS];
+
+        spb_comm_reset();
+        spb_trainer *a = make(&c, MPI_COMM_WORLD, &grid);
+        train(a, plain_loss);
+        comm_snapshot plain = snapshot();
+
+        spb_comm_reset();
+        spb_timer_reset_all();
+        fake_reset();
+        spb_comm_set_device_ops(&fake_ops);
+        spb_backend_register_for_tests(&counted);
+        spb_trainer *b = spb_trainer_create(&c, &grid);
+        spb_backend_register_for_tests(NULL);
+        train(b, device_loss);
+        spb_comm_flush();
+        comm_snapshot dev = snapshot();
+        double comm_timer = spb_timer_get(SPB_T_COMM);
+
+        say("%-8s %-9s %-10s micro %d ZeRO-%d P %d%s: %ld device calls (%ld sendrecv, %ld overlapping compute), "
+            "%.4f s reported; losses %s\n",
+            kc->strategy, kc->comm, kc->layout, kc->micro, kc->zero, kc->sp, kc->checkpoint ? " ckpt" : "",
+            fake.issued[0] + fake.issued[1] + fake.issued[2] + fake.issued[3] + fake.issued[4], xfers.started,
+            xfers.overlapped, all_seconds(&dev),
+            memcmp(plain_loss, device_loss, sizeof plain_loss) ? "DIFFER" : "bit-identical");
+        /* (a) the same training, bit for bit (the parameters: below, as
+         * reading them issues collectives of its own under ZeRO-3) */
+        ck_assert_int_eq(memcmp(plain_loss, device_loss, sizeof plain_loss), 0);
+        /* (b) the same accounting: every float collective went through the table */
+        assert_same_volumes(&plain, &dev);
+        for (int o = SPB_OP_ALLGATHER; o < SPB_NUM_OPS; o++) {
+            long calls = 0;
+            for (int p = 0; p < SPB_NUM_PHASES; p++) calls += dev.rec[o][p].calls;
+            ck_assert_int_eq(calls, fake.issued[o]);
+        }
+        /* (c) the deferred seconds arrived, all of them, once: the f32
+         * operations' records hold exactly what the table reported (the
+         * all-reduce records also hold the host f64 reductions' time), and
+         * SPB_T_COMM holds what the records hold */
+        ck_assert_int_eq(nheld, 0);
+        for (int o = SPB_OP_ALLGATHER; o < SPB_NUM_OPS; o++)
+            ck_assert_msg(op_seconds(&dev, (spb_comm_op)o) == fake.reported[o], "%s: %.9f s recorded, %.9f reported",
+                          spb_comm_op_name((spb_comm_op)o), op_seconds(&dev, (spb_comm_op)o), fake.reported[o]);
+        ck_assert(op_seconds(&dev, SPB_OP_ALLREDUCE) >= fake.reported[SPB_OP_ALLREDUCE]);
+        ck_assert_double_eq_tol(comm_timer, all_seconds(&dev), 1e-9 * (1 + comm_timer));
+        /* (d) ring: every transfer started, then waited once; all but the
+         * backward's last (dK/dV home, nothing left to compute) overlap
+         * compute: per layer and micro-step P-1 in forward (again in
+         * recompute) and 2(P-1) in backward.  (Zigzag gives every step
+         * visible pairs; contiguous at P = 2 has the diagonal forward and
+         * the zeroing of dK/dV backward.) */
+        ck_assert_int_eq(xfers.started, xfers.waited);
+        if (!strcmp(kc->strategy, "ring")) {
+            int D = world / kc->sp;
+            long micro_steps = (long)STEPS * (c.global_batch_size / (kc->micro * D));
+            long layer_passes = (long)c.num_layers * micro_steps, P = kc->sp;
+            ck_assert_int_eq(xfers.started, layer_passes * ((P - 1) * (3 + kc->checkpoint) + 1));
+            ck_assert_int_eq(xfers.overlapped, layer_passes * (P - 1) * (3 + kc->checkpoint));
+        } else {
+            ck_assert_int_eq(xfers.started, 0);
+        }
+        ck_assert(same_local_params(a, b));
+        spb_comm_set_device_ops(NULL);
+        spb_trainer_destroy(a);
+        spb_trainer_destroy(b);
+        spb_grid_destroy(&grid);
+    }
+    spb_comm_reset();
+}
+END_TEST
+
+/* ------------------------------------------- the timing, call by call -- */
+
+enum { N = 6 }; /* floats per rank-block */
+
+/* A fixed sequence of every float collective on host buffers, in several
+ * phases; returns how many calls it made and their (op, phase) in order. */
+static int run_sequence(float *out, spb_comm_op *ops, spb_comm_phase *phases)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    float *send = malloc(sizeof(float) * N * (size_t)size), *recv = malloc(sizeof(float) * N * (size_t)size);
+    for (int i = 0; i < N * size; i++) send[i] = (float)(rank * 100 + i) / 7.0f;
+    int n = 0, at = 0;
+    for (int round = 0; round < 3; round++) {
+        spb_comm_phase ph = (spb_comm_phase)(round % SPB_NUM_PHASES);
+        spb_allreduce_sum_f32(send, N, MPI_COMM_WORLD, ph);
+        ops[n] = SPB_OP_ALLREDUCE, phases[n++] = ph;
+        spb_alltoall_f32(send, recv, N, MPI_COMM_WORLD, SPB_PHASE_BACKWARD);
+        ops[n] = SPB_OP_ALLTOALL, phases[n++] = SPB_PHASE_BACKWARD;
+        memcpy(out + at, recv, sizeof(float) * N * (size_t)size), at += N * size;
+        spb_allgather_f32(send, recv, N, MPI_COMM_WORLD, SPB_PHASE_ZERO);
+        ops[n] = SPB_OP_ALLGATHER, phases[n++] = SPB_PHASE_ZERO;
+        memcpy(out + at, recv, sizeof(float) * N * (size_t)size), at += N * size;
+        spb_reduce_scatter_f32(send, recv, N, MPI_COMM_WORLD, ph);
+        ops[n] = SPB_OP_REDUCE_SCATTER, phases[n++] = ph;
+        memcpy(out + at, recv, sizeof(float) * N), at += N;
+        spb_sendrecv x;
+        spb_sendrecv_start(&x, send, (rank + 1) % size, recv, (rank + size - 1) % size, N, MPI_COMM_WORLD,
+                           SPB_PHASE_FORWARD);
+        spb_sendrecv_wait(&x);
+        ops[n] = SPB_OP_SENDRECV, phases[n++] = SPB_PHASE_FORWARD;
+        memcpy(out + at, recv, sizeof(float) * N), at += N;
+    }
+    memcpy(out + at, send, sizeof(float) * N), at += N;
+    free(send);
+    free(recv);
+    return n;
+}
+
+START_TEST(deferred_times_fold_exactly_once)
+{
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    enum { MAX_CALLS = 64 };
+    size_t out_floats = 3 * (2 * N * (size_t)size + 2 * N) + N;
+    float *plain_out = calloc(out_floats, sizeof(float)), *dev_out = calloc(out_floats, sizeof(float));
+    spb_comm_op ops[MAX_CALLS];
+    spb_comm_phase phases[MAX_CALLS];
+
+    /* The plain MPI path first: the volumes to match. */
+    spb_comm_reset();
+    int ncalls = run_sequence(plain_out, ops, phases);
+    comm_snapshot plain = snapshot();
+
+    spb_comm_reset();
+    spb_timer_reset_all();
+    fake_reset();
+    spb_comm_set_device_ops(&fake_ops);
+    ck_assert_int_eq(run_sequence(dev_out, ops, phases), ncalls);
+    ck_assert_int_eq(memcmp(plain_out, dev_out, sizeof(float) * out_floats), 0);
+    ck_assert_int_eq(fake.nlog, ncalls);
+
+    /* Before any flush: volumes already there, and only the seconds the
+     * table reported early (EARLY_AT at a time), in SPB_T_COMM too. */
+    double early = 0;
+    for (int o = 0; o < SPB_NUM_OPS; o++) early += fake.reported[o];
+    ck_assert(early > 0 && nheld > 0);
+    ck_assert_double_eq(spb_timer_get(SPB_T_COMM), early);
+
+    /* Reading a record folds the rest: each (op, phase) gets exactly the
+     * seconds of its own calls. */
+    comm_snapshot dev = snapshot();
+    ck_assert_int_eq(fake.flushes, 1);
+    ck_assert_int_eq(nheld, 0);
+    assert_same_volumes(&plain, &dev);
+    double want[SPB_NUM_OPS][SPB_NUM_PHASES] = {{0}}, total = 0;
+    for (int i = 0; i < ncalls; i++) {
+        ck_assert_int_eq(fake.issue_log[i], ops[i]);
+        want[ops[i]][phases[i]] += fake.issue_seconds[i];
+        total += fake.issue_seconds[i];
+    }
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = 0; p < SPB_NUM_PHASES; p++) ck_assert(dev.rec[o][p].seconds == want[o][p]);
+    ck_assert(spb_timer_get(SPB_T_COMM) == total);
+
+    /* Flushing again, reading again: nothing more (no double count), and
+     * the table is not asked when nothing is pending. */
+    spb_comm_flush();
+    comm_snapshot again = snapshot();
+    ck_assert_int_eq(memcmp(&again, &dev, sizeof dev), 0);
+    ck_assert(spb_timer_get(SPB_T_COMM) == total);
+    ck_assert_int_eq(fake.flushes, 1);
+
+    /* The replay goes through the table: its seconds are its calls', and
+     * they stay out of the records. */
+    double replay = spb_comm_replay_alltoalls(), replay_want = 0;
+    for (long i = ncalls; i < fake.nlog; i++) {
+        ck_assert_int_eq(fake.issue_log[i], SPB_OP_ALLTOALL);
+        replay_want += fake.issue_seconds[i];
+    }
+    ck_assert_int_eq(fake.nlog - ncalls, 3);
+    ck_assert(replay == replay_want && replay > 0);
+    again = snapshot();
+    ck_assert_int_eq(memcmp(&again, &dev, sizeof dev), 0);
+    ck_assert(spb_timer_get(SPB_T_COMM) == total);
+
+    /* Calls still pending at a reset belong to the discarded interval:
+     * their seconds are dropped when they arrive. */
+    run_sequence(dev_out, ops, phases);
+    spb_comm_reset();
+    spb_timer_reset_all();
+    ck_assert(nheld > 0);
+    comm_snapshot after_reset = snapshot();
+    ck_assert_int_eq(nheld, 0);
+    for (int o = 0; o < SPB_NUM_OPS; o++)
+        for (int p = 0; p < SPB_NUM_PHASES; p++) {
+            ck_assert_int_eq(after_reset.rec[o][p].calls, 0);
+            ck_assert(after_reset.rec[o][p].seconds == 0.0);
+        }
+    ck_assert(spb_timer_get(SPB_T_COMM) == 0.0);
+
+    /* Forgetting a communicator reaches the table (not without one). */
+    spb_comm_forget(MPI_COMM_WORLD);
+    ck_assert_int_eq(forgotten, 1);
+
+    /* Taking the table away folds what it still holds. */
+    run_sequence(dev_out, ops, phases);
+    ck_assert(nheld > 0);
+    long flushes = fake.flushes;
+    spb_comm_set_device_ops(NULL);
+    ck_assert_int_eq(fake.flushes, flushes + 1);
+    ck_assert_int_eq(nheld, 0);
+    comm_snapshot last = snapshot();
+    double sum = all_seconds(&last);
+    ck_assert(sum > 0 && spb_timer_get(SPB_T_COMM) == sum);
+    spb_comm_forget(MPI_COMM_WORLD);
+    ck_assert_int_eq(forgotten, 1);
+    spb_comm_reset();
+    free(plain_out);
+    free(dev_out);
+}
+END_TEST
+
+/* -------------------------------------------- the staged path's hook -- */
+
+static char stage_log[1024];
+static int nstage_log;
+static void log_stage(char what)
+{
+    if (nstage_log < (int)sizeof stage_log - 1) stage_log[nstage_log++] = what;
+}
+static void log_to_host(void *h, const void *d, size_t n) { log_stage('H'), memcpy(h, d, n); }
+static void log_to_device(void *d, const void *h, size_t n) { log_stage('D'), memcpy(d, h, n); }
+static void log_synchronize(void) { log_stage('S'); }
+
+START_TEST(staged_collectives_synchronize_first)
+{
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    size_t out_floats = 3 * (2 * N * (size_t)size + 2 * N) + N;
+    float *plain_out = calloc(out_floats, sizeof(float)), *staged_out = calloc(out_floats, sizeof(float));
+    spb_comm_op ops[64];
+    spb_comm_phase phases[64];
+    spb_comm_reset();
+    int ncalls = run_sequence(plain_out, ops, phases);
+
+    static const spb_comm_staging logged = {.to_host = log_to_host, .to_device = log_to_device, .synchronize = log_synchronize};
+    spb_comm_set_staging(&logged);
+    nstage_log = 0;
+    ck_assert_int_eq(run_sequence(staged_out, ops, phases), ncalls);
+    double f64 = 1.0;
+    spb_allreduce_sum_f64(&f64, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER); /* host scalars: not staged, no wait */
+    spb_comm_set_staging(NULL);
+    stage_log[nstage_log] = '\0';
+    ck_assert_int_eq(memcmp(plain_out, staged_out, sizeof(float) * out_floats), 0);
+
+    /* Each collective: wait, copy out, copy back; a sendrecv: wait, copy
+     * out (start) and wait, copy back (wait). */
+    char want[1024] = "";
+    for (int i = 0; i < ncalls; i++) strcat(want, ops[i] == SPB_OP_SENDRECV ? "SHSD" : "SHD");
+    say("staged log: %s\n", stage_log);
+    ck_assert_str_eq(stage_log, want);
+    spb_comm_reset();
+    free(plain_out);
+    free(staged_out);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    Suite *s = suite_create("comm_device");
+    TCase *tc = tcase_create("device");
+    tcase_add_test(tc, deferred_times_fold_exactly_once);
+    tcase_add_test(tc, staged_collectives_synchronize_first);
+    tcase_add_test(tc, device_path_trains_like_mpi);
+    suite_add_tcase(s, tc);
+    return spb_run_suite_and_finalize(s);
+}
