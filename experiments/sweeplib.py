@@ -56,6 +56,8 @@ SPB_OPTIONS = {
     "sparse-local-blocks": ("int", 0, None),
     "sparse-global-blocks": ("int", 0, None),
     "device": ("str", "cpu", "device"),
+    "comm": (("mpi", "nccl"), "mpi", "comm"),
+    "precision": (("fp32", "bf16"), "fp32", "precision"),  # at paper scale: the model's precision
     "data": ("str", None, None),
     "log-interval": ("int", 1, None),
     "timing-warmup": ("int", 1, None),
