@@ -24,6 +24,11 @@ const spb_backend *spb_backend_for(const char *device, const char *precision)
 
 const spb_backend *spb_backend_by_name(const char *device) { return spb_backend_for(device, "fp32"); }
 
+float *spb_backend_alloc(const spb_backend *be, spb_mem_category cat, long n, spb_buffer_role role)
+{
+    return be->alloc_role ? be->alloc_role(cat, n, role) : be->alloc(cat, n);
+}
+
 int spb_backend_available(const char *device)
 {
 #ifdef SPB_HAVE_CUDA

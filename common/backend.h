@@ -15,6 +15,16 @@
 #include "memory.h"
 #include "timer.h"
 
+/* What a buffer holds, for tables whose storage depends on it (the bf16
+ * table keeps some buffers fp32 and the parameters' fp32 masters beside
+ * AdamW's first moment); tables without alloc_role store every role alike. */
+typedef enum spb_buffer_role {
+    SPB_BUF_PLAIN = 0,     /* stored at the table's precision */
+    SPB_BUF_FP32,          /* values that stay fp32: ZeRO's reduced gradient slices */
+    SPB_BUF_FIRST_MOMENT,  /* AdamW's m (fp32) */
+    SPB_BUF_SECOND_MOMENT, /* AdamW's v (fp32) */
+} spb_buffer_role;
+
 typedef struct spb_backend {
     const char *name;
     /* 1 when buffers are host memory; 0: MPI goes through `staging`
@@ -49,6 +59,8 @@ typedef struct spb_backend {
     /* n elements, zeroed, tracked under cat; free takes NULL. */
     float *(*alloc)(spb_mem_category cat, long n);
     int *(*alloc_ints)(spb_mem_category cat, long n);
+    /* alloc for a buffer of that role (NULL: alloc; spb_backend_alloc). */
+    float *(*alloc_role)(spb_mem_category cat, long n, spb_buffer_role role);
     void (*free)(void *p);
     void (*zero)(float *x, long n);
     void (*copy)(float *dst, const float *src, long n); /* device to device */
@@ -102,6 +114,8 @@ extern const spb_backend spb_backend_cpu_bf16;
 const spb_backend *spb_backend_for(const char *device, const char *precision);
 /* The fp32 table for --device (spb_backend_for(device, "fp32")). */
 const spb_backend *spb_backend_by_name(const char *device);
+/* be->alloc_role where the table has one, else be->alloc. */
+float *spb_backend_alloc(const spb_backend *be, spb_mem_category cat, long n, spb_buffer_role role);
 /* 1 when this build has a table for --device (config.c's check). */
 int spb_backend_available(const char *device);
 /* Binds the calling rank to its device (be->open with its rank on the

@@ -15,18 +15,18 @@
  *                  each first-moment buffer, bound to the parameter slice its
  *                  first update names and taken from that slice's bf16 values
  *                  (as Megatron-LM and DeepSpeed build their masters from the
- *                  bf16 model)
+ *                  bf16 model; the role SPB_BUF_FIRST_MOMENT names it)
  *   gradients      bf16; ZeRO's reduced slices fp32 (they accumulate over
- *                  micro-steps and feed the optimizer): the gradient buffer
- *                  allocated right after an optimizer buffer of its length,
- *                  which is how common/zero.c makes them
+ *                  micro-steps and feed the optimizer; zero.c allocates them
+ *                  with the role SPB_BUF_FP32)
  *   optimizer      fp32 (AdamW moments, masters)
- *   activations,   bf16, except values that must stay fp32: LayerNorm means
- *   workspace,     and reciprocal deviations and attention log-sum-exp turn
- *   communication  their buffer's tail fp32 when first written; a buffer
- *                  never written before that is first filled by a copy from
- *                  fp32 takes fp32 (ring attention's log-sum-exp runs, ZeRO's
- *                  checkpoint gathers of single-rank groups)
+ *   activations,   bf16, except values that must stay fp32: buffers
+ *   workspace,     allocated with the role SPB_BUF_FP32 (ring attention's
+ *   communication  log-sum-exp, ZeRO's checkpoint gathers), and LayerNorm
+ *                  means and reciprocal deviations and attention log-sum-exp,
+ *                  outputs the operations' contracts make fp32: they turn
+ *                  their buffer's tail fp32 when first written (Ulysses'
+ *                  saved buffer: bf16 QKV and O, then an fp32 log-sum-exp)
  *
  * host_memory = 0: collectives stage through host fp32 (comm.h), so MPI sums
  * in fp32 and each result is rounded once into its buffer.  Staging reads a
@@ -42,33 +42,23 @@
 #include "device_handles.h"
 #include "optimizer.h"
 
-/* What the core told the table, and the last allocation (zero.c's order). */
-static struct {
-    int zero_stage;
-    int any;
-    spb_mem_category cat;
-    long n;
-} recent;
+static int zero_stage; /* what the core told the table (configure) */
 
-static void bf_configure(const spb_config *cfg)
+static void bf_configure(const spb_config *cfg) { zero_stage = cfg->zero_stage; }
+
+static float *bf_alloc_role(spb_mem_category cat, long n, spb_buffer_role role)
 {
-    recent.zero_stage = cfg->zero_stage;
-    recent.any = 0;
-}
-
-static int follows_optimizer_buffer(long n) { return recent.any && recent.cat == SPB_MEM_OPTIMIZER && recent.n == n; }
-
-static float *bf_alloc(spb_mem_category cat, long n)
-{
-    const int whole_updates = recent.zero_stage == 0 || recent.zero_stage == 3;
+    /* ZeRO 0 and 3 update whole parameter buffers: their masters sit beside
+     * them; ZeRO 1 and 2 update slices of them: beside each first moment. */
+    const int whole_updates = zero_stage == 0 || zero_stage == 3;
     spb_dtype type = SPB_DTYPE_BF16;
     int masters = 0;
     if (cat == SPB_MEM_PARAMS) {
         masters = whole_updates;
     } else if (cat == SPB_MEM_OPTIMIZER) {
         type = SPB_DTYPE_F32;
-        masters = !whole_updates && !follows_optimizer_buffer(n); /* the first moment, not the second */
-    } else if (cat == SPB_MEM_GRADS && follows_optimizer_buffer(n)) {
+        masters = !whole_updates && role == SPB_BUF_FIRST_MOMENT;
+    } else if (role == SPB_BUF_FP32) {
         type = SPB_DTYPE_F32;
     }
     float *p = spb_handle_alloc(cat, n, type);
@@ -77,15 +67,12 @@ static float *bf_alloc(spb_mem_category cat, long n)
         spb_handle_add_shadow(h, SPB_MEM_OPTIMIZER);
         if (cat == SPB_MEM_PARAMS) spb_handle_bind_masters(h, 0, n, h, 0);
     }
-    recent.any = 1, recent.cat = cat, recent.n = n;
     return p;
 }
 
-static int *bf_alloc_ints(spb_mem_category cat, long n)
-{
-    recent.any = 1, recent.cat = cat, recent.n = -1;
-    return spb_handle_alloc_ints(cat, n);
-}
+static float *bf_alloc(spb_mem_category cat, long n) { return bf_alloc_role(cat, n, SPB_BUF_PLAIN); }
+
+static int *bf_alloc_ints(spb_mem_category cat, long n) { return spb_handle_alloc_ints(cat, n); }
 
 /* --- memory operations on storage ------------------------------------------ */
 
@@ -102,20 +89,9 @@ static void bf_fill(float *x, long n, float value)
 
 static void bf_zero(float *x, long n) { bf_fill(x, n, 0.0f); }
 
-/* A buffer never written whose first contents come from fp32 keeps fp32
- * (its values would otherwise be rounded on the way in). */
-static void keep_fp32_source(const float *dst, long dst_len, const float *src, long src_len, const char *what)
-{
-    long di = 0, si = 0;
-    spb_handle *d = spb_handle_at(dst, dst_len, &di, what);
-    const spb_handle *s = spb_handle_at(src, src_len, &si, what);
-    if (!d->written && !s->ints && si + src_len > s->split) spb_handle_retype_tail(d, 0);
-}
-
 static void bf_copy(float *dst, const float *src, long n)
 {
     if (n <= 0) return;
-    keep_fp32_source(dst, n, src, n, "copy");
     long di = 0, si = 0;
     spb_handle *d = spb_handle_at(dst, n, &di, "copy (dst)");
     const spb_handle *s = spb_handle_at(src, n, &si, "copy (src)");
@@ -129,7 +105,6 @@ static void bf_copy_rows(float *dst, long dst_stride, const float *src, long src
 {
     long dn = spb_strided_extent(rows, dst_stride, width), sn = spb_strided_extent(rows, src_stride, width);
     if (dn <= 0) return;
-    keep_fp32_source(dst, dn, src, sn, "copy_rows");
     spb_frame f = {0};
     spb_frame_out(&f, &dst, dn, "copy_rows (dst)");
     spb_frame_in(&f, &src, sn, "copy_rows (src)");
@@ -226,6 +201,7 @@ const spb_backend spb_backend_cpu_bf16 = {
     .configure = bf_configure,
     .attention = spb_bf16_attention,
     .alloc = bf_alloc,
+    .alloc_role = bf_alloc_role,
     .alloc_ints = bf_alloc_ints,
     .free = spb_handle_free,
     .zero = bf_zero,

@@ -13,8 +13,8 @@ spb_adamw *spb_adamw_create(const spb_gpt *g)
     spb_adamw *o = SPB_CHECK_PTR(calloc(1, sizeof *o));
     o->be = g->be;
     o->n = g->num_params;
-    o->m = o->be->alloc(SPB_MEM_OPTIMIZER, o->n);
-    o->v = o->be->alloc(SPB_MEM_OPTIMIZER, o->n);
+    o->m = spb_backend_alloc(o->be, SPB_MEM_OPTIMIZER, o->n, SPB_BUF_FIRST_MOMENT);
+    o->v = spb_backend_alloc(o->be, SPB_MEM_OPTIMIZER, o->n, SPB_BUF_SECOND_MOMENT);
     return o;
 }
 

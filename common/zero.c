@@ -66,9 +66,9 @@ static void build_class(spb_zero *z, int cls, const spb_gpt *g, MPI_Comm comm)
     const spb_backend *be = z->be;
     if (z->stage <= 2 && c->size > 1) c->packed = be->alloc(SPB_MEM_COMM, largest);
     if (z->stage == 3) c->p = be->alloc(SPB_MEM_PARAMS, owned);
-    c->m = be->alloc(SPB_MEM_OPTIMIZER, owned);
-    c->v = be->alloc(SPB_MEM_OPTIMIZER, owned);
-    c->grad = be->alloc(SPB_MEM_GRADS, owned);
+    c->m = spb_backend_alloc(be, SPB_MEM_OPTIMIZER, owned, SPB_BUF_FIRST_MOMENT);
+    c->v = spb_backend_alloc(be, SPB_MEM_OPTIMIZER, owned, SPB_BUF_SECOND_MOMENT);
+    c->grad = spb_backend_alloc(be, SPB_MEM_GRADS, owned, SPB_BUF_FP32); /* reduced, accumulated: fp32 */
     if (z->stage >= 2 && c->size > 1) c->reduced = be->alloc(SPB_MEM_COMM, largest / c->size);
 }
 
@@ -316,7 +316,9 @@ void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state w
             const spb_param_tensor *t = &g->tensors[c->tensors[i]];
             const spb_zero_segment *sg = &c->segments[i];
             long slice = slice_of(t->numel, c->size);
-            float *all = z->be->alloc(SPB_MEM_WORKSPACE, slice * c->size);
+            /* fp32 whatever the precision: what is gathered is the state itself
+             * (under bf16, the parameters' fp32 masters), for checkpoints. */
+            float *all = spb_backend_alloc(z->be, SPB_MEM_WORKSPACE, slice * c->size, SPB_BUF_FP32);
             if (c->size > 1)
                 spb_allgather_f32(src + sg->packed_lo, all, slice, c->comm, SPB_PHASE_OTHER);
             else

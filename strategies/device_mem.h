@@ -15,6 +15,12 @@ static inline float *spb_dev_alloc(const spb_attn_ctx *c, spb_mem_category cat, 
     return c->device ? c->device->alloc(cat, n) : spb_mem_alloc(cat, sizeof(float) * (size_t)n);
 }
 
+/* A buffer of a role (backend.h): log-sum-exp buffers are SPB_BUF_FP32. */
+static inline float *spb_dev_alloc_role(const spb_attn_ctx *c, spb_mem_category cat, long n, spb_buffer_role role)
+{
+    return c->device ? spb_backend_alloc(c->device, cat, n, role) : spb_mem_alloc(cat, sizeof(float) * (size_t)n);
+}
+
 static inline void spb_dev_free(const spb_attn_ctx *c, float *p)
 {
     if (c->device)

@@ -131,7 +131,7 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
                     P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
     float *o_pair = spb_dev_alloc(c, SPB_MEM_WORKSPACE, BT * W);
-    float *lse_pair = spb_dev_alloc(c, SPB_MEM_WORKSPACE, lse_floats);
+    float *lse_pair = spb_dev_alloc_role(c, SPB_MEM_WORKSPACE, lse_floats, SPB_BUF_FP32);
     pack_kv(c, qkv, kv[0]);
 
     /* The running (O, lse) accumulate in place in o and saved. */
@@ -210,7 +210,7 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
     float *lse_runs[RING_MAX_RUNS] = {NULL, NULL};
     for (int qi = 0; qi < n_q; qi++) {
         const ring_run *q = &q_runs[qi];
-        lse_runs[qi] = spb_dev_alloc(c, SPB_MEM_WORKSPACE, (long)c->batch * H * q->len);
+        lse_runs[qi] = spb_dev_alloc_role(c, SPB_MEM_WORKSPACE, (long)c->batch * H * q->len, SPB_BUF_FP32);
         spb_dev_copy_rows(c, lse_runs[qi], q->len, saved + q->row, T, (long)c->batch * H, q->len);
     }
 
