@@ -293,9 +293,6 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "--sparse-global-blocks must be >= 0 (got %d)", c->sparse_global_blocks);
     if (c->sparse_block == 0 && (c->sparse_local_blocks || c->sparse_global_blocks))
         return fail(err, errlen, "--sparse-local-blocks and --sparse-global-blocks need --sparse-block > 0");
-    if (c->sparse_block > 0 && !strcmp(c->device, "cuda"))
-        return fail(err, errlen, "--sparse-block with --device cuda: not implemented (the CUDA attention kernels are "
-                                 "dense; docs/SPARSE.md)");
     if (c->sparse_block > 0 && c->sparse_local_blocks < 1)
         return fail(err, errlen, "--sparse-block %d needs --sparse-local-blocks >= 1 (got %d; the query's own block)",
                     c->sparse_block, c->sparse_local_blocks);
