@@ -1,6 +1,5 @@
-/* Device storage of the CUDA bf16 table (cuda_bf16.h). */
+/* Device storage of the CUDA bf16 table (cuda_bf16_storage.h). */
 #include <cuda_runtime.h>
-#include <stdint.h>
 
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
@@ -18,33 +17,23 @@ unsigned blocks_for(long n)
     return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535); /* grid-stride loops cover the rest */
 }
 
-/* ------------------------------------------------- rounding (bf16.h) -- */
-/* spb_bf16_from_float's bit arithmetic, on the device: NaN stays a quiet
- * NaN, otherwise round half to even on the top 16 bits. */
-__device__ uint16_t bf16_round_nearest_even(float f)
-{
-    uint32_t bits = __float_as_uint(f);
-    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return (uint16_t)((bits >> 16) | 0x0040u);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
+/* Rounding: common/bf16.h's own functions (host and device under nvcc),
+ * so the device rounds exactly as the CPU instance does. */
 
-__device__ uint16_t bf16_truncate(float f) { return (uint16_t)(__float_as_uint(f) >> 16); }
-
-__global__ void k_widen(float *dst, const uint16_t *src, long n)
+__global__ void k_widen(float *dst, const spb_bf16 *src, long n)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+        dst[i] = spb_bf16_to_float(src[i]);
 }
 
 /* One thread per element reads its old bf16 before writing the new one, so
  * the masters' rule needs no copy of the range (masters may alias src:
  * each element is read before it is written, by the same thread). */
-__global__ void k_narrow(uint16_t *dst, const float *src, long n, float *masters, int truncate)
+__global__ void k_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float v = src[i];
-        uint16_t b = truncate ? bf16_truncate(v) : bf16_round_nearest_even(v);
+        spb_bf16 b = truncate ? spb_bf16_truncate(v) : spb_bf16_from_float(v);
         if (masters && b != dst[i]) masters[i] = v;
         dst[i] = b;
     }
