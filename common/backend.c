@@ -17,7 +17,7 @@ const spb_backend *spb_backend_for(const char *device, const char *precision)
     int fp32 = !precision[0] || !strcmp(precision, "fp32"), bf16 = !strcmp(precision, "bf16");
     if (!strcmp(device, "cpu")) return fp32 ? &spb_backend_cpu : bf16 ? &spb_backend_cpu_bf16 : NULL;
 #ifdef SPB_HAVE_CUDA
-    if (!strcmp(device, "cuda")) return fp32 ? &spb_backend_cuda : NULL; /* no bf16 CUDA table yet */
+    if (!strcmp(device, "cuda")) return fp32 ? &spb_backend_cuda : bf16 ? &spb_backend_cuda_bf16 : NULL;
 #endif
     return NULL;
 }

@@ -108,6 +108,8 @@ extern const spb_backend spb_backend_cpu;
 /* Mixed precision emulated on the CPU (common/backend_bf16_cpu.c): bf16
  * storage behind handles, fp32 arithmetic, fp32 masters and moments. */
 extern const spb_backend spb_backend_cpu_bf16;
+/* The same over the fp32 CUDA table, storage on the GPU: cuda/cuda_backend.h's
+ * spb_backend_cuda_bf16 (CUDA builds). */
 
 /* The table for --device and --precision (fp32, bf16; "" is fp32), NULL
  * when this build has none. */

@@ -11,7 +11,15 @@
 
 typedef uint16_t spb_bf16;
 
-static inline float spb_bf16_to_float(spb_bf16 h)
+/* Under nvcc these are host and device functions: the CUDA bf16 storage's
+ * kernels (common/cuda/cuda_bf16.cu) round with this very code. */
+#ifdef __CUDACC__
+#define SPB_BF16_FN static inline __host__ __device__
+#else
+#define SPB_BF16_FN static inline
+#endif
+
+SPB_BF16_FN float spb_bf16_to_float(spb_bf16 h)
 {
     uint32_t bits = (uint32_t)h << 16;
     float f;
@@ -19,7 +27,7 @@ static inline float spb_bf16_to_float(spb_bf16 h)
     return f;
 }
 
-static inline spb_bf16 spb_bf16_from_float(float f)
+SPB_BF16_FN spb_bf16 spb_bf16_from_float(float f)
 {
     uint32_t bits;
     memcpy(&bits, &f, sizeof bits);
@@ -33,7 +41,7 @@ static inline spb_bf16 spb_bf16_from_float(float f)
 
 /* Round toward zero (drop the low 16 bits): the wrong rounding, for tests
  * that must notice an operation which truncates instead of rounding. */
-static inline spb_bf16 spb_bf16_truncate(float f)
+SPB_BF16_FN spb_bf16 spb_bf16_truncate(float f)
 {
     uint32_t bits;
     memcpy(&bits, &f, sizeof bits);
@@ -41,6 +49,6 @@ static inline spb_bf16 spb_bf16_truncate(float f)
 }
 
 /* f rounded to the nearest bf16, as a float. */
-static inline float spb_bf16_round(float f) { return spb_bf16_to_float(spb_bf16_from_float(f)); }
+SPB_BF16_FN float spb_bf16_round(float f) { return spb_bf16_to_float(spb_bf16_from_float(f)); }
 
 #endif

@@ -14,64 +14,63 @@ static float *f32_at(const spb_handle *h, long i) { return (float *)h->hi + (i -
 void spb_bf16_read(const spb_handle *h, long i, long n, float *out)
 {
     SPB_CHECK(!h->ints && i >= 0 && n >= 0 && i + n <= h->n);
-    long k = 0;
-    for (; k < n && i + k < h->split; k++) out[k] = spb_bf16_to_float(h->lo[i + k]);
-    if (k < n) memcpy(out + k, f32_at(h, i + k), sizeof(float) * (size_t)(n - k));
+    const spb_handle_storage *st = spb_handles_storage();
+    long nb = i < h->split ? (i + n < h->split ? n : h->split - i) : 0;
+    if (nb) st->widen(out, h->lo + i, nb);
+    if (nb < n) st->copy(out + nb, f32_at(h, i + nb), sizeof(float) * (size_t)(n - nb));
+}
+
+/* [i, i + n) of h from `in`; masters non-NULL (the range's own): the
+ * write's rule for them (bf16 elements whose value changes, and every fp32
+ * element, take the written value). */
+static void store_range(spb_handle *h, long i, long n, const float *in, float *masters)
+{
+    const spb_handle_storage *st = spb_handles_storage();
+    long nb = i < h->split ? (i + n < h->split ? n : h->split - i) : 0;
+    if (nb) st->narrow(h->lo + i, in, nb, masters, truncating);
+    if (nb < n) {
+        size_t bytes = sizeof(float) * (size_t)(n - nb);
+        st->copy(f32_at(h, i + nb), in + nb, bytes);
+        if (masters) st->copy(masters + nb, in + nb, bytes);
+    }
 }
 
 /* Storage only, no masters. */
 static void write_storage(spb_handle *h, long i, long n, const float *in)
 {
     SPB_CHECK(!h->ints && i >= 0 && n >= 0 && i + n <= h->n);
-    long k = 0;
-    if (truncating)
-        for (; k < n && i + k < h->split; k++) h->lo[i + k] = spb_bf16_truncate(in[k]);
-    else
-        for (; k < n && i + k < h->split; k++) h->lo[i + k] = spb_bf16_from_float(in[k]);
-    if (k < n) memcpy(f32_at(h, i + k), in + k, sizeof(float) * (size_t)(n - k));
+    store_range(h, i, n, in, NULL);
     h->written = 1;
 }
 
-/* Masters of a range written through the compute path: those whose stored
- * value changed take the written value (spb_bf16_write's rule). */
-typedef struct master_sync {
-    const spb_handle *h;
-    long first;
+/* A write walked range by range: bound masters' ranges (in order) with
+ * their masters, the gaps between them without. */
+typedef struct master_walk {
+    spb_handle *h;
+    long first, done; /* the write's first element; elements before `done` are stored */
     const float *in;
-    const spb_bf16 *before;
-} master_sync;
+} master_walk;
 
-static void sync_masters(void *ctx, long at, long len, float *masters)
+static void store_with_masters(void *ctx, long at, long len, float *masters)
 {
-    const master_sync *s = ctx;
-    for (long k = 0; k < len; k++) {
-        long e = at + k;
-        if (e >= s->h->split) { /* an fp32 element is its own master */
-            masters[k] = s->in[e - s->first];
-            continue;
-        }
-        if (s->h->lo[e] != s->before[e - s->first]) masters[k] = s->in[e - s->first];
-    }
+    master_walk *w = ctx;
+    if (at > w->done) store_range(w->h, w->done, at - w->done, w->in + (w->done - w->first), NULL);
+    store_range(w->h, at, len, w->in + (at - w->first), masters);
+    w->done = at + len;
 }
 
 void spb_bf16_write(spb_handle *h, long i, long n, const float *in)
 {
     if (n <= 0) return;
-    if (!h->num_masters) {
-        write_storage(h, i, n, in);
-        return;
-    }
-    /* The bf16 values before, to see which elements the write changes. */
-    long nb = i + n <= h->split ? n : h->split > i ? h->split - i : 0;
-    spb_bf16 *before = SPB_CHECK_PTR(malloc(sizeof(spb_bf16) * (size_t)(n + 1)));
-    memcpy(before, h->lo + i, sizeof(spb_bf16) * (size_t)nb);
-    write_storage(h, i, n, in);
-    master_sync s = {h, i, in, before};
-    spb_handle_each_master(h, i, n, sync_masters, &s);
-    free(before);
+    SPB_CHECK(!h->ints && i >= 0 && i + n <= h->n);
+    master_walk w = {h, i, i, in};
+    spb_handle_each_master(h, i, n, store_with_masters, &w);
+    if (w.done < i + n) store_range(h, w.done, i + n - w.done, in + (w.done - i), NULL);
+    h->written = 1;
 }
 
-/* The staging views' walk over bound masters: out gets them, or in gives them. */
+/* The staging views' walk over bound masters: out gets them, or in gives them
+ * (both storage-side: scratch). */
 typedef struct master_copy {
     float *out;
     const float *in;
@@ -81,28 +80,37 @@ typedef struct master_copy {
 static void overlay_masters(void *ctx, long at, long len, float *masters)
 {
     const master_copy *c = ctx;
-    memcpy(c->out + (at - c->first), masters, sizeof(float) * (size_t)len);
+    spb_handles_storage()->copy(c->out + (at - c->first), masters, sizeof(float) * (size_t)len);
 }
 
-void spb_bf16_read_masters(const spb_handle *h, long i, long n, float *out)
+void spb_bf16_read_masters(const spb_handle *h, long i, long n, float *host)
 {
+    if (n <= 0) return;
+    const spb_handle_storage *st = spb_handles_storage();
+    float *out = st->scratch_alloc(sizeof(float) * (size_t)n);
     spb_bf16_read(h, i, n, out);
     master_copy c = {.out = out, .first = i};
     spb_handle_each_master(h, i, n, overlay_masters, &c);
+    st->to_host(host, out, sizeof(float) * (size_t)n);
+    st->scratch_free(out);
 }
 
 static void take_masters(void *ctx, long at, long len, float *masters)
 {
     const master_copy *c = ctx;
-    memcpy(masters, c->in + (at - c->first), sizeof(float) * (size_t)len);
+    spb_handles_storage()->copy(masters, c->in + (at - c->first), sizeof(float) * (size_t)len);
 }
 
-void spb_bf16_write_masters(spb_handle *h, long i, long n, const float *in)
+void spb_bf16_write_masters(spb_handle *h, long i, long n, const float *host)
 {
     if (n <= 0) return;
+    const spb_handle_storage *st = spb_handles_storage();
+    float *in = st->scratch_alloc(sizeof(float) * (size_t)n);
+    st->from_host(in, host, sizeof(float) * (size_t)n);
     write_storage(h, i, n, in);
     master_copy c = {.in = in, .first = i};
     spb_handle_each_master(h, i, n, take_masters, &c);
+    st->scratch_free(in);
 }
 
 const int *spb_bf16_ints(const int *p, long len, const char *what)
@@ -151,11 +159,19 @@ void spb_frame_out_f32(spb_frame *f, float **p, long len, const char *what)
     add(f, p, *p, len, 1, what);
 }
 
+/* One scratch block holds every span's copy (a device's scratch pool hands
+ * out one block per operation). */
 void spb_frame_load(spb_frame *f)
 {
+    long total = 0;
+    for (int s = 0; s < f->num_spans; s++) total += f->span[s].hi - f->span[s].lo;
+    if (!f->num_spans) return;
+    f->block = spb_handles_storage()->scratch_alloc(sizeof(float) * (size_t)total);
+    long at = 0;
     for (int s = 0; s < f->num_spans; s++) {
         spb_frame_span *sp = &f->span[s];
-        sp->copy = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(sp->hi - sp->lo)));
+        sp->copy = f->block + at;
+        at += sp->hi - sp->lo;
         spb_bf16_read(sp->h, sp->lo, sp->hi - sp->lo, sp->copy);
     }
     for (int a = 0; a < f->num_args; a++) {
@@ -169,7 +185,8 @@ void spb_frame_store(spb_frame *f)
     for (int s = 0; s < f->num_spans; s++) {
         spb_frame_span *sp = &f->span[s];
         if (sp->written) spb_bf16_write(sp->h, sp->lo, sp->hi - sp->lo, sp->copy);
-        free(sp->copy);
         sp->copy = NULL;
     }
+    if (f->block) spb_handles_storage()->scratch_free(f->block);
+    f->block = NULL;
 }

@@ -1,7 +1,9 @@
-/* The emulated bf16 table's view of its storage (common/device_handles.h):
- * ranges of handles read as fp32 and written back, bf16 elements rounded to
- * nearest even once per write; and a "frame", the fp32 host copies one
- * operation works on.  A frame takes every pointer argument of an operation
+/* The bf16 tables' view of their storage (common/device_handles.h): ranges
+ * of handles read as fp32 and written back, bf16 elements rounded to
+ * nearest even once per write; and a "frame", the fp32 copies one operation
+ * works on.  Reads, writes and copies go through the registry's
+ * spb_handle_storage, so they sit where the table computes (host memory for
+ * cpu-bf16, device memory for cuda-bf16): "storage-side" below.  A frame takes every pointer argument of an operation
  * with the elements it touches, loads each handle's touched span once (so
  * arguments that share a buffer, like dQ/dK/dV in one dQKV buffer or GELU's
  * in-place backward, share one copy), points the arguments at the copies,
@@ -13,18 +15,20 @@
 
 #include "device_handles.h"
 
-/* Storage of [i, i + n) of h as fp32 (bf16 widened exactly). */
+/* Storage of [i, i + n) of h as fp32 (bf16 widened exactly) into `out`
+ * (storage-side: scratch or another handle's storage). */
 void spb_bf16_read(const spb_handle *h, long i, long n, float *out);
-/* fp32 values into [i, i + n) of h: bf16 elements rounded to nearest even.
+/* fp32 values (storage-side) into [i, i + n) of h: bf16 elements rounded to
+ * nearest even.
  * Masters bound to the range follow: an element whose bf16 value the write
  * changes takes the written fp32 value as its master; one it leaves as it
  * was keeps its master (bf16(master) = storage always holds). */
 void spb_bf16_write(spb_handle *h, long i, long n, const float *in);
-/* Staging's view: as read, but elements with a master give the master (the
- * fp32 parameter: checkpoints and dumps carry it); as write, but masters
- * take the values given, exactly. */
-void spb_bf16_read_masters(const spb_handle *h, long i, long n, float *out);
-void spb_bf16_write_masters(spb_handle *h, long i, long n, const float *in);
+/* Staging's view, to and from HOST memory: as read, but elements with a
+ * master give the master (the fp32 parameter: checkpoints and dumps carry
+ * it); as write, but masters take the values given, exactly. */
+void spb_bf16_read_masters(const spb_handle *h, long i, long n, float *host);
+void spb_bf16_write_masters(spb_handle *h, long i, long n, const float *host);
 
 /* Tests: round bf16 writes toward zero instead (a table that truncates). */
 void spb_bf16_set_truncation_for_tests(int on);
@@ -33,7 +37,7 @@ enum { SPB_FRAME_MAX = 12 };
 typedef struct spb_frame_span {
     spb_handle *h;
     long lo, hi;  /* elements [lo, hi) of h */
-    float *copy;  /* their fp32 copy */
+    float *copy;  /* their fp32 copy (in the frame's block) */
     int written;
 } spb_frame_span;
 typedef struct spb_frame {
@@ -44,6 +48,7 @@ typedef struct spb_frame {
         int span;
         long index;
     } arg[SPB_FRAME_MAX];
+    float *block; /* scratch holding every copy, while loaded */
 } spb_frame;
 
 /* Arguments: *p names len elements (strided arguments give their extent).
@@ -56,7 +61,7 @@ void spb_frame_out(spb_frame *f, float **p, long len, const char *what);
 void spb_frame_out_f32(spb_frame *f, float **p, long len, const char *what);
 /* Loads the spans and points every argument at its copy. */
 void spb_frame_load(spb_frame *f);
-/* Writes back the spans with outputs, frees the copies. */
+/* Writes back the spans with outputs, frees the copies' block. */
 void spb_frame_store(spb_frame *f);
 
 /* Elements spanned by `rows` rows of `width` at stride `ld` (0 when empty). */
@@ -65,7 +70,7 @@ static inline long spb_strided_extent(long rows, long ld, long width)
     return rows > 0 && width > 0 ? (rows - 1) * ld + width : 0;
 }
 
-/* The storage of len ints at p (an int handle). */
+/* The storage of len ints at p (an int handle), storage-side. */
 const int *spb_bf16_ints(const int *p, long len, const char *what);
 
 #endif

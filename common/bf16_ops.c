@@ -5,8 +5,18 @@
 
 #include "bf16_frame.h"
 #include "checks.h"
-#include "ops.h"
-#include "optimizer.h"
+
+/* The instance in use: the fp32 table computing on the frames' copies (its
+ * storage is the handle registry's, spb_handles_storage). */
+static const spb_backend *inner = &spb_backend_cpu;
+
+void spb_bf16_use(const spb_backend *fp32_table, const spb_handle_storage *storage)
+{
+    spb_handles_set_storage(storage);
+    inner = fp32_table;
+}
+
+const spb_backend *spb_bf16_inner(void) { return inner; }
 
 /* --- matrix products: fp32 products of bf16 operands, rounded once ---------- */
 
@@ -31,7 +41,7 @@ void spb_bf16_matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, 
     spb_frame_in(&f, &W, spb_strided_extent(out_f, ldw, in), "matmul_forward (W)");
     spb_frame_in(&f, &b, out_f, "matmul_forward (b)");
     spb_frame_load(&f);
-    spb_matmul_forward_ld(out, ldo, inp, ldi, W, ldw, b, rows, in, out_f, accumulate);
+    inner->matmul_forward_ld(out, ldo, inp, ldi, W, ldw, b, rows, in, out_f, accumulate);
     spb_frame_store(&f);
 }
 
@@ -47,7 +57,7 @@ void spb_bf16_matmul_backward_ld(float *dinp, int lddi, float *dW, int lddw, flo
     spb_frame_in(&f, &inp, spb_strided_extent(rows, ldi, in), "matmul_backward (inp)");
     spb_frame_in(&f, &W, spb_strided_extent(out_f, ldw, in), "matmul_backward (W)");
     spb_frame_load(&f);
-    spb_matmul_backward_ld(dinp, lddi, dW, lddw, db, dout, ldo, inp, ldi, W, ldw, rows, in, out_f, accumulate_dinp);
+    inner->matmul_backward_ld(dinp, lddi, dW, lddw, db, dout, ldo, inp, ldi, W, ldw, rows, in, out_f, accumulate_dinp);
     spb_frame_store(&f);
 }
 
@@ -64,7 +74,7 @@ void spb_bf16_layernorm_forward(float *out, float *mean, float *rstd, const floa
     spb_frame_in(&f, &w, C, "layernorm_forward (w)");
     spb_frame_in(&f, &b, C, "layernorm_forward (b)");
     spb_frame_load(&f);
-    spb_layernorm_forward(out, mean, rstd, inp, w, b, rows, C);
+    inner->layernorm_forward(out, mean, rstd, inp, w, b, rows, C);
     spb_frame_store(&f);
 }
 
@@ -81,7 +91,7 @@ void spb_bf16_layernorm_backward(float *dinp, float *dw, float *db, const float 
     spb_frame_in(&f, &mean, rows, "layernorm_backward (mean)");
     spb_frame_in(&f, &rstd, rows, "layernorm_backward (rstd)");
     spb_frame_load(&f);
-    spb_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    inner->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
     spb_frame_store(&f);
 }
 
@@ -91,7 +101,7 @@ void spb_bf16_gelu_forward(float *out, const float *inp, long n)
     spb_frame_out(&f, &out, n, "gelu_forward (out)");
     spb_frame_in(&f, &inp, n, "gelu_forward (inp)");
     spb_frame_load(&f);
-    spb_gelu_forward(out, inp, n);
+    inner->gelu_forward(out, inp, n);
     spb_frame_store(&f);
 }
 
@@ -102,15 +112,20 @@ void spb_bf16_gelu_backward(float *dinp, const float *inp, const float *dout, lo
     spb_frame_in(&f, &inp, n, "gelu_backward (inp)");
     spb_frame_in(&f, &dout, n, "gelu_backward (dout)");
     spb_frame_load(&f);
-    spb_gelu_backward(dinp, inp, dout, n);
+    inner->gelu_backward(dinp, inp, dout, n);
     spb_frame_store(&f);
 }
 
-/* Rows of a table the lookups reach: one past the largest index. */
-static long rows_reached_ints(const int *idx, long n)
+/* Rows of a table the lookups reach: one past the largest index (the
+ * indices read from storage into host memory). */
+static long rows_reached_ints(const int *stored, long n)
 {
+    if (n <= 0) return 0;
+    int *idx = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n));
+    spb_handles_storage()->to_host(idx, stored, sizeof(int) * (size_t)n);
     long top = -1;
     for (long i = 0; i < n; i++) top = idx[i] > top ? idx[i] : top;
+    free(idx);
     return top + 1;
 }
 
@@ -130,7 +145,7 @@ void spb_bf16_embedding_forward(float *out, const int *tokens, const float *wte,
     spb_frame_in(&f, &wte, rows_reached_ints(tok, rows) * C, "embedding_forward (wte)");
     spb_frame_in(&f, &wpe, rows_reached_positions(positions, rows, T) * C, "embedding_forward (wpe)");
     spb_frame_load(&f);
-    spb_embedding_forward(out, tok, wte, wpe, positions, rows, T, C);
+    inner->embedding_forward(out, tok, wte, wpe, positions, rows, T, C);
     spb_frame_store(&f);
 }
 
@@ -143,7 +158,7 @@ void spb_bf16_embedding_backward(float *dwte, float *dwpe, const float *dout, co
     spb_frame_out(&f, &dwpe, rows_reached_positions(positions, rows, T) * C, "embedding_backward (dwpe)");
     spb_frame_in(&f, &dout, (long)rows * C, "embedding_backward (dout)");
     spb_frame_load(&f);
-    spb_embedding_backward(dwte, dwpe, dout, tok, positions, rows, T, C);
+    inner->embedding_backward(dwte, dwpe, dout, tok, positions, rows, T, C);
     spb_frame_store(&f);
 }
 
@@ -154,7 +169,7 @@ double spb_bf16_softmax_xent_forward(float *probs, const int *targets, int rows,
     spb_frame f = {0};
     spb_frame_out(&f, &probs, (long)rows * V, "softmax_xent_forward (probs)");
     spb_frame_load(&f);
-    double loss = spb_softmax_xent_forward(probs, tg, rows, V);
+    double loss = inner->softmax_xent_forward(probs, tg, rows, V);
     spb_frame_store(&f);
     return loss;
 }
@@ -165,7 +180,7 @@ void spb_bf16_softmax_xent_backward(float *probs, const int *targets, int rows, 
     spb_frame f = {0};
     spb_frame_out(&f, &probs, (long)rows * V, "softmax_xent_backward (probs)");
     spb_frame_load(&f);
-    spb_softmax_xent_backward(probs, tg, rows, V, scale);
+    inner->softmax_xent_backward(probs, tg, rows, V, scale);
     spb_frame_store(&f);
 }
 
@@ -175,7 +190,7 @@ void spb_bf16_add_inplace(float *a, const float *b, long n)
     spb_frame_out(&f, &a, n, "add_inplace (a)");
     spb_frame_in(&f, &b, n, "add_inplace (b)");
     spb_frame_load(&f);
-    spb_add_inplace(a, b, n);
+    inner->add_inplace(a, b, n);
     spb_frame_store(&f);
 }
 
@@ -185,7 +200,7 @@ void spb_bf16_add_bias_rows(float *x, const float *b, long rows, int C)
     spb_frame_out(&f, &x, rows * C, "add_bias_rows (x)");
     spb_frame_in(&f, &b, C, "add_bias_rows (b)");
     spb_frame_load(&f);
-    for (long r = 0; r < rows; r++) spb_add_inplace(x + r * C, b, C);
+    inner->add_bias_rows(x, b, rows, C);
     spb_frame_store(&f);
 }
 
@@ -196,7 +211,7 @@ void spb_bf16_bias_grad_rows(float *db, const float *dy, long rows, int C)
     spb_frame_out(&f, &db, C, "bias_grad_rows (db)");
     spb_frame_in(&f, &dy, rows * C, "bias_grad_rows (dy)");
     spb_frame_load(&f);
-    for (long r = 0; r < rows; r++) spb_add_inplace(db, dy + r * C, C);
+    inner->bias_grad_rows(db, dy, rows, C);
     spb_frame_store(&f);
 }
 
@@ -205,7 +220,7 @@ double spb_bf16_sum_squares(const float *x, long n)
     spb_frame f = {0};
     spb_frame_in(&f, &x, n, "sum_squares");
     spb_frame_load(&f);
-    double s = n > 0 ? spb_sum_squares(x, n) : 0.0;
+    double s = n > 0 ? inner->sum_squares(x, n) : 0.0;
     spb_frame_store(&f);
     return s;
 }
@@ -222,7 +237,7 @@ void spb_bf16_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, cons
     spb_frame_in(&f, &o_pair, rows, "attn_merge (o_pair)");
     spb_frame_in(&f, &lse_pair, (long)batch * heads * len, "attn_merge (lse_pair)");
     spb_frame_load(&f);
-    spb_attn_merge_rows(o_acc, lse_acc, o_pair, lse_pair, batch, heads, head_dim, T, row, len);
+    inner->attn_merge(o_acc, lse_acc, o_pair, lse_pair, batch, heads, head_dim, T, row, len);
     spb_frame_store(&f);
 }
 
@@ -231,6 +246,15 @@ static long operand_extent(const spb_attn_desc *d, int tokens, long token_stride
 {
     if (d->batch <= 0 || tokens <= 0) return 0;
     return (long)(d->batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)d->heads * d->head_dim;
+}
+
+/* The inner table's kernel of that name (the bf16 wrapper exists only for
+ * names the inner table knows). */
+static const spb_attn_backend *inner_kernel(const char *name)
+{
+    const spb_attn_backend *k = inner->attention ? inner->attention(name) : NULL;
+    if (!k) SPB_DIE("attention '%s': the %s table has no such kernel", name, inner->name);
+    return k;
 }
 
 static void attention_forward(const spb_attn_backend *kernel, const spb_attn_desc *d, const float *q,
@@ -271,27 +295,29 @@ static void attention_backward(const spb_attn_backend *kernel, const spb_attn_de
     spb_frame_store(&f);
 }
 
-/* One wrapper per CPU kernel (a C function pointer carries no state). */
-#define SPB_BF16_ATTENTION(kernel, label)                                                                        \
+/* One wrapper per kernel name (a C function pointer carries no state); each
+ * calls the inner table's kernel of that name. */
+#define SPB_BF16_ATTENTION(label)                                                                                \
     static void label##_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, \
                                 float *lse)                                                                      \
     {                                                                                                            \
-        attention_forward(&kernel, d, q, k, v, o, lse);                                                          \
+        attention_forward(inner_kernel(#label), d, q, k, v, o, lse);                                             \
     }                                                                                                            \
     static void label##_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,         \
                                  const float *o, const float *lse, const float *dout, float *dq, float *dk,      \
                                  float *dv)                                                                      \
     {                                                                                                            \
-        attention_backward(&kernel, d, q, k, v, o, lse, dout, dq, dk, dv);                                       \
+        attention_backward(inner_kernel(#label), d, q, k, v, o, lse, dout, dq, dk, dv);                          \
     }                                                                                                            \
     static const spb_attn_backend label = {#label, label##_forward, label##_backward};
 
-SPB_BF16_ATTENTION(spb_attn_naive, naive)
-SPB_BF16_ATTENTION(spb_attn_flash, flash)
+SPB_BF16_ATTENTION(naive)
+SPB_BF16_ATTENTION(flash)
 #undef SPB_BF16_ATTENTION
 
 const spb_attn_backend *spb_bf16_attention(const char *name)
 {
+    if (!name || !inner->attention || !inner->attention(name)) return NULL;
     if (!strcmp(name, "naive")) return &naive;
     if (!strcmp(name, "flash")) return &flash;
     return NULL;

@@ -1,11 +1,43 @@
-/* The emulated bf16 table's compute operations (backend.h's contracts, ops.h's
- * arithmetic): each loads its arguments' storage as fp32 (exact), runs the
- * CPU's fp32 function (fp32 accumulation in every sum and product) and
- * rounds what it wrote once, to the storage's type (bf16_frame.h). */
+/* The bf16 tables' operations (backend.h's contracts, ops.h's arithmetic),
+ * shared by every instance: each loads its arguments' storage as fp32
+ * copies (exact, bf16_frame.h), runs the instance's INNER fp32 table's entry
+ * on them (fp32 accumulation in every sum and product: ops_cpu.c for
+ * cpu-bf16, the fp32 CUDA table for cuda-bf16) and rounds what it wrote
+ * once, to the storage's type.  An instance is an inner table plus the
+ * handle storage its frames live in (device_handles.h); one is in use per
+ * process, as the handle registry is one per process. */
 #ifndef SPB_BF16_OPS_H
 #define SPB_BF16_OPS_H
 
 #include "attention.h"
+#include "backend.h"
+#include "device_handles.h"
+
+/* Selects the instance: fp32_table computes, storage holds (NULL: host).
+ * Dies when the storage changes while buffers are alive.  The default is
+ * cpu-bf16's: spb_backend_cpu on host storage. */
+void spb_bf16_use(const spb_backend *fp32_table, const spb_handle_storage *storage);
+const spb_backend *spb_bf16_inner(void);
+
+/* --- table entries beyond the arithmetic (bf16_table.c) --- */
+/* Remembers the ZeRO stage (where masters live) from the run's configuration. */
+void spb_bf16_configure(const spb_config *cfg);
+float *spb_bf16_alloc_role(spb_mem_category cat, long n, spb_buffer_role role);
+float *spb_bf16_alloc(spb_mem_category cat, long n);
+int *spb_bf16_alloc_ints(spb_mem_category cat, long n);
+void spb_bf16_fill(float *x, long n, float value);
+void spb_bf16_zero(float *x, long n);
+void spb_bf16_copy(float *dst, const float *src, long n);
+void spb_bf16_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width);
+void spb_bf16_ints_to_device(int *dst, const int *host, long n);
+/* comm.h's staging hooks: host fp32 <-> storage, masters for parameters */
+void spb_bf16_to_host(void *host, const void *device, size_t bytes);
+void spb_bf16_to_device(void *device, const void *host, size_t bytes);
+double spb_bf16_element_bytes(const void *device);
+void spb_bf16_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                          float weight_decay, const spb_config *cfg, long step, double lr);
+
+/* --- arithmetic (bf16_ops.c) --- */
 
 void spb_bf16_matmul_forward(float *out, const float *inp, const float *W, const float *b, int rows, int in,
                              int out_f);
@@ -34,8 +66,8 @@ void spb_bf16_bias_grad_rows(float *db, const float *dy, long rows, int C);
 double spb_bf16_sum_squares(const float *x, long n);
 void spb_bf16_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch,
                          int heads, int head_dim, int T, int row, int len);
-/* The CPU attention kernel of that name behind handle resolution (its
- * log-sum-exp output stays fp32), or NULL. */
+/* The inner table's attention kernel of that name behind handle resolution
+ * (its log-sum-exp output stays fp32), or NULL. */
 const spb_attn_backend *spb_bf16_attention(const char *name);
 
 #endif

@@ -282,6 +282,11 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (!strcmp(c->precision, "bf16") && !spb_backend_for(c->device, c->precision))
         return fail(err, errlen, "--precision bf16 with --device %s: not implemented (the %s table is fp32; --device "
                                  "cpu --precision bf16 emulates mixed precision)", c->device, c->device);
+    /* The bf16 tables' buffers are handles that only their own operations
+     * and staging resolve; NCCL would be given the handles. */
+    if (!strcmp(c->precision, "bf16") && !strcmp(c->comm, "nccl"))
+        return fail(err, errlen, "--comm nccl with --precision bf16: not implemented (the bf16 tables stage "
+                                 "collectives through host fp32: --comm mpi)");
     if (strcmp(c->attention_mask, "causal") && strcmp(c->attention_mask, "full"))
         return fail(err, errlen, "unknown --attention-mask '%s' (causal, full)", c->attention_mask);
     c->causal = !strcmp(c->attention_mask, "causal");

@@ -11,14 +11,34 @@
 /* --- storage ------------------------------------------------------------- */
 
 static void *host_alloc(spb_mem_category cat, size_t bytes) { return spb_mem_alloc(cat, bytes); }
+static void *host_scratch_alloc(size_t bytes) { return SPB_CHECK_PTR(malloc(bytes ? bytes : 1)); }
 static void host_widen(float *dst, const spb_bf16 *src, long n)
 {
     for (long i = 0; i < n; i++) dst[i] = spb_bf16_to_float(src[i]);
 }
+static void host_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
+{
+    for (long i = 0; i < n; i++) {
+        float v = src[i];
+        spb_bf16 b = truncate ? spb_bf16_truncate(v) : spb_bf16_from_float(v);
+        if (masters && b != dst[i]) masters[i] = v;
+        dst[i] = b;
+    }
+}
 static void host_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 
-static const spb_handle_storage host_storage = {host_alloc, spb_mem_free, host_widen, host_copy};
-static const spb_handle_storage *storage = &host_storage;
+const spb_handle_storage spb_handle_host_storage = {
+    .alloc = host_alloc,
+    .free = spb_mem_free,
+    .scratch_alloc = host_scratch_alloc,
+    .scratch_free = free,
+    .widen = host_widen,
+    .narrow = host_narrow,
+    .copy = host_copy,
+    .to_host = host_copy,
+    .from_host = host_copy,
+};
+static const spb_handle_storage *storage = &spb_handle_host_storage;
 
 /* --- the registry: live handles sorted by base --------------------------- */
 
@@ -27,9 +47,13 @@ static long num_live, cap_live;
 
 void spb_handles_set_storage(const spb_handle_storage *s)
 {
-    SPB_CHECK(num_live == 0);
-    storage = s ? s : &host_storage;
+    if (!s) s = &spb_handle_host_storage;
+    if (s == storage) return;
+    if (num_live) SPB_DIE("device buffers of one bf16 table are alive while another one starts (one per process)");
+    storage = s;
 }
+
+const spb_handle_storage *spb_handles_storage(void) { return storage; }
 
 long spb_handles_live(void) { return num_live; }
 
@@ -194,15 +218,18 @@ void spb_handle_retype_tail(spb_handle *h, long from)
      * so the category's peak must not show them together. */
     spb_bf16 *head = SPB_CHECK_PTR(malloc(2 * (size_t)from + 1));
     float *tail = SPB_CHECK_PTR(malloc(4 * (size_t)(n - from)));
-    if (from) storage->copy(head, h->lo, 2 * (size_t)from);
-    storage->widen(tail, h->lo + from, old - from);
-    if (n > old) storage->copy(tail + (old - from), h->hi, 4 * (size_t)(n - old));
+    float *wide = storage->scratch_alloc(4 * (size_t)(n - from));
+    if (from) storage->to_host(head, h->lo, 2 * (size_t)from);
+    storage->widen(wide, h->lo + from, old - from);
+    if (n > old) storage->copy(wide + (old - from), h->hi, 4 * (size_t)(n - old));
+    storage->to_host(tail, wide, 4 * (size_t)(n - from));
+    storage->scratch_free(wide);
     if (h->lo) storage->free(h->lo);
     if (h->hi) storage->free(h->hi);
     h->lo = store_alloc(h->cat, 2 * (size_t)from);
     h->hi = store_alloc(h->cat, 4 * (size_t)(n - from));
-    if (from) storage->copy(h->lo, head, 2 * (size_t)from);
-    storage->copy(h->hi, tail, 4 * (size_t)(n - from));
+    if (from) storage->from_host(h->lo, head, 2 * (size_t)from);
+    storage->from_host(h->hi, tail, 4 * (size_t)(n - from));
     free(head);
     free(tail);
     h->split = from;

@@ -19,7 +19,8 @@
  * Storage is allocated through spb_handle_storage (memory.h's tracked host
  * allocator by default; a device table passes its own), so the categories
  * count the bytes stored, never the reservation.  Host C with no CUDA in it:
- * a CUDA bf16 table reuses the registry with device storage. */
+ * the CUDA bf16 table (common/cuda/backend_bf16_cuda.c) keeps this registry
+ * on the host, holding pointers into device memory (storage and shadows). */
 #ifndef SPB_DEVICE_HANDLES_H
 #define SPB_DEVICE_HANDLES_H
 
@@ -54,19 +55,40 @@ typedef struct spb_handle {
     int num_masters, cap_masters;
 } spb_handle;
 
-/* Where storage comes from.  alloc returns zeroed memory tracked under cat;
- * widen converts n bf16 to fp32 and copy moves bytes, both storage to
- * storage; either side may be a host buffer (retyping a tail moves its
- * contents through host memory). */
+/* Where storage comes from and how it is converted: host memory (the
+ * default, memory.h's tracked allocator) or a device's (a CUDA instance
+ * passes its own; its operations then run on the device, queued in order).
+ * "Storage" below is either a handle's storage or scratch: both live where
+ * the table computes.
+ *   alloc/free      zeroed storage tracked under cat
+ *   scratch_alloc   untracked working memory for a frame's fp32 copies (a
+ *   /scratch_free   device keeps a pool that only grows: no free per op)
+ *   widen           n bf16 to fp32, storage to storage (exact)
+ *   narrow          n fp32 to bf16, storage to storage, to nearest even
+ *                   (toward zero when truncate: tests); masters non-NULL:
+ *                   masters[k] = src[k] for each k whose stored bf16 changes
+ *                   (spb_bf16_write's rule; masters may alias src)
+ *   copy            bytes, storage to storage
+ *   to_host         bytes, storage to host memory
+ *   from_host       bytes, host memory to storage */
 typedef struct spb_handle_storage {
     void *(*alloc)(spb_mem_category cat, size_t bytes);
     void (*free)(void *p);
+    void *(*scratch_alloc)(size_t bytes);
+    void (*scratch_free)(void *p);
     void (*widen)(float *dst, const spb_bf16 *src, long n);
+    void (*narrow)(spb_bf16 *dst, const float *src, long n, float *masters, int truncate);
     void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*to_host)(void *host, const void *src, size_t bytes);
+    void (*from_host)(void *dst, const void *host, size_t bytes);
 } spb_handle_storage;
-/* NULL: host memory through memory.h (the default).  Only while no handle
- * is alive. */
+/* NULL: host memory through memory.h (the default).  Changing it only while
+ * no handle is alive (setting the one in use is always fine): the registry
+ * is one per process, so is the storage its handles live in. */
 void spb_handles_set_storage(const spb_handle_storage *storage);
+const spb_handle_storage *spb_handles_storage(void);
+/* The host storage (what NULL selects). */
+extern const spb_handle_storage spb_handle_host_storage;
 
 /* A handle to n elements of dtype (zeroed storage under cat). */
 float *spb_handle_alloc(spb_mem_category cat, long n, spb_dtype dtype);

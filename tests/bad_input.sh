@@ -32,7 +32,7 @@ cases=(
   "--device tpu"
   "--comm tcp"
   "--comm nccl"  # NCCL moves device buffers: needs --device cuda
-  "--device cuda --precision bf16"  # no bf16 CUDA table yet: refused with or without a GPU
+  "--device cuda --comm nccl --precision bf16"  # bf16 stages through MPI only: refused with or without a GPU
   "--attention magic"
   "--load /nonexistent/model.ckpt"
   "--load $tmp/garbage.ckpt"

@@ -503,6 +503,17 @@ START_TEST(precision_option)
     spb_config_defaults(&c);
     snprintf(c.precision, sizeof c.precision, "bf16");
     snprintf(c.device, sizeof c.device, "cuda");
+    if (spb_backend_available("cuda")) { /* a CUDA build: the bf16 table over the fp32 CUDA one */
+        ck_assert_msg(spb_config_finalize(&c, 1, err, sizeof err) == 0, "%s", err);
+        const spb_backend *cuda_bf16 = spb_backend_for(c.device, c.precision);
+        ck_assert_ptr_nonnull(cuda_bf16);
+        ck_assert_str_eq(cuda_bf16->name, "cuda-bf16");
+    } else {
+        ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "not implemented"), "%s", err);
+    }
+    /* bf16 over NCCL: refused in every build (the bf16 tables stage through MPI). */
+    snprintf(c.comm, sizeof c.comm, "nccl");
     ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "not implemented"), "%s", err);
     /* The budget is judged at the run's precision: a budget between the

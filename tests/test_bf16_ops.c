@@ -5,7 +5,11 @@
  * so an operation that forgets to round, rounds twice, truncates, or
  * rounds an fp32 statistic shows up; and with the table switched to
  * truncation the same comparison must fail (the check can see a wrong
- * rounding at all).  No MPI. */
+ * rounding at all).  And the same again through a device-like storage
+ * (the handle storage interface the CUDA instance implements): every
+ * conversion through it, scratch given back in reverse order as the CUDA
+ * pool requires, scratch poisoned when handed out and when given back.
+ * No MPI. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 #include "attention.h"
 #include "backend.h"
 #include "bf16_frame.h"
+#include "bf16_ops.h"
 #include "config.h"
 #include "device_handles.h"
 #include "ops.h"
@@ -325,12 +330,71 @@ START_TEST(a_truncating_table_is_caught)
 }
 END_TEST
 
+/* Host storage behaving like the CUDA instance's (cuda_bf16.cu): scratch is
+ * a stack (a block given back out of order fails), never zeroed (NaN bytes
+ * when handed out and when given back, so reading a copy that was not
+ * loaded, or one already freed, shows), and the conversions are counted. */
+static const spb_handle_storage *host;
+static void *scratch_stack[16];
+static size_t scratch_bytes[16];
+static int scratch_depth;
+static long widens, narrows, scratch_blocks;
+
+static void *strict_scratch_alloc(size_t bytes)
+{
+    ck_assert_int_lt(scratch_depth, 16);
+    void *p = host->scratch_alloc(bytes);
+    memset(p, 0xff, bytes);
+    scratch_stack[scratch_depth] = p, scratch_bytes[scratch_depth] = bytes;
+    scratch_depth++, scratch_blocks++;
+    return p;
+}
+
+static void strict_scratch_free(void *p)
+{
+    ck_assert_msg(scratch_depth > 0 && scratch_stack[scratch_depth - 1] == p, "scratch given back out of order");
+    scratch_depth--;
+    memset(p, 0xff, scratch_bytes[scratch_depth]);
+    host->scratch_free(p);
+}
+
+static void counted_widen(float *dst, const spb_bf16 *src, long n)
+{
+    widens++;
+    host->widen(dst, src, n);
+}
+
+static void counted_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
+{
+    narrows++;
+    host->narrow(dst, src, n, masters, truncate);
+}
+
+START_TEST(a_device_like_storage_gives_the_same)
+{
+    host = &spb_handle_host_storage;
+    spb_handle_storage strict = *host;
+    strict.scratch_alloc = strict_scratch_alloc, strict.scratch_free = strict_scratch_free;
+    strict.widen = counted_widen, strict.narrow = counted_narrow;
+    spb_bf16_use(&spb_backend_cpu, &strict);
+    long bad = run_all();
+    spb_bf16_use(&spb_backend_cpu, NULL);
+    printf("device-like storage: %ld elements off; %ld widens, %ld narrows, %ld scratch blocks\n", bad, widens,
+           narrows, scratch_blocks);
+    ck_assert_int_eq(bad, 0);
+    ck_assert_int_eq(scratch_depth, 0);
+    ck_assert(widens > 0 && narrows > 0 && scratch_blocks > 0);
+    ck_assert_int_eq(spb_handles_live(), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("bf16_ops");
     TCase *tc = tcase_create("ops");
     tcase_add_test(tc, every_operation_rounds_once_to_nearest_even);
     tcase_add_test(tc, a_truncating_table_is_caught);
+    tcase_add_test(tc, a_device_like_storage_gives_the_same);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -11,10 +11,11 @@
  * (device memory, tracked per category, zeroed); cudaMemGetInfo is read
  * beside that tracker.  host_memory = 0 with cudaMemcpy staging hooks, so
  * comm.h's collectives stage device buffers through host memory (--comm
- * mpi).  open() binds a rank to GPU local_rank mod the GPU count.  Not yet:
- * bf16 storage (the fast kernels of common/cuda/ are checked on their own
- * by spbench-gpu-check) and the sparse attention pattern (config.c refuses
- * it).  Nothing here has run on a GPU yet: experiments/gpu-check runs
+ * mpi).  open() binds a rank to GPU local_rank mod the GPU count.  bf16
+ * storage is spb_backend_cuda_bf16, a frame table over this one (fp32
+ * arithmetic here; the fast bf16 kernels of common/cuda/ are checked on
+ * their own by spbench-gpu-check).  Not yet: the sparse attention pattern
+ * (config.c refuses it).  Nothing here has run on a GPU yet: experiments/gpu-check runs
  * core-step and every strategy against the CPU first (docs/GPU.md). */
 #ifndef SPB_CUDA_BACKEND_H
 #define SPB_CUDA_BACKEND_H
@@ -26,6 +27,8 @@ extern "C" {
 #include "../backend.h" /* C header without its own extern "C" */
 
 extern const spb_backend spb_backend_cuda;
+/* bf16 storage on the device over this table (backend_bf16_cuda.c). */
+extern const spb_backend spb_backend_cuda_bf16;
 
 /* The device attention backends (fp32, one thread per query row forward,
  * per query row and per key row backward; no atomics): both "naive" and

@@ -1,0 +1,169 @@
+/* The bf16 tables' entries beyond the arithmetic (bf16_ops.h): allocation by
+ * role, memory operations, staging and AdamW on the masters.  Storage
+ * placement by category is described in backend_bf16_cpu.c; every transfer
+ * goes through the handle storage, so these serve the CPU and the CUDA
+ * instance alike. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "bf16_frame.h"
+#include "bf16_ops.h"
+#include "checks.h"
+#include "device_handles.h"
+
+static int zero_stage; /* what the core told the table (configure) */
+
+void spb_bf16_configure(const spb_config *cfg) { zero_stage = cfg->zero_stage; }
+
+float *spb_bf16_alloc_role(spb_mem_category cat, long n, spb_buffer_role role)
+{
+    /* ZeRO 0 and 3 update whole parameter buffers: their masters sit beside
+     * them; ZeRO 1 and 2 update slices of them: beside each first moment. */
+    const int whole_updates = zero_stage == 0 || zero_stage == 3;
+    spb_dtype type = SPB_DTYPE_BF16;
+    int masters = 0;
+    if (cat == SPB_MEM_PARAMS) {
+        masters = whole_updates;
+    } else if (cat == SPB_MEM_OPTIMIZER) {
+        type = SPB_DTYPE_F32;
+        masters = !whole_updates && role == SPB_BUF_FIRST_MOMENT;
+    } else if (role == SPB_BUF_FP32) {
+        type = SPB_DTYPE_F32;
+    }
+    float *p = spb_handle_alloc(cat, n, type);
+    if (masters && n > 0) {
+        spb_handle *h = spb_handle_find(p, NULL);
+        spb_handle_add_shadow(h, SPB_MEM_OPTIMIZER);
+        if (cat == SPB_MEM_PARAMS) spb_handle_bind_masters(h, 0, n, h, 0);
+    }
+    return p;
+}
+
+float *spb_bf16_alloc(spb_mem_category cat, long n) { return spb_bf16_alloc_role(cat, n, SPB_BUF_PLAIN); }
+
+int *spb_bf16_alloc_ints(spb_mem_category cat, long n) { return spb_handle_alloc_ints(cat, n); }
+
+/* --- memory operations on storage ------------------------------------------ */
+
+/* The values come from the inner table's fill on scratch, then one write
+ * (masters follow it, as any write's). */
+void spb_bf16_fill(float *x, long n, float value)
+{
+    if (n <= 0) return;
+    long i = 0;
+    spb_handle *h = spb_handle_at(x, n, &i, "fill");
+    const spb_handle_storage *st = spb_handles_storage();
+    float *v = st->scratch_alloc(sizeof(float) * (size_t)n);
+    spb_bf16_inner()->fill(v, n, value);
+    spb_bf16_write(h, i, n, v);
+    st->scratch_free(v);
+}
+
+void spb_bf16_zero(float *x, long n) { spb_bf16_fill(x, n, 0.0f); }
+
+void spb_bf16_copy(float *dst, const float *src, long n)
+{
+    if (n <= 0) return;
+    long di = 0, si = 0;
+    spb_handle *d = spb_handle_at(dst, n, &di, "copy (dst)");
+    const spb_handle *s = spb_handle_at(src, n, &si, "copy (src)");
+    const spb_handle_storage *st = spb_handles_storage();
+    float *v = st->scratch_alloc(sizeof(float) * (size_t)n);
+    spb_bf16_read(s, si, n, v);
+    spb_bf16_write(d, di, n, v);
+    st->scratch_free(v);
+}
+
+void spb_bf16_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width)
+{
+    long dn = spb_strided_extent(rows, dst_stride, width), sn = spb_strided_extent(rows, src_stride, width);
+    if (dn <= 0) return;
+    spb_frame f = {0};
+    spb_frame_out(&f, &dst, dn, "copy_rows (dst)");
+    spb_frame_in(&f, &src, sn, "copy_rows (src)");
+    spb_frame_load(&f);
+    spb_bf16_inner()->copy_rows(dst, dst_stride, src, src_stride, rows, width);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_ints_to_device(int *dst, const int *host, long n)
+{
+    if (n <= 0) return;
+    int *store = (int *)spb_bf16_ints(dst, n, "ints_to_device");
+    spb_handles_storage()->from_host(store, host, sizeof(int) * (size_t)n);
+    spb_handle_find(dst, NULL)->written = 1;
+}
+
+/* --- staging: host fp32 <-> storage (comm.h), masters for parameters -------- */
+
+void spb_bf16_to_host(void *host, const void *device, size_t bytes)
+{
+    SPB_CHECK(bytes % 4 == 0);
+    long n = (long)(bytes / 4), i = 0;
+    if (!n) return;
+    const spb_handle *h = spb_handle_at(device, n, &i, "staging to host");
+    if (h->ints)
+        spb_handles_storage()->to_host(host, (const int *)h->hi + i, bytes);
+    else
+        spb_bf16_read_masters(h, i, n, host);
+}
+
+void spb_bf16_to_device(void *device, const void *host, size_t bytes)
+{
+    SPB_CHECK(bytes % 4 == 0);
+    long n = (long)(bytes / 4), i = 0;
+    if (!n) return;
+    spb_handle *h = spb_handle_at(device, n, &i, "staging to device");
+    if (h->ints) {
+        spb_handles_storage()->from_host((int *)h->hi + i, host, bytes);
+        h->written = 1;
+    } else {
+        spb_bf16_write_masters(h, i, n, host);
+    }
+}
+
+/* Stored bytes of the element at device (comm.h): what a device-aware
+ * library would move for it.  Not a handle (an empty collective): fp32. */
+double spb_bf16_element_bytes(const void *device)
+{
+    long i = 0;
+    const spb_handle *h = spb_handle_find(device, &i);
+    return h && !h->ints && i < h->split ? 2.0 : 4.0;
+}
+
+/* --- AdamW on the masters ------------------------------------------------------ */
+
+/* The masters of p[0, n): bound already, or (ZeRO 1-2) the first moment's
+ * shadow, bound now and taken from the parameters' bf16 values. */
+static float *masters_of(spb_handle *ph, long pi, const float *m, long n)
+{
+    float *masters = spb_handle_masters(ph, pi, n);
+    if (masters) return masters;
+    long mi = 0;
+    spb_handle *mh = spb_handle_at(m, n, &mi, "adamw_apply (m)");
+    if (!mh->shadow) return NULL;
+    spb_bf16_read(ph, pi, n, mh->shadow + mi);
+    spb_handle_bind_masters(ph, pi, n, mh, mi);
+    return mh->shadow + mi;
+}
+
+/* The inner table's AdamW on the fp32 masters (storage-side: they are
+ * where the table computes), then their bf16 copy into p. */
+void spb_bf16_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                          float weight_decay, const spb_config *cfg, long step, double lr)
+{
+    if (n <= 0) return;
+    long pi = 0;
+    spb_handle *ph = spb_handle_at(p, n, &pi, "adamw_apply (p)");
+    float *masters = masters_of(ph, pi, m, n);
+    spb_frame f = {0};
+    spb_frame_in(&f, &grad, n, "adamw_apply (grad)");
+    spb_frame_out(&f, &m, n, "adamw_apply (m)");
+    spb_frame_out(&f, &v, n, "adamw_apply (v)");
+    if (!masters) spb_frame_out(&f, &p, n, "adamw_apply (p)"); /* no master: the update rounds into p */
+    spb_frame_load(&f);
+    spb_bf16_inner()->adamw_apply(masters ? masters : p, grad, m, v, n, grad_scale, weight_decay, cfg, step, lr);
+    spb_frame_store(&f);
+    if (masters) spb_bf16_write(ph, pi, n, masters); /* the bf16 copy of the updated masters */
+}

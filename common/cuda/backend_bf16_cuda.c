@@ -1,0 +1,94 @@
+/* Mixed precision on the GPU ("cuda-bf16", --device cuda --precision bf16):
+ * the CPU emulation's design (backend_bf16_cpu.c: handles, storage by
+ * category, masters, fp32 staging) with the storage in device memory
+ * (cuda_bf16.cu) and the fp32 CUDA table (cuda_backend.cu) as the inner
+ * table: each operation widens its bf16 operands into fp32 device scratch,
+ * runs the fp32 CUDA kernel or cuBLAS product on them and rounds its
+ * outputs once back into bf16 device storage (bf16_ops.c, bf16_table.c).
+ *
+ * The storage and memory path, not the fast one: products are fp32 (no
+ * tensor cores), and every operation pays a widen and a narrow.  What it
+ * gives is the memory a bf16 run holds on the device (parameters,
+ * activations, gradients in bf16; masters and moments fp32, device memory
+ * tracked by category) and bf16's numerics with fp32 arithmetic.  Never
+ * run on a GPU yet (docs/BF16.md).
+ *
+ * C, not CUDA C: the table is the shared C entries plus the fp32 CUDA
+ * table's device entries (open, clock, memory readings), read through
+ * spb_backend_cuda at call time (that table is built during C++ dynamic
+ * initialisation, so its members are no constants here). */
+#include "backend.h"
+#include "bf16_ops.h"
+#include "cuda_backend.h"
+#include "cuda_bf16_storage.h"
+
+static void use_device(void) { spb_bf16_use(&spb_backend_cuda, spb_cuda_bf16_storage()); }
+
+/* The rank's GPU first, then this instance: frames on the device. */
+static int cb_open(int local_rank, int local_size, int exclusive, char *err, size_t errlen)
+{
+    int rc = spb_backend_cuda.open(local_rank, local_size, exclusive, err, errlen);
+    if (rc == 0) use_device();
+    return rc;
+}
+
+static void cb_configure(const spb_config *cfg)
+{
+    use_device();
+    spb_bf16_configure(cfg);
+}
+
+static void cb_synchronize(void) { spb_backend_cuda.synchronize(); }
+static void cb_staging_synchronize(void) { spb_backend_cuda.staging.synchronize(); }
+static const spb_mem_stats *cb_mem_stats(void) { return spb_backend_cuda.mem_stats(); }
+static void cb_mem_reset_peaks(void) { spb_backend_cuda.mem_reset_peaks(); }
+static double cb_device_used_bytes(void) { return spb_backend_cuda.device_used_bytes(); }
+
+static int cb_clock_mark(void) { return spb_backend_cuda.clock->mark(); }
+static double cb_clock_elapsed(int from, int to) { return spb_backend_cuda.clock->elapsed(from, to); }
+static void cb_clock_release(void) { spb_backend_cuda.clock->release(); }
+static const spb_timer_clock cb_clock = {cb_clock_mark, cb_clock_elapsed, cb_clock_release};
+
+const spb_backend spb_backend_cuda_bf16 = {
+    .name = "cuda-bf16",
+    .host_memory = 0,
+    .staging = {.to_host = spb_bf16_to_host,
+                .to_device = spb_bf16_to_device,
+                .synchronize = cb_staging_synchronize,
+                .element_bytes = spb_bf16_element_bytes},
+    .open = cb_open,
+    .synchronize = cb_synchronize,
+    .mem_stats = cb_mem_stats,
+    .mem_reset_peaks = cb_mem_reset_peaks,
+    .device_used_bytes = cb_device_used_bytes,
+    .clock = &cb_clock,
+    .configure = cb_configure,
+    .attention = spb_bf16_attention,
+    .alloc = spb_bf16_alloc,
+    .alloc_role = spb_bf16_alloc_role,
+    .alloc_ints = spb_bf16_alloc_ints,
+    .free = spb_handle_free,
+    .zero = spb_bf16_zero,
+    .copy = spb_bf16_copy,
+    .copy_rows = spb_bf16_copy_rows,
+    .fill = spb_bf16_fill,
+    .ints_to_device = spb_bf16_ints_to_device,
+    .matmul_forward = spb_bf16_matmul_forward,
+    .matmul_backward = spb_bf16_matmul_backward,
+    .matmul_forward_ld = spb_bf16_matmul_forward_ld,
+    .matmul_backward_ld = spb_bf16_matmul_backward_ld,
+    .layernorm_forward = spb_bf16_layernorm_forward,
+    .layernorm_backward = spb_bf16_layernorm_backward,
+    .gelu_forward = spb_bf16_gelu_forward,
+    .gelu_backward = spb_bf16_gelu_backward,
+    .embedding_forward = spb_bf16_embedding_forward,
+    .embedding_backward = spb_bf16_embedding_backward,
+    .softmax_xent_forward = spb_bf16_softmax_xent_forward,
+    .softmax_xent_backward = spb_bf16_softmax_xent_backward,
+    .add_inplace = spb_bf16_add_inplace,
+    .add_bias_rows = spb_bf16_add_bias_rows,
+    .bias_grad_rows = spb_bf16_bias_grad_rows,
+    .adamw_apply = spb_bf16_adamw_apply,
+    .sum_squares = spb_bf16_sum_squares,
+    .attn_merge = spb_bf16_attn_merge,
+};
