@@ -62,8 +62,10 @@ int main(void)
     expect(spb_backend_for("tpu", "fp32") == NULL, "lookup", "unknown device");
 #ifdef SPB_HAVE_CUDA
     check_table(&spb_backend_cuda, 1);
+    check_table(&spb_backend_cuda_bf16, 1);
     expect(spb_backend_for("cuda", "fp32") == &spb_backend_cuda, "lookup", "cuda fp32");
-    printf("checked: cpu, cpu-bf16, cuda\n");
+    expect(spb_backend_for("cuda", "bf16") == &spb_backend_cuda_bf16, "lookup", "cuda bf16");
+    printf("checked: cpu, cpu-bf16, cuda, cuda-bf16\n");
 #else
     printf("checked: cpu, cpu-bf16 (no CUDA in this build)\n");
 #endif
