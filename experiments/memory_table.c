@@ -57,7 +57,9 @@ int main(int argc, char **argv)
     printf("MODELLED (memory model, not measured): %s GPT (L %d, h %d, %d heads, vocab 50257) on %d ranks, "
            "micro-batch 1, bf16 mixed precision (2+2+12 bytes per parameter), activation checkpointing; "
            "GiB per rank for parameters + gradients + optimizer state + kept activations + ZeRO-3's gathered "
-           "parameters (no other workspace or communication buffers); learned position embeddings of N rows.\n\n",
+           "parameters (no other workspace or communication buffers); learned position embeddings of N rows. "
+           "The model equals the allocator of the bf16 table (--precision bf16, emulated on the CPU) in 112 "
+           "small configurations (test bf16_mpi4); nothing here was measured on a GPU.\n\n",
            big ? "30B" : "7B", L, h, heads, world);
     printf("| strategy | P | D | ZeRO |");
     for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) printf(" N=%ldK |", lengths[k] / 1024);
