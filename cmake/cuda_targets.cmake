@@ -30,21 +30,19 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
     message(STATUS "spbench NCCL: not found, common/cuda/nccl_comm.cu and nccl_device_comm.cu left out")
   endif()
 
-  add_executable(spbench-gpu-check ${CMAKE_SOURCE_DIR}/experiments/gpu_check.cu)
-  set_target_properties(spbench-gpu-check PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
-  add_dependencies(spbench-gpu-check spb_version)
-  target_include_directories(spbench-gpu-check PRIVATE ${CMAKE_BINARY_DIR}/generated)
-  target_compile_definitions(spbench-gpu-check PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
-  target_link_libraries(spbench-gpu-check PRIVATE spbcore spbcuda CUDA::cudart)
-
-  # The device transformer layer (common/cuda/cuda_layer.cu) against the CPU
-  # layer, a 2-layer GPT step against the GPT core, and the 7B layer timings.
-  add_executable(spbench-gpu-layer ${CMAKE_SOURCE_DIR}/experiments/gpu_layer.cu)
-  set_target_properties(spbench-gpu-layer PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
-  add_dependencies(spbench-gpu-layer spb_version)
-  target_include_directories(spbench-gpu-layer PRIVATE ${CMAKE_BINARY_DIR}/generated)
-  target_compile_definitions(spbench-gpu-layer PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
-  target_link_libraries(spbench-gpu-layer PRIVATE spbcore spbcuda CUDA::cudart)
+  # spbench-gpu-check: every kernel against the CPU reference, the 7B-shape
+  # timings.  spbench-gpu-layer: the device transformer layer
+  # (common/cuda/cuda_layer.cu) against the CPU layer, a 2-layer GPT step
+  # against the GPT core, and the 7B layer timings.
+  foreach(spb_gpu_program check layer)
+    set(t spbench-gpu-${spb_gpu_program})
+    add_executable(${t} ${CMAKE_SOURCE_DIR}/experiments/gpu_${spb_gpu_program}.cu)
+    set_target_properties(${t} PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+    add_dependencies(${t} spb_version)
+    target_include_directories(${t} PRIVATE ${CMAKE_BINARY_DIR}/generated)
+    target_compile_definitions(${t} PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
+    target_link_libraries(${t} PRIVATE spbcore spbcuda CUDA::cudart)
+  endforeach()
 
   if(BUILD_TESTING)
     # The device layer and GPT step against the CPU; SKIPPED (77) without a GPU.

@@ -24,6 +24,22 @@ const spb_backend *spb_backend_for(const char *device, const char *precision)
 
 const spb_backend *spb_backend_by_name(const char *device) { return spb_backend_for(device, "fp32"); }
 
+void spb_backend_to_host(const spb_backend *be, float *host, const float *dev, long n)
+{
+    if (be->host_memory)
+        memcpy(host, dev, sizeof(float) * (size_t)n);
+    else
+        be->staging.to_host(host, dev, sizeof(float) * (size_t)n);
+}
+
+void spb_backend_to_device(const spb_backend *be, float *dev, const float *host, long n)
+{
+    if (be->host_memory)
+        memcpy(dev, host, sizeof(float) * (size_t)n);
+    else
+        be->staging.to_device(dev, host, sizeof(float) * (size_t)n);
+}
+
 float *spb_backend_alloc(const spb_backend *be, spb_mem_category cat, long n, spb_buffer_role role)
 {
     return be->alloc_role ? be->alloc_role(cat, n, role) : be->alloc(cat, n);

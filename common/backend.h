@@ -116,6 +116,10 @@ extern const spb_backend spb_backend_cpu_bf16;
 const spb_backend *spb_backend_for(const char *device, const char *precision);
 /* The fp32 table for --device (spb_backend_for(device, "fp32")). */
 const spb_backend *spb_backend_by_name(const char *device);
+/* n floats of a device buffer into host memory and back: a copy where the
+ * table's buffers are host memory, else through its staging hooks. */
+void spb_backend_to_host(const spb_backend *be, float *host, const float *dev, long n);
+void spb_backend_to_device(const spb_backend *be, float *dev, const float *host, long n);
 /* be->alloc_role where the table has one, else be->alloc. */
 float *spb_backend_alloc(const spb_backend *be, spb_mem_category cat, long n, spb_buffer_role role);
 /* 1 when this build has a table for --device (config.c's check). */

@@ -40,7 +40,6 @@ static void write_storage(spb_handle *h, long i, long n, const float *in)
 {
     SPB_CHECK(!h->ints && i >= 0 && n >= 0 && i + n <= h->n);
     store_range(h, i, n, in, NULL);
-    h->written = 1;
 }
 
 /* A write walked range by range: bound masters' ranges (in order) with
@@ -66,7 +65,6 @@ void spb_bf16_write(spb_handle *h, long i, long n, const float *in)
     master_walk w = {h, i, i, in};
     spb_handle_each_master(h, i, n, store_with_masters, &w);
     if (w.done < i + n) store_range(h, w.done, i + n - w.done, in + (w.done - i), NULL);
-    h->written = 1;
 }
 
 /* The staging views' walk over bound masters: out gets them, or in gives them

@@ -70,4 +70,21 @@ void spb_bf16_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, cons
  * (its log-sum-exp output stays fp32), or NULL. */
 const spb_attn_backend *spb_bf16_attention(const char *name);
 
+/* The entries every bf16 table shares (designated initialisers for a
+ * `const spb_backend`): each instance adds its name, staging, device and
+ * configure entries (backend_bf16_cpu.c, cuda/backend_bf16_cuda.c). */
+#define SPB_BF16_TABLE_OPS                                                                                             \
+    .attention = spb_bf16_attention, .alloc = spb_bf16_alloc, .alloc_role = spb_bf16_alloc_role,                       \
+    .alloc_ints = spb_bf16_alloc_ints, .free = spb_handle_free, .zero = spb_bf16_zero, .copy = spb_bf16_copy,          \
+    .copy_rows = spb_bf16_copy_rows, .fill = spb_bf16_fill, .ints_to_device = spb_bf16_ints_to_device,                 \
+    .matmul_forward = spb_bf16_matmul_forward, .matmul_backward = spb_bf16_matmul_backward,                            \
+    .matmul_forward_ld = spb_bf16_matmul_forward_ld, .matmul_backward_ld = spb_bf16_matmul_backward_ld,                \
+    .layernorm_forward = spb_bf16_layernorm_forward, .layernorm_backward = spb_bf16_layernorm_backward,                \
+    .gelu_forward = spb_bf16_gelu_forward, .gelu_backward = spb_bf16_gelu_backward,                                    \
+    .embedding_forward = spb_bf16_embedding_forward, .embedding_backward = spb_bf16_embedding_backward,                \
+    .softmax_xent_forward = spb_bf16_softmax_xent_forward, .softmax_xent_backward = spb_bf16_softmax_xent_backward,    \
+    .add_inplace = spb_bf16_add_inplace, .add_bias_rows = spb_bf16_add_bias_rows,                                      \
+    .bias_grad_rows = spb_bf16_bias_grad_rows, .adamw_apply = spb_bf16_adamw_apply,                                    \
+    .sum_squares = spb_bf16_sum_squares, .attn_merge = spb_bf16_attn_merge
+
 #endif

@@ -92,7 +92,6 @@ void spb_bf16_ints_to_device(int *dst, const int *host, long n)
     if (n <= 0) return;
     int *store = (int *)spb_bf16_ints(dst, n, "ints_to_device");
     spb_handles_storage()->from_host(store, host, sizeof(int) * (size_t)n);
-    spb_handle_find(dst, NULL)->written = 1;
 }
 
 /* --- staging: host fp32 <-> storage (comm.h), masters for parameters -------- */
@@ -115,12 +114,10 @@ void spb_bf16_to_device(void *device, const void *host, size_t bytes)
     long n = (long)(bytes / 4), i = 0;
     if (!n) return;
     spb_handle *h = spb_handle_at(device, n, &i, "staging to device");
-    if (h->ints) {
+    if (h->ints)
         spb_handles_storage()->from_host((int *)h->hi + i, host, bytes);
-        h->written = 1;
-    } else {
+    else
         spb_bf16_write_masters(h, i, n, host);
-    }
 }
 
 /* Stored bytes of the element at device (comm.h): what a device-aware

@@ -48,7 +48,6 @@ typedef struct spb_handle {
     long split;        /* floats: [0, split) in lo (bf16), [split, n) in hi (fp32); ints: 0 */
     spb_bf16 *lo;
     void *hi;          /* float *, or int32_t * for ints */
-    int written;       /* stored to since allocation (zero, fill and copies count) */
     float *shadow;     /* n fp32 masters, or NULL */
     spb_mem_category shadow_cat;
     spb_master_ref *masters; /* sorted by first, disjoint */

@@ -348,7 +348,7 @@ void spb_gpt_init_params(spb_gpt *g, uint64_t seed)
     float *host = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)largest));
     for (int t = 0; t < g->num_tensors; t++) {
         spb_gpt_init_tensor(g, t, seed, host);
-        g->be->staging.to_device(g->params + g->tensors[t].offset, host, sizeof(float) * (size_t)g->tensors[t].numel);
+        spb_backend_to_device(g->be, g->params + g->tensors[t].offset, host, g->tensors[t].numel);
     }
     free(host);
 }

@@ -162,22 +162,12 @@ static float *local_vector(const spb_trainer *t)
 /* A whole local vector of the model's device into host memory and back. */
 static void to_host(const spb_trainer *t, float *host, const float *dev)
 {
-    const spb_backend *be = t->gpt->be;
-    size_t bytes = sizeof(float) * (size_t)t->gpt->num_params;
-    if (be->host_memory)
-        memcpy(host, dev, bytes);
-    else
-        be->staging.to_host(host, dev, bytes);
+    spb_backend_to_host(t->gpt->be, host, dev, t->gpt->num_params);
 }
 
 static void to_device(const spb_trainer *t, float *dev, const float *host)
 {
-    const spb_backend *be = t->gpt->be;
-    size_t bytes = sizeof(float) * (size_t)t->gpt->num_params;
-    if (be->host_memory)
-        memcpy(dev, host, bytes);
-    else
-        be->staging.to_device(dev, host, bytes);
+    spb_backend_to_device(t->gpt->be, dev, host, t->gpt->num_params);
 }
 
 void spb_trainer_local_params(const spb_trainer *t, float *local)

@@ -19,22 +19,6 @@ static long slice_of(long numel, int size) { return (numel + size - 1) / size; }
 
 /* The slices and unit buffers live on the model's device (backend.h);
  * checkpoints and initialisation cross to and from host memory. */
-static void to_host(const spb_backend *be, float *host, const float *dev, long n)
-{
-    if (be->host_memory)
-        memcpy(host, dev, sizeof(float) * (size_t)n);
-    else
-        be->staging.to_host(host, dev, sizeof(float) * (size_t)n);
-}
-
-static void to_device(const spb_backend *be, float *dev, const float *host, long n)
-{
-    if (be->host_memory)
-        memcpy(dev, host, sizeof(float) * (size_t)n);
-    else
-        be->staging.to_device(dev, host, sizeof(float) * (size_t)n);
-}
-
 /* The class of a tensor: replicated ones over D x P, shards over D. */
 static int class_of(const spb_param_tensor *t) { return t->split != SPB_REPLICATED; }
 
@@ -173,7 +157,7 @@ static void init_slices(spb_zero *z, const spb_gpt *g, uint64_t seed)
         spb_zero_class *c = &z->cls[z->tensor_class[k]];
         const spb_zero_segment *sg = &c->segments[z->tensor_segment[k]];
         spb_gpt_init_tensor(g, k, seed, whole);
-        to_device(z->be, c->p + sg->packed_lo, whole + (sg->param_offset - g->tensors[k].offset), sg->n);
+        spb_backend_to_device(z->be, c->p + sg->packed_lo, whole + (sg->param_offset - g->tensors[k].offset), sg->n);
     }
     free(whole);
 }
@@ -306,7 +290,7 @@ static float *state_of(const spb_zero_class *c, spb_zero_state which)
 void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state which, float *local)
 {
     if (which == SPB_ZERO_PARAMS && z->stage < 3) {
-        to_host(z->be, local, g->params, g->num_params);
+        spb_backend_to_host(z->be, local, g->params, g->num_params);
         return;
     }
     for (int k = 0; k < z->num_classes; k++) {
@@ -323,7 +307,7 @@ void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state w
                 spb_allgather_f32(src + sg->packed_lo, all, slice, c->comm, SPB_PHASE_OTHER);
             else
                 z->be->copy(all, src + sg->packed_lo, slice);
-            to_host(z->be, local + t->offset, all, t->numel);
+            spb_backend_to_host(z->be, local + t->offset, all, t->numel);
             z->be->free(all);
         }
     }
@@ -332,7 +316,7 @@ void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state w
 void spb_zero_scatter_local(spb_zero *z, spb_gpt *g, spb_zero_state which, const float *local)
 {
     if (which == SPB_ZERO_PARAMS && z->stage < 3) {
-        to_device(z->be, g->params, local, g->num_params);
+        spb_backend_to_device(z->be, g->params, local, g->num_params);
         return;
     }
     for (int k = 0; k < z->num_classes; k++) {
@@ -340,7 +324,7 @@ void spb_zero_scatter_local(spb_zero *z, spb_gpt *g, spb_zero_state which, const
         float *dst = state_of(c, which);
         for (int i = 0; i < c->num_tensors; i++) {
             const spb_zero_segment *sg = &c->segments[i];
-            to_device(z->be, dst + sg->packed_lo, local + sg->param_offset, sg->n);
+            spb_backend_to_device(z->be, dst + sg->packed_lo, local + sg->param_offset, sg->n);
         }
     }
 }

@@ -388,40 +388,6 @@ static void check_attention(spb_cuda_impl impl, int D)
 }
 
 /* ------------------------------------------------------------ the timings -- */
-struct timer_ev {
-    cudaEvent_t a, b;
-    timer_ev()
-    {
-        SPB_CUDA_CHECK(cudaEventCreate(&a));
-        SPB_CUDA_CHECK(cudaEventCreate(&b));
-    }
-    ~timer_ev() { cudaEventDestroy(a), cudaEventDestroy(b); }
-};
-/* median milliseconds of reps runs after one warm-up; fewer reps when one run
- * is slow (the script's 8-minute budget) */
-template <typename F> static double time_ms(F f, int reps)
-{
-    timer_ev ev;
-    double ms[64];
-    SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
-    f(); /* warm-up (also picks and caches the cuBLASLt algorithm) */
-    SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
-    SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
-    float first = 0.0f;
-    SPB_CUDA_CHECK(cudaEventElapsedTime(&first, ev.a, ev.b));
-    if (first > 1000.0f && reps > 3) reps = 3;
-    if (reps > 64) reps = 64;
-    for (int r = 0; r < reps; r++) {
-        SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
-        f();
-        SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
-        SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
-        float t = 0.0f;
-        SPB_CUDA_CHECK(cudaEventElapsedTime(&t, ev.a, ev.b));
-        ms[r] = t;
-    }
-    return spb_median(ms, reps);
-}
 
 static double peak_tflops;
 static void timing_row(const char *kind, const char *name, long tokens, long m, long n, long k, int causal, int reps,

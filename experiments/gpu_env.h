@@ -1,7 +1,8 @@
 /* What the GPU check programs share at start: find the GPU, record its
  * name, driver and runtime for every CSV row, print the banner, and decide
  * whether this GPU can run the checks (sm_80+ for the bf16 tensor-core
- * kernels).  CUDA C, header-only: included by gpu_check.cu and gpu_layer.cu. */
+ * kernels); and how both time a region.  CUDA C, header-only: included by
+ * gpu_check.cu and gpu_layer.cu. */
 #ifndef SPB_GPU_ENV_H
 #define SPB_GPU_ENV_H
 
@@ -12,6 +13,7 @@
 
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "gpu_util.h"
 #include "spb_cuda.h"
 
 /* The commit every CSV row names (the generated header in the CMake build). */
@@ -67,6 +69,46 @@ static int gpu_parse_tokens(char *list, std::vector<long> &tokens)
         else if (*s) return 0;
     }
     return 1;
+}
+
+/* A pair of CUDA events for one timed region. */
+struct timer_ev {
+    cudaEvent_t a, b;
+    timer_ev()
+    {
+        SPB_CUDA_CHECK(cudaEventCreate(&a));
+        SPB_CUDA_CHECK(cudaEventCreate(&b));
+    }
+    ~timer_ev() { cudaEventDestroy(a), cudaEventDestroy(b); }
+};
+
+/* Median milliseconds of `reps` runs of f after one warm-up (which also
+ * picks and caches the cuBLASLt algorithms); 3 runs when one takes over a
+ * second (the script's 8-minute budget).  *used (may be NULL): the runs
+ * taken. */
+template <typename F> static double time_ms(F f, int reps, int *used = nullptr)
+{
+    timer_ev ev;
+    double ms[64];
+    SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
+    f();
+    SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
+    SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
+    float first = 0.0f;
+    SPB_CUDA_CHECK(cudaEventElapsedTime(&first, ev.a, ev.b));
+    if (first > 1000.0f && reps > 3) reps = 3;
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++) {
+        SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
+        f();
+        SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
+        SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
+        float t = 0.0f;
+        SPB_CUDA_CHECK(cudaEventElapsedTime(&t, ev.a, ev.b));
+        ms[r] = t;
+    }
+    if (used) *used = reps;
+    return spb_median(ms, reps);
 }
 
 #endif

@@ -352,40 +352,6 @@ static void check_gpt_step(spb_cuda_gemm *g, spb_cuda_impl impl)
 #endif
 
 /* ------------------------------------------------------------ the timings -- */
-struct timer_ev {
-    cudaEvent_t a, b;
-    timer_ev()
-    {
-        SPB_CUDA_CHECK(cudaEventCreate(&a));
-        SPB_CUDA_CHECK(cudaEventCreate(&b));
-    }
-    ~timer_ev() { cudaEventDestroy(a), cudaEventDestroy(b); }
-};
-/* Median milliseconds of reps runs after one warm-up (which also picks the
- * cuBLASLt algorithms); 3 runs when one takes over a second. */
-template <typename F> static double time_ms(F f, int &reps)
-{
-    timer_ev ev;
-    double ms[64];
-    SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
-    f();
-    SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
-    SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
-    float first = 0.0f;
-    SPB_CUDA_CHECK(cudaEventElapsedTime(&first, ev.a, ev.b));
-    if (first > 1000.0f && reps > 3) reps = 3;
-    if (reps > 64) reps = 64;
-    for (int r = 0; r < reps; r++) {
-        SPB_CUDA_CHECK(cudaEventRecord(ev.a, 0));
-        f();
-        SPB_CUDA_CHECK(cudaEventRecord(ev.b, 0));
-        SPB_CUDA_CHECK(cudaEventSynchronize(ev.b));
-        float t = 0.0f;
-        SPB_CUDA_CHECK(cudaEventElapsedTime(&t, ev.a, ev.b));
-        ms[r] = t;
-    }
-    return spb_median(ms, reps);
-}
 
 static void fill_f32(float *d, long n, float scale)
 {
@@ -515,7 +481,7 @@ static void time_core_step(int reps)
             loss = spb_gpt_forward(dm, in.data(), tg.data()) / (B * T);
             spb_gpt_backward(dm, 1.0f / (B * T));
         },
-        r);
+        r, &r);
     printf("core-step timing (information only; fp32 device table, simple kernels): L=%d B=%d T=%d C=%d H=%d "
            "V=%d: forward+backward median %.1f ms over %d runs (loss %.4f)\n",
            L, B, T, C, H, V, ms, r, loss);
@@ -609,7 +575,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             double exec = spb_layer_exec_flops_fwd(&s);
             int Pr = strcmp(st, "layer") ? P : 1;
             int reps = reps_req;
-            double ms = time_ms([&] { spb_cuda_layer_forward(L, x, y, 0); }, reps);
+            double ms = time_ms([&] { spb_cuda_layer_forward(L, x, y, 0); }, reps, &reps);
             timing_row(st, Pr, "fwd", N, s, reps, ms, paper, exec, 0.0);
             reps = reps_req;
             /* dx starts as d loss/d y each time (the backward works in place);
@@ -620,7 +586,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     SPB_CUDA_CHECK(cudaMemcpyAsync(dx, dy, 4 * (size_t)n, cudaMemcpyDeviceToDevice, 0));
                     spb_cuda_layer_backward(L, dx, 0);
                 },
-                reps);
+                reps, &reps);
             if (!strcmp(st, "layer")) layer_ms = ms;
             timing_row(st, Pr, "fwd+bwd", N, s, reps, ms, 3.0 * paper, 3.0 * exec, strcmp(st, "layer") ? layer_ms : 0.0);
             if (!strcmp(st, "layer") && N == tokens.back() && peak_tflops > 0) {

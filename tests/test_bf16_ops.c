@@ -248,7 +248,7 @@ static void check_memory_ops_and_adamw(void)
     const long n = 40;
     float *a = random_buffer(SPB_MEM_ACTIVATIONS, n, 1), *b = bf->alloc(SPB_MEM_ACTIVATIONS, n);
     float *m = random_buffer(SPB_MEM_OPTIMIZER, n, 1); /* fp32 storage */
-    bf->zero(b, n);                                     /* written: copies round into it from now on */
+    bf->zero(b, n);
     float *ra = widened(a, n), *rm = widened(m, n);
     bf->copy(b, a, n);
     tally("copy", mismatches(b, ra, n));
