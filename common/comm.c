@@ -12,7 +12,6 @@ static spb_comm_record records[SPB_NUM_OPS][SPB_NUM_PHASES];
 static const spb_comm_staging *staging;
 void spb_comm_set_staging(const spb_comm_staging *s) { staging = s; }
 
-
 /* A collective's start time.  Staged, the device's queued work is waited
  * for first: the first copy would wait for it inside the timed region. */
 static double start_time(void)
