@@ -146,6 +146,14 @@ static inline double spb_attn_visible_pairs(const spb_attn_desc *d)
     return per_head * d->batch * d->heads;
 }
 
+/* Elements a [batch][token][head][dim] operand of d spans at its strides
+ * (from its first element to one past its last). */
+static inline long spb_attn_operand_extent(const spb_attn_desc *d, int tokens, long token_stride, long batch_stride)
+{
+    if (d->batch <= 0 || tokens <= 0) return 0;
+    return (long)(d->batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)d->heads * d->head_dim;
+}
+
 extern const spb_attn_backend spb_attn_naive;  /* reference, materialises scores row by row */
 extern const spb_attn_backend spb_attn_flash;  /* tiled, online softmax, skips masked blocks */
 

@@ -37,10 +37,11 @@
 #include "backend.h"
 #include "bf16_ops.h"
 
-/* This instance: the CPU's fp32 table on host storage. */
+/* This instance: the CPU's fp32 table on host storage; its direct kernels
+ * (--bf16-kernels fast) emulate the GPU's (bf16_direct_cpu.c). */
 static void cpu_bf16_configure(const spb_config *cfg)
 {
-    spb_bf16_use(&spb_backend_cpu, NULL);
+    spb_bf16_use(&spb_backend_cpu, NULL, &spb_bf16_direct_cpu);
     spb_bf16_configure(cfg);
 }
 

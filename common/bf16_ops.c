@@ -3,17 +3,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16_direct.h"
 #include "bf16_frame.h"
 #include "checks.h"
 
 /* The instance in use: the fp32 table computing on the frames' copies (its
  * storage is the handle registry's, spb_handles_storage). */
 static const spb_backend *inner = &spb_backend_cpu;
+static const spb_bf16_direct *instance_direct = &spb_bf16_direct_cpu;
 
-void spb_bf16_use(const spb_backend *fp32_table, const spb_handle_storage *storage)
+void spb_bf16_use(const spb_backend *fp32_table, const spb_handle_storage *storage, const spb_bf16_direct *direct)
 {
     spb_handles_set_storage(storage);
     inner = fp32_table;
+    instance_direct = direct;
+}
+
+void spb_bf16_select_kernels(const char *kernels)
+{
+    spb_bf16_use_direct(kernels && !strcmp(kernels, "fast") ? instance_direct : NULL);
 }
 
 const spb_backend *spb_bf16_inner(void) { return inner; }
@@ -35,6 +43,7 @@ void spb_bf16_matmul_backward(float *dinp, float *dW, float *db, const float *do
 void spb_bf16_matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw,
                                 const float *b, int rows, int in, int out_f, int accumulate)
 {
+    if (spb_bf16_direct_matmul_forward(out, ldo, inp, ldi, W, ldw, b, rows, in, out_f, accumulate)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &out, spb_strided_extent(rows, ldo, out_f), "matmul_forward (out)");
     spb_frame_in(&f, &inp, spb_strided_extent(rows, ldi, in), "matmul_forward (inp)");
@@ -49,6 +58,9 @@ void spb_bf16_matmul_backward_ld(float *dinp, int lddi, float *dW, int lddw, flo
                                  const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
                                  int accumulate_dinp)
 {
+    if (spb_bf16_direct_matmul_backward(dinp, lddi, dW, lddw, db, dout, ldo, inp, ldi, W, ldw, rows, in, out_f,
+                                        accumulate_dinp))
+        return;
     spb_frame f = {0};
     spb_frame_out(&f, &dinp, spb_strided_extent(rows, lddi, in), "matmul_backward (dinp)");
     spb_frame_out(&f, &dW, spb_strided_extent(out_f, lddw, in), "matmul_backward (dW)");
@@ -241,13 +253,6 @@ void spb_bf16_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, cons
     spb_frame_store(&f);
 }
 
-/* Elements a [batch][token][head][dim] operand spans at its strides. */
-static long operand_extent(const spb_attn_desc *d, int tokens, long token_stride, long batch_stride)
-{
-    if (d->batch <= 0 || tokens <= 0) return 0;
-    return (long)(d->batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)d->heads * d->head_dim;
-}
-
 /* The inner table's kernel of that name (the bf16 wrapper exists only for
  * names the inner table knows). */
 static const spb_attn_backend *inner_kernel(const char *name)
@@ -260,10 +265,10 @@ static const spb_attn_backend *inner_kernel(const char *name)
 static void attention_forward(const spb_attn_backend *kernel, const spb_attn_desc *d, const float *q,
                               const float *k, const float *v, float *o, float *lse)
 {
-    long qx = operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
     spb_frame f = {0};
-    spb_frame_out(&f, &o, operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride), "attention (o)");
+    spb_frame_out(&f, &o, spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride), "attention (o)");
     spb_frame_out_f32(&f, &lse, (long)d->batch * d->heads * d->q_len, "attention (lse)");
     spb_frame_in(&f, &q, qx, "attention (q)");
     spb_frame_in(&f, &k, kx, "attention (k)");
@@ -277,9 +282,9 @@ static void attention_backward(const spb_attn_backend *kernel, const spb_attn_de
                                const float *k, const float *v, const float *o, const float *lse, const float *dout,
                                float *dq, float *dk, float *dv)
 {
-    long qx = operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
-    long ox = operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     spb_frame f = {0};
     spb_frame_out(&f, &dq, qx, "attention backward (dq)");
     spb_frame_out(&f, &dk, kx, "attention backward (dk)");
@@ -296,23 +301,26 @@ static void attention_backward(const spb_attn_backend *kernel, const spb_attn_de
 }
 
 /* One wrapper per kernel name (a C function pointer carries no state); each
- * calls the inner table's kernel of that name. */
-#define SPB_BF16_ATTENTION(label)                                                                                \
+ * calls the inner table's kernel of that name.  Flash tries the direct
+ * kernels first (bf16_direct.h); naive, the reference, never does. */
+#define SPB_BF16_ATTENTION(label, try_direct)                                                                    \
     static void label##_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, \
                                 float *lse)                                                                      \
     {                                                                                                            \
+        if (try_direct && spb_bf16_direct_attention_forward(d, q, k, v, o, lse)) return;                         \
         attention_forward(inner_kernel(#label), d, q, k, v, o, lse);                                             \
     }                                                                                                            \
     static void label##_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,         \
                                  const float *o, const float *lse, const float *dout, float *dq, float *dk,      \
                                  float *dv)                                                                      \
     {                                                                                                            \
+        if (try_direct && spb_bf16_direct_attention_backward(d, q, k, v, o, lse, dout, dq, dk, dv)) return;      \
         attention_backward(inner_kernel(#label), d, q, k, v, o, lse, dout, dq, dk, dv);                          \
     }                                                                                                            \
     static const spb_attn_backend label = {#label, label##_forward, label##_backward};
 
-SPB_BF16_ATTENTION(naive)
-SPB_BF16_ATTENTION(flash)
+SPB_BF16_ATTENTION(naive, 0)
+SPB_BF16_ATTENTION(flash, 1)
 #undef SPB_BF16_ATTENTION
 
 const spb_attn_backend *spb_bf16_attention(const char *name)

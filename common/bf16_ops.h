@@ -11,12 +11,17 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "bf16_direct.h"
 #include "device_handles.h"
 
-/* Selects the instance: fp32_table computes, storage holds (NULL: host).
- * Dies when the storage changes while buffers are alive.  The default is
- * cpu-bf16's: spb_backend_cpu on host storage. */
-void spb_bf16_use(const spb_backend *fp32_table, const spb_handle_storage *storage);
+/* Selects the instance: fp32_table computes, storage holds (NULL: host),
+ * direct are its direct kernels (bf16_direct.h; NULL: none).  Dies when the
+ * storage changes while buffers are alive.  The default is cpu-bf16's:
+ * spb_backend_cpu on host storage, spb_bf16_direct_cpu. */
+void spb_bf16_use(const spb_backend *fp32_table, const spb_handle_storage *storage, const spb_bf16_direct *direct);
+/* --bf16-kernels: "fast" turns the instance's direct kernels on, anything
+ * else ("reference") leaves every operation to the frames. */
+void spb_bf16_select_kernels(const char *kernels);
 const spb_backend *spb_bf16_inner(void);
 
 /* --- table entries beyond the arithmetic (bf16_table.c) --- */

@@ -14,7 +14,11 @@
 
 static int zero_stage; /* what the core told the table (configure) */
 
-void spb_bf16_configure(const spb_config *cfg) { zero_stage = cfg->zero_stage; }
+void spb_bf16_configure(const spb_config *cfg)
+{
+    zero_stage = cfg->zero_stage;
+    spb_bf16_select_kernels(cfg->bf16_kernels);
+}
 
 float *spb_bf16_alloc_role(spb_mem_category cat, long n, spb_buffer_role role)
 {

@@ -72,6 +72,10 @@ static const option_spec options[] = {
     OPT("precision", OPT_STRING, precision,
         "fp32 | bf16 (mixed precision: bf16 parameters, activations and gradients, fp32 arithmetic, masters and "
         "AdamW moments; --device cpu emulates it)"),
+    OPT("bf16-kernels", OPT_STRING, bf16_kernels,
+        "bf16's kernels: fast (products and flash attention straight from bf16 storage: cuBLASLt tensor cores on "
+        "the GPU) | reference (every operation on fp32 copies through the fp32 table); default fast on cuda, "
+        "reference on cpu (docs/BF16.md)"),
     OPT("data", OPT_STRING, data, "byte-level text file (vocabulary 256); default synthetic tokens"),
     OPT("results", OPT_STRING, results, "append a summary row to this CSV file"),
     OPT("dump", OPT_STRING, dump, "write inputs, loss, gradients of iteration 1 to FILE (and FILE.ckpt)"),
@@ -282,6 +286,12 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (!strcmp(c->precision, "bf16") && !spb_backend_for(c->device, c->precision))
         return fail(err, errlen, "--precision bf16 with --device %s: not implemented (the %s table is fp32; --device "
                                  "cpu --precision bf16 emulates mixed precision)", c->device, c->device);
+    if (!strcmp(c->precision, "bf16") && !c->bf16_kernels[0])
+        strcpy(c->bf16_kernels, strcmp(c->device, "cpu") ? "fast" : "reference");
+    if (c->bf16_kernels[0] && strcmp(c->precision, "bf16"))
+        return fail(err, errlen, "--bf16-kernels %s: applies to --precision bf16 only", c->bf16_kernels);
+    if (c->bf16_kernels[0] && strcmp(c->bf16_kernels, "fast") && strcmp(c->bf16_kernels, "reference"))
+        return fail(err, errlen, "unknown --bf16-kernels '%s' (fast, reference)", c->bf16_kernels);
     /* The bf16 tables' buffers are handles that only their own operations
      * and staging resolve; NCCL would be given the handles. */
     if (!strcmp(c->precision, "bf16") && !strcmp(c->comm, "nccl"))

@@ -48,6 +48,7 @@ typedef struct spb_config {
     char device[SPB_NAME_MAX];  /* cpu | cuda */
     char comm[SPB_NAME_MAX];    /* mpi (host-staged for device buffers) | nccl (device buffers, --device cuda) */
     char precision[SPB_NAME_MAX]; /* fp32 | bf16 (mixed: bf16 storage, fp32 arithmetic, masters and moments) */
+    char bf16_kernels[SPB_NAME_MAX]; /* bf16: fast (direct products, attention) | reference (fp32 frames) */
     /* io */
     char data[SPB_PATH_MAX];    /* byte-level text; empty = synthetic tokens */
     char results[SPB_PATH_MAX]; /* CSV summary row appended */

@@ -183,6 +183,7 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "device", "%s", c->device);
     spb_row_add(&r, "comm", "%s", c->comm);
     spb_row_add(&r, "precision", "%s", c->precision);
+    spb_row_add(&r, "bf16_kernels", "%s", c->bf16_kernels);
     spb_row_add(&r, "attention", "%s", c->attention);
     spb_row_add(&r, "world_size", "%d", g->world_size);
     spb_row_add(&r, "dp", "%d", g->dp_size);

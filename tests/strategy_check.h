@@ -22,6 +22,18 @@ static inline spb_trainer *make(spb_config *c, MPI_Comm comm, spb_grid *grid)
     return spb_trainer_create(c, grid);
 }
 
+/* A trainer's reduced gradients as one global vector (collective; the
+ * caller frees it). */
+static inline float *global_grads(const spb_trainer *t)
+{
+    float *local = malloc(sizeof(float) * (size_t)t->gpt->num_params);
+    float *global = malloc(sizeof(float) * (size_t)t->gpt->num_global_params);
+    spb_trainer_local_grads(t, local);
+    spb_gpt_gather_global(t->gpt, local, global);
+    free(local);
+    return global;
+}
+
 /* Worst per-tensor ||a - b|| / ||b|| over the global tensors. */
 static inline double worst_tensor_error(const spb_gpt *ref, const float *a, const float *b, const char **worst_name)
 {

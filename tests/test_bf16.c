@@ -87,17 +87,6 @@ static void case_config(spb_config *c, const run_case *k, const char *precision,
     snprintf(c->precision, sizeof c->precision, "%s", precision);
 }
 
-/* The reduced gradients as one global vector (collective). */
-static float *global_grads(const spb_trainer *t)
-{
-    float *local = malloc(sizeof(float) * (size_t)t->gpt->num_params);
-    float *global = malloc(sizeof(float) * (size_t)t->gpt->num_global_params);
-    spb_trainer_local_grads(t, local);
-    spb_gpt_gather_global(t->gpt, local, global);
-    free(local);
-    return global;
-}
-
 /* One rank's bf16 run of `none` on the whole global batch. */
 typedef struct reference {
     spb_grid grid;

@@ -376,9 +376,9 @@ START_TEST(a_device_like_storage_gives_the_same)
     spb_handle_storage strict = *host;
     strict.scratch_alloc = strict_scratch_alloc, strict.scratch_free = strict_scratch_free;
     strict.widen = counted_widen, strict.narrow = counted_narrow;
-    spb_bf16_use(&spb_backend_cpu, &strict);
+    spb_bf16_use(&spb_backend_cpu, &strict, &spb_bf16_direct_cpu);
     long bad = run_all();
-    spb_bf16_use(&spb_backend_cpu, NULL);
+    spb_bf16_use(&spb_backend_cpu, NULL, &spb_bf16_direct_cpu);
     printf("device-like storage: %ld elements off; %ld widens, %ld narrows, %ld scratch blocks\n", bad, widens,
            narrows, scratch_blocks);
     ck_assert_int_eq(bad, 0);

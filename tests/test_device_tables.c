@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bf16_direct.h"
 #ifdef SPB_HAVE_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_bf16_storage.h"
 #endif
 
 static int failures;
@@ -53,8 +55,19 @@ static void check_table(const spb_backend *t, int device)
     if (t->attention) expect(t->attention("no-such-kernel") == NULL, t->name, "attention(unknown) == NULL");
 }
 
+/* The bf16 tables' direct kernels (--bf16-kernels fast). */
+static void check_direct(const spb_bf16_direct *d)
+{
+    expect(d->gemm != NULL, d->name, "gemm");
+    expect(d->broadcast_rows != NULL, d->name, "broadcast_rows");
+    expect(d->ones != NULL, d->name, "ones");
+    expect(d->attention_forward != NULL, d->name, "attention_forward");
+    expect(d->attention_backward != NULL, d->name, "attention_backward");
+}
+
 int main(void)
 {
+    check_direct(&spb_bf16_direct_cpu);
     check_table(&spb_backend_cpu, 0);
     check_table(&spb_backend_cpu_bf16, 0);
     expect(spb_backend_for("cpu", "fp32") == &spb_backend_cpu, "lookup", "cpu fp32");
@@ -63,6 +76,7 @@ int main(void)
 #ifdef SPB_HAVE_CUDA
     check_table(&spb_backend_cuda, 1);
     check_table(&spb_backend_cuda_bf16, 1);
+    check_direct(&spb_bf16_direct_cuda);
     expect(spb_backend_for("cuda", "fp32") == &spb_backend_cuda, "lookup", "cuda fp32");
     expect(spb_backend_for("cuda", "bf16") == &spb_backend_cuda_bf16, "lookup", "cuda bf16");
     printf("checked: cpu, cpu-bf16, cuda, cuda-bf16\n");

@@ -6,12 +6,15 @@
  * runs the fp32 CUDA kernel or cuBLAS product on them and rounds its
  * outputs once back into bf16 device storage (bf16_ops.c, bf16_table.c).
  *
- * The storage and memory path, not the fast one: products are fp32 (no
- * tensor cores), and every operation pays a widen and a narrow.  What it
- * gives is the memory a bf16 run holds on the device (parameters,
- * activations, gradients in bf16; masters and moments fp32, device memory
- * tracked by category) and bf16's numerics with fp32 arithmetic.  Never
- * run on a GPU yet (docs/BF16.md).
+ * That frame path (--bf16-kernels reference) is the correctness path:
+ * products are fp32 (no tensor cores) and every operation pays a widen and
+ * a narrow.  The default, --bf16-kernels fast, runs the matrix products and
+ * flash attention straight on the bf16 storage (cuda_bf16_direct.cu:
+ * cuBLASLt on tensor cores, the bf16 flash kernel); the row-wise and
+ * elementwise operations stay on frames.  Either way the device holds what
+ * a bf16 run holds (parameters, activations, gradients in bf16; masters and
+ * moments fp32, device memory tracked by category).  Never run on a GPU
+ * yet (docs/BF16.md).
  *
  * C, not CUDA C: the table is the shared C entries plus the fp32 CUDA
  * table's device entries (open, clock, memory readings), read through
@@ -22,7 +25,10 @@
 #include "cuda_backend.h"
 #include "cuda_bf16_storage.h"
 
-static void use_device(void) { spb_bf16_use(&spb_backend_cuda, spb_cuda_bf16_storage()); }
+static void use_device(void)
+{
+    spb_bf16_use(&spb_backend_cuda, spb_cuda_bf16_storage(), &spb_bf16_direct_cuda);
+}
 
 /* The rank's GPU first, then this instance: frames on the device. */
 static int cb_open(int local_rank, int local_size, int exclusive, char *err, size_t errlen)

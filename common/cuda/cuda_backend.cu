@@ -548,27 +548,12 @@ void attn_forward(const spb_attn_desc *d, const float *q, const float *k, const 
     SPB_LAUNCH_CHECK();
 }
 
-/* The per-row dot products of attention backward: one buffer that only
- * grows, because cudaFree synchronises the device, which would stall the
- * host behind a ring transfer in flight on the communication stream. */
-float *rowdot_workspace(long n)
-{
-    static float *buf = nullptr;
-    static long cap = 0;
-    if (n > cap) {
-        spb_cuda_free(buf);
-        buf = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n);
-        cap = n;
-    }
-    return buf;
-}
-
 void attn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
                    const float *lse, const float *dout, float *dq, float *dk, float *dv)
 {
     long nq = (long)d->batch * d->heads * d->q_len, nk = (long)d->batch * d->heads * d->k_len;
     if (nq <= 0 || nk <= 0) return;
-    float *ws = rowdot_workspace(nq);
+    float *ws = spb_cuda_attention_workspace(nq);
     k_attn_rowdot<<<blocks_for(nq), kThreads>>>(*d, o, dout, ws);
     SPB_LAUNCH_CHECK();
     k_attn_backward_dq<<<blocks_for(nq), kThreads>>>(*d, q, k, v, lse, dout, ws, dq);

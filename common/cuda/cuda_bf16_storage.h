@@ -4,7 +4,7 @@
  * table (backend_bf16_cuda.c): cudaMalloc through spb_cuda_alloc (tracked
  * per category on the device), a scratch pool for the frames' fp32 copies,
  * and kernels that widen, narrow (round to nearest even, as common/bf16.h)
- * and keep the masters' rule of spb_bf16_write.  Everything runs on the
+ * and keep the masters' rule of spb_bf16_write; and the direct kernels.  Everything runs on the
  * legacy default stream, where the fp32 CUDA table computes, so a frame's
  * loads, the inner operation and its stores are ordered without waits. */
 #ifndef SPB_CUDA_BF16_STORAGE_H
@@ -14,9 +14,12 @@
 extern "C" {
 #endif
 
-#include "../device_handles.h" /* C header without its own extern "C" */
+#include "../bf16_direct.h" /* C headers without their own extern "C" */
+#include "../device_handles.h"
 
 const spb_handle_storage *spb_cuda_bf16_storage(void);
+/* Its direct kernels (--bf16-kernels fast): cuda_bf16_direct.cu. */
+extern const spb_bf16_direct spb_bf16_direct_cuda;
 
 #ifdef __cplusplus
 }

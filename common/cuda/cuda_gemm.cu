@@ -3,6 +3,7 @@
  * Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt gets
  * B as its "A" and A as its "B", with m and n swapped. */
 #include <cublasLt.h>
+#include <stdint.h>
 #include <vector>
 
 #include "cuda_check.h"
@@ -17,12 +18,26 @@
 namespace {
 struct plan_key {
     int ta, tb, m, n, k, lda, ldb, ldc, c_f32, beta_zero;
+    unsigned align_a, align_b, align_c; /* bytes the pointers are aligned to (<= 256) */
     bool operator==(const plan_key &o) const
     {
         return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb &&
-               ldc == o.ldc && c_f32 == o.c_f32 && beta_zero == o.beta_zero;
+               ldc == o.ldc && c_f32 == o.c_f32 && beta_zero == o.beta_zero && align_a == o.align_a &&
+               align_b == o.align_b && align_c == o.align_c;
     }
 };
+
+/* The largest power of two up to 256 that divides the address.  cuBLASLt's
+ * heuristic assumes 256-byte aligned operands unless told otherwise, and
+ * column blocks of larger matrices (Megatron-SP's and Ulysses' head blocks,
+ * the core's strided products) start anywhere on a bf16 boundary. */
+unsigned alignment_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    unsigned al = 256;
+    while (al > 1 && a % al) al >>= 1;
+    return al;
+}
 struct plan {
     plan_key key;
     cublasLtMatmulDesc_t op;
@@ -82,12 +97,20 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     SPB_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = g->workspace_bytes;
     SPB_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* Lt's A is our B, its B our A; C and D are both our C. */
+    const uint32_t align[4] = {k.align_b, k.align_a, k.align_c, k.align_c};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        SPB_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     SPB_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (found < 1)
-        SPB_DIE("cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d c_f32=%d", k.m, k.n, k.k, k.ta, k.tb, k.c_f32);
+        SPB_DIE("cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d c_f32=%d (alignment %u/%u/%u bytes)", k.m, k.n,
+                k.k, k.ta, k.tb, k.c_f32, k.align_a, k.align_b, k.align_c);
     p.algo = res.algo;
     g->plans.push_back(p);
     return g->plans.back();
@@ -98,7 +121,8 @@ extern "C" void spb_cuda_gemm_bf16(spb_cuda_gemm *g, int transA, int transB, int
                                    int ldc, int c_f32, cudaStream_t s)
 {
     if (m <= 0 || n <= 0) return;
-    plan_key key = {transA ? 1 : 0, transB ? 1 : 0, m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f};
+    plan_key key = {transA ? 1 : 0, transB ? 1 : 0, m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f,
+                    alignment_of(A), alignment_of(B), alignment_of(C)};
     const plan &p = get_plan(g, key);
     SPB_LT_CHECK(cublasLtMatmul(g->lt, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, g->workspace,
                                 g->workspace_bytes, s));

@@ -135,6 +135,9 @@ int spb_cuda_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const 
 int spb_cuda_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                 const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
                                 float *dv, float *workspace, spb_cuda_impl impl, cudaStream_t s);
+/* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
+ * by the attention backward of every caller; grows, never shrinks. */
+float *spb_cuda_attention_workspace(long n);
 
 #ifdef __cplusplus
 }

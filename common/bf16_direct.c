@@ -1,0 +1,207 @@
+/* Dispatch of the bf16 tables' direct path (bf16_direct.h): which calls may
+ * skip the fp32 frames, and how ops.h's products map onto one gemm. */
+#include "bf16_direct.h"
+
+#include "bf16_frame.h"
+#include "checks.h"
+#include "ops.h"
+#include "timer.h"
+
+static const spb_bf16_direct *in_use;
+static spb_bf16_direct_counts counts;
+
+void spb_bf16_use_direct(const spb_bf16_direct *direct) { in_use = direct; }
+const spb_bf16_direct *spb_bf16_direct_in_use(void) { return in_use; }
+spb_bf16_direct_counts spb_bf16_direct_get_counts(void) { return counts; }
+void spb_bf16_direct_reset_counts(void) { counts = (spb_bf16_direct_counts){0}; }
+
+int spb_bf16_direct_attention_supported(const spb_attn_desc *d)
+{
+    return (d->head_dim == 64 || d->head_dim == 128) && d->sparse_block <= 0 && d->batch > 0 && d->heads > 0 &&
+           d->q_len > 0 && d->k_len > 0;
+}
+
+/* One operand: elements [index, index + len) of handle h, all of one
+ * storage type.  Its storage address is taken only when the call runs
+ * (after any retyping, which moves storage). */
+typedef struct operand {
+    const float *p;
+    spb_handle *h;
+    long index, len;
+    spb_dtype type;
+} operand;
+
+static int operand_of(const float *p, long len, operand *o)
+{
+    long i = 0;
+    spb_handle *h = p && len > 0 ? spb_handle_find(p, &i) : NULL;
+    if (!h || h->ints || i + len > h->n) return 0;
+    spb_dtype t = spb_handle_dtype(h, i);
+    if (spb_handle_dtype(h, i + len - 1) != t) return 0;
+    *o = (operand){p, h, i, len, t};
+    return 1;
+}
+
+static int bf16_operand(const float *p, long len, operand *o) { return operand_of(p, len, o) && o->type == SPB_DTYPE_BF16; }
+
+static void count_range(void *ctx, long at, long len, float *masters)
+{
+    (void)at, (void)len, (void)masters;
+    ++*(int *)ctx;
+}
+
+/* An output: no fp32 masters bound to it (their rule is spb_bf16_write's,
+ * which only the frames keep). */
+static int output_operand(float *p, long len, operand *o)
+{
+    if (!operand_of(p, len, o)) return 0;
+    int bound = 0;
+    spb_handle_each_master(o->h, o->index, o->len, count_range, &bound);
+    return !bound;
+}
+
+static int overlap(const operand *a, const operand *b)
+{
+    return a->h == b->h && a->index < b->index + b->len && b->index < a->index + a->len;
+}
+
+static void *storage(const operand *o) { return spb_handle_resolve(o->p, NULL); }
+static spb_dtype type_now(const operand *o) { return spb_handle_dtype(o->h, o->index); }
+
+/* A product on the direct kernels, timed and counted like ops_cpu.c's. */
+static void product(int transA, int transB, int m, int n, int k, const operand *A, int lda, const operand *B, int ldb,
+                    float beta, const operand *C, int ldc)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_GEMM);
+    in_use->gemm(transA, transB, m, n, k, storage(A), lda, storage(B), ldb, beta, storage(C), C->type, ldc);
+    spb_timer_end(timed);
+    spb_gemm_flops_add(2.0 * m * n * k);
+}
+
+int spb_bf16_direct_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw,
+                                   const float *b, int rows, int in, int out_f, int accumulate)
+{
+    operand o, x, w, bias;
+    int ok = in_use && rows > 0 && in > 0 && out_f > 0 &&
+             output_operand(out, spb_strided_extent(rows, ldo, out_f), &o) &&
+             bf16_operand(inp, spb_strided_extent(rows, ldi, in), &x) &&
+             bf16_operand(W, spb_strided_extent(out_f, ldw, in), &w) && !overlap(&o, &x) && !overlap(&o, &w);
+    const int with_bias = b && !accumulate; /* ops.h: accumulating products add no bias */
+    if (ok && with_bias) ok = bf16_operand(b, out_f, &bias) && !overlap(&o, &bias);
+    if (!ok) {
+        counts.matmul_frames++;
+        return 0;
+    }
+    /* out = round(inp·Wᵀ + b): the bias (bf16, so exact in out) is laid in
+     * out first and the product added to it in fp32 (beta = 1). */
+    if (with_bias) in_use->broadcast_rows(storage(&o), o.type, ldo, storage(&bias), rows, out_f);
+    product(0, 1, rows, out_f, in, &x, ldi, &w, ldw, with_bias || accumulate ? 1.0f : 0.0f, &o, ldo);
+    counts.matmul_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
+                                    const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
+                                    int accumulate_dinp)
+{
+    operand go, x, w, gi, gw, gb;
+    int ok = in_use && rows > 0 && in > 0 && out_f > 0 &&
+             bf16_operand(dout, spb_strided_extent(rows, ldo, out_f), &go);
+    if (ok && dinp)
+        ok = bf16_operand(W, spb_strided_extent(out_f, ldw, in), &w) &&
+             output_operand(dinp, spb_strided_extent(rows, lddi, in), &gi) && !overlap(&gi, &go) && !overlap(&gi, &w);
+    if (ok && dW)
+        ok = bf16_operand(inp, spb_strided_extent(rows, ldi, in), &x) &&
+             output_operand(dW, spb_strided_extent(out_f, lddw, in), &gw) && !overlap(&gw, &go) &&
+             !overlap(&gw, &x) && !(dinp && (overlap(&gw, &w) || overlap(&gw, &gi)));
+    if (ok && dinp && dW) ok = !overlap(&gi, &x);
+    if (ok && db)
+        ok = output_operand(db, out_f, &gb) && !overlap(&gb, &go) && !(dinp && overlap(&gb, &gi)) &&
+             !(dW && overlap(&gb, &gw));
+    if (!ok) {
+        counts.matmul_frames++;
+        return 0;
+    }
+    /* dinp (=|+=) dout·W;  dW += doutᵀ·inp;  db += 1ᵀ·dout (column sums as
+     * a product with a vector of ones: fp32 sums, one rounding). */
+    if (dinp) product(0, 0, rows, in, out_f, &go, ldo, &w, ldw, accumulate_dinp ? 1.0f : 0.0f, &gi, lddi);
+    if (dW) product(1, 0, out_f, in, rows, &go, ldo, &x, ldi, 1.0f, &gw, lddw);
+    if (db) {
+        const spb_handle_storage *st = spb_handles_storage();
+        spb_bf16 *ones = st->scratch_alloc(sizeof(spb_bf16) * (size_t)rows);
+        in_use->ones(ones, rows);
+        spb_timer_region timed = spb_timer_begin(SPB_T_GEMM);
+        in_use->gemm(0, 0, 1, out_f, rows, ones, rows, storage(&go), ldo, 1.0f, storage(&gb), gb.type, out_f);
+        spb_timer_end(timed);
+        st->scratch_free(ones);
+    }
+    counts.matmul_direct++;
+    return 1;
+}
+
+/* q, k, v (and o, dout) as bf16 operands of d; 0 when one is not. */
+static int attention_inputs(const spb_attn_desc *d, const float *q, const float *k, const float *v, operand *oq,
+                            operand *ok, operand *ov)
+{
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    return bf16_operand(q, qx, oq) && bf16_operand(k, kx, ok) && bf16_operand(v, kx, ov);
+}
+
+int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                      float *o, float *lse)
+{
+    operand oq, ok_, ov, oo, ol;
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    long lx = (long)d->batch * d->heads * d->q_len;
+    int ok = in_use && spb_bf16_direct_attention_supported(d) && attention_inputs(d, q, k, v, &oq, &ok_, &ov) &&
+             output_operand(o, ox, &oo) && oo.type == SPB_DTYPE_BF16 && !overlap(&oo, &oq) && !overlap(&oo, &ok_) &&
+             !overlap(&oo, &ov) && operand_of(lse, 1, &ol);
+    if (ok) {
+        /* The log-sum-exp is fp32 by contract: its buffer's tail turns fp32
+         * here as the frames' spb_frame_out_f32 would turn it; that moves
+         * the handle's storage, so every operand is looked at again. */
+        long li = 0;
+        spb_handle *lh = spb_handle_at(lse, lx, &li, "attention (lse)");
+        spb_handle_retype_tail(lh, li);
+        ok = output_operand(lse, lx, &ol) && ol.type == SPB_DTYPE_F32 && !overlap(&ol, &oo) && !overlap(&ol, &oq) &&
+             !overlap(&ol, &ok_) && !overlap(&ol, &ov) && type_now(&oq) == SPB_DTYPE_BF16 &&
+             type_now(&ok_) == SPB_DTYPE_BF16 && type_now(&ov) == SPB_DTYPE_BF16 && type_now(&oo) == SPB_DTYPE_BF16;
+    }
+    if (!ok) {
+        counts.attention_frames++;
+        return 0;
+    }
+    in_use->attention_forward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo), storage(&ol));
+    counts.attention_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                                       float *dv)
+{
+    operand oq, ok_, ov, oo, ol, og;
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    int ok = in_use && spb_bf16_direct_attention_supported(d) && attention_inputs(d, q, k, v, &oq, &ok_, &ov) &&
+             bf16_operand(o, ox, &oo) && bf16_operand(dout, ox, &og) &&
+             operand_of(lse, (long)d->batch * d->heads * d->q_len, &ol) && ol.type == SPB_DTYPE_F32;
+    if (!ok) {
+        counts.attention_frames++;
+        return 0;
+    }
+    /* dQ, dK, dV accumulate in fp32 (the kernel's contract): they are a
+     * frame, read once and rounded once, like the reference path's. */
+    spb_frame f = {0};
+    spb_frame_out(&f, &dq, qx, "attention backward (dq)");
+    spb_frame_out(&f, &dk, kx, "attention backward (dk)");
+    spb_frame_out(&f, &dv, kx, "attention backward (dv)");
+    spb_frame_load(&f);
+    in_use->attention_backward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo), storage(&ol),
+                               storage(&og), dq, dk, dv);
+    spb_frame_store(&f);
+    counts.attention_direct++;
+    return 1;
+}

@@ -1,0 +1,82 @@
+/* The bf16 tables' direct path (--bf16-kernels fast): matrix products and
+ * attention computed straight from bf16 storage, with no fp32 frame around
+ * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
+ * products on tensor cores (bf16 in, fp32 accumulate, rounded once) and the
+ * bf16 flash-attention kernel (common/cuda/cuda_bf16_direct.cu).  The frame
+ * path (bf16_ops.c: widen every operand, run the fp32 table, round once) is
+ * the reference beside it (--bf16-kernels reference).
+ *
+ * Both paths compute the same thing: every product and every attention
+ * output is accumulated in fp32 from the stored bf16 operands and rounded
+ * once to its buffer's type, so they differ only by the order of fp32
+ * additions (at most an ulp of the stored result, now and then).
+ *
+ * Dispatch (bf16_direct.c) takes an operation direct only when each operand
+ * is one contiguous run of one handle in one storage type, no output
+ * carries fp32 masters, no output shares a buffer with an input and the
+ * kernel supports the shape; otherwise the frame path runs it.  Counters
+ * say which path each call took, so tests can show that a run of the core
+ * went direct where the device would.
+ *
+ * An instance supplies the kernels on its storage: the CPU emulation
+ * (bf16_direct_cpu.c, the contracts below computed with cblas and the CPU
+ * flash kernel, so the dispatch is tested without a GPU) or the CUDA one. */
+#ifndef SPB_BF16_DIRECT_H
+#define SPB_BF16_DIRECT_H
+
+#include "attention.h"
+#include "device_handles.h"
+
+typedef struct spb_bf16_direct {
+    const char *name;
+    /* Row-major C[m][n] = op(A)[m][k] op(B)[k][n] + beta C, beta 0 or 1;
+     * A and B bf16 storage, C bf16 or fp32 storage (c_type); the sum in
+     * fp32, C rounded once.  op(A) = A, or Aᵀ when transA (A stored [k][m]). */
+    void (*gemm)(int transA, int transB, int m, int n, int k, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb,
+                 float beta, void *C, spb_dtype c_type, int ldc);
+    /* C[r][j] = b[j] for r < rows, j < n (b bf16 storage, so exact in C). */
+    void (*broadcast_rows)(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int rows, int n);
+    /* n bf16 ones (the column-sum vector of bias gradients). */
+    void (*ones)(spb_bf16 *x, long n);
+    /* attention.h's contracts on storage: q k v o dout bf16, lse fp32, o
+     * rounded once; dq dk dv fp32 (the frame's copies), accumulated. */
+    void (*attention_forward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                              spb_bf16 *o, float *lse);
+    void (*attention_backward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                               const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
+                               float *dv);
+} spb_bf16_direct;
+
+/* The kernels of the instance in use, or NULL: every operation through the
+ * frames (the default). */
+void spb_bf16_use_direct(const spb_bf16_direct *direct);
+const spb_bf16_direct *spb_bf16_direct_in_use(void);
+extern const spb_bf16_direct spb_bf16_direct_cpu;
+
+/* The shapes the device's flash kernel takes (spb_cuda.h): head dim 64 or
+ * 128, dense masks (no blocked-sparse pattern).  Every instance applies it,
+ * so a CPU run falls back exactly where a GPU run would. */
+int spb_bf16_direct_attention_supported(const spb_attn_desc *d);
+
+/* Dispatch: 1 when the call ran direct, 0 when the caller must run it
+ * through the frames (nothing was touched then). */
+int spb_bf16_direct_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *W, int ldw,
+                                   const float *b, int rows, int in, int out_f, int accumulate);
+int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
+                                    const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
+                                    int accumulate_dinp);
+int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                      float *o, float *lse);
+int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                                       float *dv);
+
+/* Calls per path since the last reset (the process's). */
+typedef struct spb_bf16_direct_counts {
+    long matmul_direct, matmul_frames;
+    long attention_direct, attention_frames;
+} spb_bf16_direct_counts;
+spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
+void spb_bf16_direct_reset_counts(void);
+
+#endif

@@ -1,0 +1,91 @@
+/* The direct kernels' contracts (bf16_direct.h) on host storage: what the
+ * CUDA instance computes with cuBLASLt and the bf16 flash kernel, computed
+ * here with cblas and the CPU flash kernel on exact fp32 copies of the bf16
+ * operands.  Not faster than the frames (it copies as much); it exists so
+ * that the dispatch, the mapping of every product onto one gemm and the
+ * attention path through it run in the CPU tests. */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "bf16_direct.h"
+#include "checks.h"
+
+static float *widened(const spb_bf16 *x, long n)
+{
+    float *w = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)));
+    for (long i = 0; i < n; i++) w[i] = spb_bf16_to_float(x[i]);
+    return w;
+}
+
+static long extent(long rows, long ld, long width) { return rows > 0 && width > 0 ? (rows - 1) * ld + width : 0; }
+
+static void cpu_gemm(int transA, int transB, int m, int n, int k, const spb_bf16 *A, int lda, const spb_bf16 *B,
+                     int ldb, float beta, void *C, spb_dtype c_type, int ldc)
+{
+    float *a = widened(A, transA ? extent(k, lda, m) : extent(m, lda, k));
+    float *b = widened(B, transB ? extent(n, ldb, k) : extent(k, ldb, n));
+    long cx = extent(m, ldc, n);
+    float *c = c_type == SPB_DTYPE_BF16 ? widened(C, cx) : C;
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                a, lda, b, ldb, beta, c, ldc);
+    if (c_type == SPB_DTYPE_BF16) {
+        spb_bf16 *out = C;
+        for (long r = 0; r < m; r++)
+            for (long j = 0; j < n; j++) out[r * ldc + j] = spb_bf16_from_float(c[r * ldc + j]);
+        free(c);
+    }
+    free(a);
+    free(b);
+}
+
+static void cpu_broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int rows, int n)
+{
+    for (long r = 0; r < rows; r++)
+        for (long j = 0; j < n; j++) {
+            if (c_type == SPB_DTYPE_BF16)
+                ((spb_bf16 *)C)[r * ldc + j] = b[j];
+            else
+                ((float *)C)[r * ldc + j] = spb_bf16_to_float(b[j]);
+        }
+}
+
+static void cpu_ones(spb_bf16 *x, long n)
+{
+    for (long i = 0; i < n; i++) x[i] = spb_bf16_from_float(1.0f);
+}
+
+static void cpu_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                  spb_bf16 *o, float *lse)
+{
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    float *q32 = widened(q, qx), *k32 = widened(k, kx), *v32 = widened(v, kx), *o32 = widened(o, ox);
+    spb_attn_flash.forward(d, q32, k32, v32, o32, lse);
+    /* Back over the whole extent: elements between the rows were widened
+     * exactly, so they come back unchanged. */
+    for (long i = 0; i < ox; i++) o[i] = spb_bf16_from_float(o32[i]);
+    free(q32), free(k32), free(v32), free(o32);
+}
+
+static void cpu_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                   const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
+                                   float *dv)
+{
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    float *q32 = widened(q, qx), *k32 = widened(k, kx), *v32 = widened(v, kx);
+    float *o32 = widened(o, ox), *g32 = widened(dout, ox);
+    spb_attn_flash.backward(d, q32, k32, v32, o32, lse, g32, dq, dk, dv);
+    free(q32), free(k32), free(v32), free(o32), free(g32);
+}
+
+const spb_bf16_direct spb_bf16_direct_cpu = {
+    .name = "cpu emulation",
+    .gemm = cpu_gemm,
+    .broadcast_rows = cpu_broadcast_rows,
+    .ones = cpu_ones,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+};

@@ -1,0 +1,527 @@
+/* The bf16 tables' direct path (common/bf16_direct.h, --bf16-kernels fast)
+ * on the CPU emulation of the device's direct kernels, under mpiexec -np 4:
+ *   - each product (forward with and without bias, accumulating, strided
+ *     column blocks, backward with dinp, dW and db, fp32 outputs) and each
+ *     attention call (fused QKV, Ulysses' shared saved buffer, a ring block
+ *     with offsets, accumulated backward) against the frame path on the same
+ *     data: within one bf16 ulp per element (the paths differ only in the
+ *     order of fp32 additions), and the dispatch took the path it should;
+ *   - the cases the device cannot take (outputs carrying masters, an operand
+ *     that straddles a storage type, head dim 32, a sparse mask, the naive
+ *     kernel, --bf16-kernels reference) go through the frames, bit for bit;
+ *   - a direct table that loses the bias is caught by the same comparison;
+ *   - training: every strategy with --bf16-kernels fast at head dim 64
+ *     takes every product and attention call direct and tracks fp32 and
+ *     the reference path within test_bf16.c's bounds. */
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "backend.h"
+#include "bf16_direct.h"
+#include "bf16_ops.h"
+#include "device_handles.h"
+#include "mpi_check.h"
+#include "rng.h"
+#include "strategy_check.h"
+#include "train.h"
+
+static const spb_backend *bf = &spb_backend_cpu_bf16;
+static int world_rank;
+
+/* --- buffers ----------------------------------------------------------------- */
+
+/* n values ~ scale·N(0, 1) from stream `id`, rounded into a table buffer
+ * of that role: the same id gives the same buffer. */
+static float *buffer(spb_mem_category cat, spb_buffer_role role, long n, float scale, uint64_t id)
+{
+    float *h = spb_backend_alloc(bf, cat, n, role);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (long i = 0; i < n; i++) v[i] = scale * (float)spb_rng_normal(91, id, (uint64_t)i);
+    bf->staging.to_device(h, v, sizeof(float) * (size_t)n);
+    free(v);
+    return h;
+}
+
+static float *host_copy(const float *h, long n)
+{
+    float *v = malloc(sizeof(float) * (size_t)n);
+    bf->staging.to_host(v, h, sizeof(float) * (size_t)n);
+    return v;
+}
+
+/* bf16 ulps between two values that are each a bf16 (or fp32) value. */
+static long ulps(float a, float b)
+{
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4), memcpy(&ub, &b, 4);
+    long ia = (ua & 0x80000000u) ? -(long)(ua & 0x7fffffffu) : (long)ua;
+    long ib = (ub & 0x80000000u) ? -(long)(ub & 0x7fffffffu) : (long)ub;
+    return labs(ia - ib) >> 16; /* bf16 is fp32's top 16 bits */
+}
+
+/* Worst ulp distance between two buffers' contents, and how many differ. */
+typedef struct distance {
+    long worst, differ;
+} distance;
+
+static distance compare(const float *a, const float *b, long n)
+{
+    float *x = host_copy(a, n), *y = host_copy(b, n);
+    distance d = {0, 0};
+    for (long i = 0; i < n; i++) {
+        long u = ulps(x[i], y[i]);
+        d.worst = u > d.worst ? u : d.worst;
+        d.differ += memcmp(&x[i], &y[i], 4) != 0;
+    }
+    free(x), free(y);
+    return d;
+}
+
+/* Runs fn on two twin sets of buffers, once through the frames and once
+ * with the direct kernels `direct` (NULL: frames both times), and returns
+ * how far apart the outputs came out; *went_direct: the second run's calls
+ * that went direct (matmuls + attention). */
+typedef struct twin_set twin_set;
+typedef void (*op_fn)(twin_set *s);
+struct twin_set {
+    float *buf[12];
+    long len[12];
+    int nbuf, outputs[12], noutputs;
+};
+
+static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_direct *direct, long *went_direct)
+{
+    twin_set a = {0}, b = {0};
+    make(&a), make(&b);
+    spb_bf16_use_direct(NULL);
+    spb_bf16_direct_reset_counts();
+    op(&a);
+    spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
+    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct, 0);
+    spb_bf16_use_direct(direct);
+    spb_bf16_direct_reset_counts();
+    op(&b);
+    spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
+    spb_bf16_use_direct(NULL);
+    *went_direct = c.matmul_direct + c.attention_direct;
+    distance worst = {0, 0};
+    for (int k = 0; k < a.noutputs; k++) {
+        int i = a.outputs[k];
+        distance d = compare(b.buf[i], a.buf[i], a.len[i]);
+        worst.worst = d.worst > worst.worst ? d.worst : worst.worst;
+        worst.differ += d.differ;
+    }
+    for (int i = 0; i < a.nbuf; i++) bf->free(a.buf[i]), bf->free(b.buf[i]);
+    return worst;
+}
+
+static int add(twin_set *s, float *p, long n, int output)
+{
+    s->buf[s->nbuf] = p, s->len[s->nbuf] = n;
+    if (output) s->outputs[s->noutputs++] = s->nbuf;
+    return s->nbuf++;
+}
+
+/* --- products ------------------------------------------------------------------ */
+
+enum { ROWS = 24, IN = 64, OUT = 48, LDO = 80, LDI = 72, LDW = 70 };
+
+/* x [ROWS][LDI], W [OUT][LDW] (parameters: masters bound), b [OUT], out
+ * [ROWS][LDO], dx [ROWS][LDI], dW [OUT][LDW], db [OUT]. */
+static void make_product(twin_set *s)
+{
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, ROWS * LDI, 1, 1), ROWS * LDI, 0);
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, OUT * LDW, 0.2f, 2), OUT * LDW, 0);
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, OUT, 0.5f, 3), OUT, 0);
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, ROWS * LDO, 1, 4), ROWS * LDO, 1);
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, ROWS * LDI, 1, 5), ROWS * LDI, 1);
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, OUT * LDW, 1, 6), OUT * LDW, 1);
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, OUT, 1, 7), OUT, 1);
+    /* fp32 outputs (ZeRO's reduced gradient slices are such buffers) */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_FP32, ROWS * LDO, 1, 8), ROWS * LDO, 1);
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_FP32, OUT * LDW, 1, 9), OUT * LDW, 1);
+}
+enum { X, W, B, O, DX, DW, DB, O32, DW32 };
+
+static void forward_bias(twin_set *s)
+{
+    float **p = s->buf;
+    bf->matmul_forward(p[O], p[X], p[W], p[B], ROWS, 40, OUT); /* dense [ROWS][40] x [OUT][40] */
+}
+static void forward_no_bias(twin_set *s) { bf->matmul_forward(s->buf[O], s->buf[X], s->buf[W], NULL, ROWS, 40, OUT); }
+static void forward_blocks(twin_set *s)
+{
+    float **p = s->buf; /* column blocks, accumulated (Megatron's and Ulysses' head blocks) */
+    bf->matmul_forward_ld(p[O] + 5, LDO, p[X] + 3, LDI, p[W] + 2, LDW, p[B], ROWS, IN, OUT, 1);
+    bf->matmul_forward_ld(p[O] + 7, LDO, p[X], LDI, p[W], LDW, p[B], ROWS, IN, 20, 0);
+}
+static void forward_fp32_out(twin_set *s)
+{
+    float **p = s->buf;
+    bf->matmul_forward_ld(p[O32], LDO, p[X], LDI, p[W], LDW, p[B], ROWS, IN, OUT, 0);
+    bf->matmul_forward_ld(p[O32] + 1, LDO, p[X], LDI, p[W], LDW, NULL, ROWS, IN, OUT, 1);
+}
+static void backward_all(twin_set *s)
+{
+    float **p = s->buf;
+    bf->matmul_backward(p[DX], p[DW], p[DB], p[O], p[X], p[W], ROWS, 40, OUT, 0);
+    bf->matmul_backward(p[DX], p[DW], p[DB], p[O], p[X], p[W], ROWS, 40, OUT, 1);
+}
+static void backward_blocks(twin_set *s)
+{
+    float **p = s->buf;
+    bf->matmul_backward_ld(p[DX] + 1, LDI, p[DW] + 3, LDW, p[DB], p[O] + 2, LDO, p[X] + 1, LDI, p[W] + 3, LDW, ROWS,
+                           60, 40, 1);
+    bf->matmul_backward_ld(NULL, 0, p[DW32], LDW, NULL, p[O], LDO, p[X], LDI, NULL, 0, ROWS, IN, OUT, 0);
+}
+/* Same handle, disjoint ranges: allowed direct (out after inp in one buffer). */
+static void forward_same_buffer(twin_set *s)
+{
+    float **p = s->buf;
+    bf->matmul_forward(p[DX] + ROWS * 32, p[DX], p[W], p[B], ROWS, 32, 16);
+}
+
+/* Cases the direct kernels must leave to the frames. */
+static void output_with_masters(twin_set *s)
+{
+    float **p = s->buf; /* a parameter buffer (masters bound) as the output */
+    bf->matmul_forward(p[W], p[X], p[DW], NULL, ROWS, 40, 40);
+}
+static void straddling_input(twin_set *s)
+{
+    float **p = s->buf; /* x's tail turned fp32: the input spans two types */
+    spb_handle *h = spb_handle_find(p[X], NULL);
+    spb_handle_retype_tail(h, ROWS * LDI - 100);
+    bf->matmul_forward_ld(p[O], LDO, p[X], LDI, p[W], LDW, p[B], ROWS, IN, OUT, 0);
+}
+
+typedef struct product_case {
+    const char *name;
+    op_fn op;
+    long direct_calls; /* how many calls should go direct */
+} product_case;
+
+static const product_case product_cases[] = {
+    {"forward, bias", forward_bias, 1},
+    {"forward, no bias", forward_no_bias, 1},
+    {"forward_ld, column blocks, accumulate", forward_blocks, 2},
+    {"forward_ld, fp32 output", forward_fp32_out, 2},
+    {"backward, dinp = and +=", backward_all, 2},
+    {"backward_ld, blocks, no dinp, fp32 dW", backward_blocks, 2},
+    {"forward, output beside the input", forward_same_buffer, 1},
+    {"output carrying masters (frames)", output_with_masters, 0},
+    {"input straddling bf16 and fp32 (frames)", straddling_input, 0},
+};
+
+START_TEST(products_match_the_frames)
+{
+    for (size_t c = 0; c < sizeof product_cases / sizeof product_cases[0]; c++) {
+        const product_case *k = &product_cases[c];
+        long direct = 0;
+        distance d = run_twins(make_product, k->op, &spb_bf16_direct_cpu, &direct);
+        if (!world_rank)
+            printf("product %-42s direct calls %ld, worst %ld ulp, %ld elements differ\n", k->name, direct, d.worst,
+                   d.differ);
+        ck_assert_msg(direct == k->direct_calls, "%s: %ld calls went direct, want %ld", k->name, direct,
+                      k->direct_calls);
+        ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", k->name, d.worst);
+        if (!k->direct_calls) ck_assert_msg(d.differ == 0, "%s: the frames differ from themselves", k->name);
+    }
+    ck_assert_int_eq(spb_handles_live(), 0);
+}
+END_TEST
+
+/* A direct table whose products forget C (beta): the bias is lost. */
+static void gemm_without_beta(int ta, int tb, int m, int n, int k, const spb_bf16 *A, int lda, const spb_bf16 *B,
+                              int ldb, float beta, void *C, spb_dtype ct, int ldc)
+{
+    (void)beta;
+    spb_bf16_direct_cpu.gemm(ta, tb, m, n, k, A, lda, B, ldb, 0.0f, C, ct, ldc);
+}
+
+START_TEST(a_direct_table_that_loses_the_bias_is_caught)
+{
+    spb_bf16_direct broken = spb_bf16_direct_cpu;
+    broken.gemm = gemm_without_beta;
+    long direct = 0;
+    distance d = run_twins(make_product, forward_bias, &broken, &direct);
+    ck_assert_int_eq(direct, 1);
+    ck_assert_msg(d.worst > 1000, "a lost bias came out %ld ulp away", d.worst);
+    d = run_twins(make_product, backward_all, &broken, &direct);
+    ck_assert_msg(d.worst > 1000, "a lost accumulation came out %ld ulp away", d.worst);
+}
+END_TEST
+
+/* --- attention ------------------------------------------------------------------ */
+
+enum { AB = 2, AH = 2, AT = 32 };
+static int head_dim = 64, sparse = 0;
+
+/* [B][T][3][H][D] fused QKV, O, lse, dQKV, dO; and a "saved" buffer holding
+ * QKV, then O, then lse, as Ulysses keeps them. */
+static long qkv_len(void) { return (long)AB * AT * 3 * AH * head_dim; }
+static long o_len(void) { return (long)AB * AT * AH * head_dim; }
+static void make_attention(twin_set *s)
+{
+    long nq = qkv_len(), no = o_len(), nl = (long)AB * AH * AT;
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, nq, 1, 11), nq, 0);
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, no, 1, 12), no, 1);
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, nl, 0, 13), nl, 1);
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, nq, 0, 14), nq, 1);
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, no, 1, 15), no, 0);
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, nq + no + nl, 1, 16), nq + no + nl, 1);
+}
+enum { QKV, AO, LSE, DQKV, DO, SAVED };
+
+static spb_attn_desc desc(int q_len, int k_len, long q_off, long k_off)
+{
+    spb_attn_desc d = {0};
+    long W = (long)AH * head_dim;
+    d.batch = AB, d.heads = AH, d.head_dim = head_dim, d.q_len = q_len, d.k_len = k_len;
+    d.q_offset = q_off, d.k_offset = k_off, d.causal = 1, d.scale = 1.0f / sqrtf((float)head_dim);
+    d.q_token_stride = d.k_token_stride = 3 * W, d.q_batch_stride = d.k_batch_stride = AT * 3 * W;
+    d.o_token_stride = W, d.o_batch_stride = AT * W;
+    if (sparse) d.sparse_block = 8, d.sparse_local = 1, d.sparse_global = 1;
+    return d;
+}
+
+static const spb_attn_backend *flash(void) { return bf->attention("flash"); }
+
+static void attention_fused(twin_set *s)
+{
+    float **p = s->buf;
+    long W = (long)AH * head_dim;
+    spb_attn_desc d = desc(AT, AT, 0, 0);
+    flash()->forward(&d, p[QKV], p[QKV] + W, p[QKV] + 2 * W, p[AO], p[LSE]);
+    flash()->backward(&d, p[QKV], p[QKV] + W, p[QKV] + 2 * W, p[AO], p[LSE], p[DO], p[DQKV], p[DQKV] + W,
+                      p[DQKV] + 2 * W);
+}
+
+/* Ulysses' saved buffer: O and then the log-sum-exp behind QKV in one
+ * handle (the forward turns the lse tail fp32 and must still go direct). */
+static void attention_saved_buffer(twin_set *s)
+{
+    float **p = s->buf;
+    long W = (long)AH * head_dim;
+    float *qkv = p[SAVED], *o = p[SAVED] + qkv_len(), *lse = o + o_len();
+    spb_attn_desc d = desc(AT, AT, 0, 0);
+    flash()->forward(&d, qkv, qkv + W, qkv + 2 * W, o, lse);
+    flash()->backward(&d, qkv, qkv + W, qkv + 2 * W, o, lse, p[DO], p[DQKV], p[DQKV] + W, p[DQKV] + 2 * W);
+}
+
+/* A ring step: the second half of the queries against the first half of
+ * the keys (all visible), then the diagonal block; dQKV accumulates. */
+static void attention_ring_blocks(twin_set *s)
+{
+    float **p = s->buf;
+    long W = (long)AH * head_dim, half = (long)(AT / 2) * 3 * W;
+    spb_attn_desc off = desc(AT / 2, AT / 2, AT / 2, 0), diag = desc(AT / 2, AT / 2, AT / 2, AT / 2);
+    float *q = p[QKV] + half, *o = p[AO] + (long)(AT / 2) * W, *dq = p[DQKV] + half;
+    flash()->forward(&off, q, p[QKV] + W, p[QKV] + 2 * W, o, p[LSE]);
+    flash()->backward(&off, q, p[QKV] + W, p[QKV] + 2 * W, o, p[LSE], p[DO], dq, p[DQKV] + W, p[DQKV] + 2 * W);
+    flash()->backward(&diag, q, q + W, q + 2 * W, o, p[LSE], p[DO], dq, dq + W, dq + 2 * W);
+}
+
+static void attention_naive(twin_set *s)
+{
+    float **p = s->buf;
+    long W = (long)AH * head_dim;
+    spb_attn_desc d = desc(AT, AT, 0, 0);
+    bf->attention("naive")->forward(&d, p[QKV], p[QKV] + W, p[QKV] + 2 * W, p[AO], p[LSE]);
+}
+
+START_TEST(attention_matches_the_frames)
+{
+    static const struct {
+        const char *name;
+        op_fn op;
+        int head_dim, sparse;
+        long direct_calls;
+    } cases[] = {
+        {"fused QKV, causal, D=64", attention_fused, 64, 0, 2},
+        {"fused QKV, causal, D=128", attention_fused, 128, 0, 2},
+        {"Ulysses' saved buffer", attention_saved_buffer, 64, 0, 2},
+        {"ring blocks with offsets", attention_ring_blocks, 64, 0, 3},
+        {"head dim 32 (frames)", attention_fused, 32, 0, 0},
+        {"blocked-sparse mask (frames)", attention_fused, 64, 1, 0},
+        {"naive kernel (frames)", attention_naive, 64, 0, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        head_dim = cases[c].head_dim, sparse = cases[c].sparse;
+        long direct = 0;
+        distance d = run_twins(make_attention, cases[c].op, &spb_bf16_direct_cpu, &direct);
+        if (!world_rank)
+            printf("attention %-30s direct calls %ld, worst %ld ulp, %ld elements differ\n", cases[c].name, direct,
+                   d.worst, d.differ);
+        ck_assert_msg(direct == cases[c].direct_calls, "%s: %ld calls went direct, want %ld", cases[c].name, direct,
+                      cases[c].direct_calls);
+        ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", cases[c].name, d.worst);
+    }
+    head_dim = 64, sparse = 0;
+    ck_assert_int_eq(spb_handles_live(), 0);
+}
+END_TEST
+
+/* --- training ---------------------------------------------------------------------- */
+
+enum { GLOBAL_BATCH = 4 };
+
+typedef struct train_case {
+    const char *strategy, *layout;
+    int P, zero, checkpoint;
+} train_case;
+
+static void train_config(spb_config *c, const train_case *k, const char *precision, const char *kernels)
+{
+    spb_config_defaults(c);
+    /* head dim 64: a size the device's flash kernel takes */
+    c->num_layers = 2, c->hidden_size = 256, c->num_heads = 4, c->vocab_size = 64, c->seq_length = 64;
+    c->micro_batch_size = GLOBAL_BATCH / (4 / k->P), c->global_batch_size = GLOBAL_BATCH;
+    c->lr = 1e-2, c->weight_decay = 0.1, c->clip_grad = 0.5, c->adam_eps = 1e-4;
+    c->sp_degree = k->P, c->zero_stage = k->zero, c->checkpoint_activations = k->checkpoint;
+    snprintf(c->strategy, sizeof c->strategy, "%s", k->strategy);
+    snprintf(c->ring_layout, sizeof c->ring_layout, "%s", k->layout);
+    snprintf(c->precision, sizeof c->precision, "%s", precision);
+    if (kernels) snprintf(c->bf16_kernels, sizeof c->bf16_kernels, "%s", kernels);
+}
+
+/* Step-1 loss and global gradients of a run; counts of the step. */
+static float *train(const train_case *k, const char *precision, const char *kernels, double *loss, const spb_gpt **shape,
+                    spb_trainer **keep, spb_bf16_direct_counts *counts)
+{
+    spb_config c;
+    train_config(&c, k, precision, kernels);
+    spb_grid *g = malloc(sizeof *g);
+    spb_trainer *t = make(&c, MPI_COMM_WORLD, g);
+    spb_bf16_direct_reset_counts();
+    *loss = spb_trainer_gradients(t);
+    *counts = spb_bf16_direct_get_counts();
+    *keep = t, *shape = t->gpt;
+    return global_grads(t);
+}
+
+static void drop(spb_trainer *t)
+{
+    spb_grid *g = (spb_grid *)t->grid;
+    spb_trainer_destroy(t);
+    spb_grid_destroy(g);
+    free(g);
+}
+
+/* test_bf16.c's bounds at L = 2: 2 x 1.66e-3 x sqrt(24 + 8L) = 2.1e-2 per
+ * gradient tensor, 1e-4 on the loss.  Against the reference path the
+ * emulation comes out within a few fp32 ulps (the same cblas calls on the
+ * same values: only the order of some sums differs); the device's products
+ * sum in other orders, so the bound for it is bf16's, not fp32's. */
+static const double LOSS_BOUND = 1e-4;
+static double gradient_bound(int layers) { return 2.0 * 1.66e-3 * sqrt(24.0 + 8.0 * layers); }
+
+START_TEST(training_goes_direct_and_tracks_fp32)
+{
+    static const train_case cases[] = {
+        {"none", "contiguous", 1, 0, 0},    {"none", "contiguous", 1, 3, 1},   {"ulysses", "contiguous", 4, 0, 0},
+        {"ulysses", "contiguous", 2, 2, 1}, {"megatron", "contiguous", 2, 1, 0}, {"megatron", "contiguous", 4, 3, 0},
+        {"ring", "zigzag", 4, 0, 0},        {"ring", "contiguous", 2, 3, 1},
+    };
+    double worst_fp32 = 0, worst_ref = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const train_case *k = &cases[i];
+        double l32, lref, lfast;
+        const spb_gpt *shape;
+        spb_trainer *t32, *tref, *tfast;
+        spb_bf16_direct_counts c32, cref, cfast;
+        float *g32 = train(k, "fp32", NULL, &l32, &shape, &t32, &c32);
+        drop(t32);
+        float *gref = train(k, "bf16", "reference", &lref, &shape, &tref, &cref);
+        drop(tref);
+        float *gfast = train(k, "bf16", "fast", &lfast, &shape, &tfast, &cfast);
+        const char *w32 = "", *wref = "";
+        double e32 = worst_tensor_error(shape, gfast, g32, &w32), eref = worst_tensor_error(shape, gfast, gref, &wref);
+        double le = fabs(lfast - l32) / fabs(l32);
+        if (!world_rank)
+            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention; frames: %ld, %ld | fast vs fp32: "
+                   "loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
+                   k->strategy, k->P, k->zero, k->checkpoint, cfast.matmul_direct, cfast.attention_direct,
+                   cfast.matmul_frames, cfast.attention_frames, le, e32, w32, eref, wref);
+        /* The reference path never goes direct; the fast one always does. */
+        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct, 0);
+        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.matmul_direct > 0 &&
+                          cfast.attention_direct > 0,
+                      "%s P=%d: %ld products and %ld attention calls went through the frames", k->strategy, k->P,
+                      cfast.matmul_frames, cfast.attention_frames);
+        ck_assert_msg(e32 <= gradient_bound(2) && eref <= gradient_bound(2), "%s P=%d ZeRO-%d: gradient %s off by %.2e/%.2e",
+                      k->strategy, k->P, k->zero, w32, e32, eref);
+        ck_assert_msg(le <= LOSS_BOUND, "%s P=%d: loss off by %.2e", k->strategy, k->P, le);
+        worst_fp32 = fmax(worst_fp32, e32), worst_ref = fmax(worst_ref, eref);
+        drop(tfast);
+        free(g32), free(gref), free(gfast);
+    }
+    if (!world_rank)
+        printf("worst gradient tensor: fast vs fp32 %.2e, fast vs reference %.2e (bound %.2e)\n", worst_fp32, worst_ref,
+               gradient_bound(2));
+}
+END_TEST
+
+START_TEST(bf16_kernels_option)
+{
+    spb_config c;
+    char err[256];
+    spb_config_defaults(&c);
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), 0);
+    ck_assert_str_eq(c.bf16_kernels, "reference"); /* the CPU's default: the frames */
+    if (spb_backend_available("cuda")) {
+        spb_config_defaults(&c);
+        snprintf(c.precision, sizeof c.precision, "bf16");
+        snprintf(c.device, sizeof c.device, "cuda");
+        ck_assert_msg(spb_config_finalize(&c, 1, err, sizeof err) == 0, "%s", err);
+        ck_assert_str_eq(c.bf16_kernels, "fast"); /* the device's default */
+    }
+    spb_config_defaults(&c);
+    char *fast[] = {"spbench", "--precision", "bf16", "--bf16-kernels", "fast", NULL};
+    ck_assert_int_eq(spb_config_parse(5, fast, &c, err, sizeof err), 0);
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), 0);
+    ck_assert_str_eq(c.bf16_kernels, "fast");
+    spb_config_defaults(&c);
+    char *bogus[] = {"spbench", "--precision", "bf16", "--bf16-kernels", "turbo", NULL};
+    ck_assert_int_eq(spb_config_parse(5, bogus, &c, err, sizeof err), 0);
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "unknown --bf16-kernels 'turbo' (fast, reference)"), "%s", err);
+    spb_config_defaults(&c);
+    char *fp32[] = {"spbench", "--bf16-kernels", "fast", NULL};
+    ck_assert_int_eq(spb_config_parse(3, fp32, &c, err, sizeof err), 0);
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "applies to --precision bf16 only"), "%s", err);
+    /* The table takes the choice when a model is configured on it. */
+    spb_config_defaults(&c);
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    snprintf(c.bf16_kernels, sizeof c.bf16_kernels, "fast");
+    bf->configure(&c);
+    ck_assert_ptr_eq(spb_bf16_direct_in_use(), &spb_bf16_direct_cpu);
+    snprintf(c.bf16_kernels, sizeof c.bf16_kernels, "reference");
+    bf->configure(&c);
+    ck_assert_ptr_null(spb_bf16_direct_in_use());
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    Suite *s = suite_create("bf16_direct");
+    TCase *tc = tcase_create("direct");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, bf16_kernels_option);
+    tcase_add_test(tc, products_match_the_frames);
+    tcase_add_test(tc, a_direct_table_that_loses_the_bias_is_caught);
+    tcase_add_test(tc, attention_matches_the_frames);
+    tcase_add_test(tc, training_goes_direct_and_tracks_fp32);
+    suite_add_tcase(s, tc);
+    return spb_run_suite_and_finalize(s);
+}
