@@ -54,6 +54,12 @@ typedef struct spb_backend {
      * bf16 table: where fp32 master weights live under each ZeRO stage)
      * reads it here. */
     void (*configure)(const spb_config *cfg);
+    /* Optional (NULL: the table keeps no fp32 masters apart from the
+     * parameters): parameters p[0, n) are those AdamW updates beside the
+     * first moment m (ZeRO 1-2's owned slices); bind their masters there
+     * now, as the first update would, so that a checkpoint's fp32 values
+     * written into p next reach the masters exactly. */
+    void (*bind_masters)(float *p, const float *m, long n);
     /* The device's attention kernel of that name (--attention), or NULL. */
     const spb_attn_backend *(*attention)(const char *name);
     /* n elements, zeroed, tracked under cat; free takes NULL. */

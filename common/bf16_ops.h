@@ -41,6 +41,7 @@ void spb_bf16_to_device(void *device, const void *host, size_t bytes);
 double spb_bf16_element_bytes(const void *device);
 void spb_bf16_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                           float weight_decay, const spb_config *cfg, long step, double lr);
+void spb_bf16_bind_masters(float *p, const float *m, long n);
 
 /* --- arithmetic (bf16_ops.c) --- */
 
@@ -90,6 +91,7 @@ const spb_attn_backend *spb_bf16_attention(const char *name);
     .softmax_xent_forward = spb_bf16_softmax_xent_forward, .softmax_xent_backward = spb_bf16_softmax_xent_backward,    \
     .add_inplace = spb_bf16_add_inplace, .add_bias_rows = spb_bf16_add_bias_rows,                                      \
     .bias_grad_rows = spb_bf16_bias_grad_rows, .adamw_apply = spb_bf16_adamw_apply,                                    \
+    .bind_masters = spb_bf16_bind_masters,                                                                             \
     .sum_squares = spb_bf16_sum_squares, .attn_merge = spb_bf16_attn_merge
 
 #endif

@@ -149,6 +149,14 @@ static float *masters_of(spb_handle *ph, long pi, const float *m, long n)
     return mh->shadow + mi;
 }
 
+void spb_bf16_bind_masters(float *p, const float *m, long n)
+{
+    if (n <= 0) return;
+    long pi = 0;
+    spb_handle *h = spb_handle_at(p, n, &pi, "bind_masters (p)"); /* sets pi: its own statement */
+    masters_of(h, pi, m, n);
+}
+
 /* The inner table's AdamW on the fp32 masters (storage-side: they are
  * where the table computes), then their bf16 copy into p. */
 void spb_bf16_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,

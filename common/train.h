@@ -51,7 +51,9 @@ int spb_trainer_load(spb_trainer *t, const char *path, char *err, size_t errlen)
 /* This rank's reduced gradients as a whole local vector (after
  * spb_trainer_gradients; collective under ZeRO). */
 void spb_trainer_local_grads(const spb_trainer *t, float *local);
-/* This rank's parameters as a whole local vector (collective under ZeRO-3). */
+/* This rank's parameters as a whole local vector (collective under ZeRO 1-3:
+ * under ZeRO 1-2 each slice comes from the rank that updates it, with its
+ * fp32 master under bf16). */
 void spb_trainer_local_params(const spb_trainer *t, float *local);
 
 /* Global sample index of local micro-step a, local sequence j. */

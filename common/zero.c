@@ -1,5 +1,6 @@
 #include "zero.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,10 +288,40 @@ static float *state_of(const spb_zero_class *c, spb_zero_state which)
     return NULL;
 }
 
+/* ZeRO 1-2 parameters: every rank holds them whole, but a bf16 table keeps
+ * the fp32 masters of a slice only on the rank that updates it (beside its
+ * first moment): each slice is read (staging gives the master) on its owner
+ * and allgathered in host memory, so a checkpoint carries every master.
+ * Plain MPI on host buffers: a checkpoint's transfer, outside the step's
+ * accounting. */
+static void gather_params_from_owners(const spb_zero *z, const spb_gpt *g, float *local)
+{
+    spb_backend_to_host(z->be, local, g->params, g->num_params); /* tensors no class holds */
+    for (int k = 0; k < z->num_classes; k++) {
+        const spb_zero_class *c = &z->cls[k];
+        for (int i = 0; i < c->num_tensors; i++) {
+            const spb_param_tensor *t = &g->tensors[c->tensors[i]];
+            const spb_zero_segment *sg = &c->segments[i];
+            long slice = slice_of(t->numel, c->size);
+            float *mine = SPB_CHECK_PTR(calloc((size_t)slice, sizeof(float)));
+            float *all = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(slice * c->size)));
+            if (sg->n > 0) spb_backend_to_host(z->be, mine, g->params + sg->param_offset, sg->n);
+            SPB_CHECK(slice <= INT_MAX);
+            MPI_Allgather(mine, (int)slice, MPI_FLOAT, all, (int)slice, MPI_FLOAT, c->comm);
+            memcpy(local + t->offset, all, sizeof(float) * (size_t)t->numel);
+            free(mine);
+            free(all);
+        }
+    }
+}
+
 void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state which, float *local)
 {
     if (which == SPB_ZERO_PARAMS && z->stage < 3) {
-        spb_backend_to_host(z->be, local, g->params, g->num_params);
+        if (z->stage == 0)
+            spb_backend_to_host(z->be, local, g->params, g->num_params);
+        else
+            gather_params_from_owners(z, g, local);
         return;
     }
     for (int k = 0; k < z->num_classes; k++) {
@@ -316,6 +347,16 @@ void spb_zero_gather_local(const spb_zero *z, const spb_gpt *g, spb_zero_state w
 void spb_zero_scatter_local(spb_zero *z, spb_gpt *g, spb_zero_state which, const float *local)
 {
     if (which == SPB_ZERO_PARAMS && z->stage < 3) {
+        /* ZeRO 1-2 under bf16: the owned slices' masters are bound beside
+         * their first moments at the first update, from the bf16 values;
+         * bound now, they take the checkpoint's fp32 values exactly. */
+        for (int k = 0; z->stage > 0 && z->be->bind_masters && k < z->num_classes; k++) {
+            spb_zero_class *c = &z->cls[k];
+            for (int i = 0; i < c->num_tensors; i++) {
+                const spb_zero_segment *sg = &c->segments[i];
+                z->be->bind_masters(g->params + sg->param_offset, c->m + sg->packed_lo, sg->n);
+            }
+        }
         spb_backend_to_device(z->be, g->params, local, g->num_params);
         return;
     }
