@@ -139,6 +139,41 @@ int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, 
     return 1;
 }
 
+/* Elementwise: an output may be exactly one of its inputs (each element is
+ * read before it is written), never overlap one otherwise. */
+static int elementwise_ok(const operand *out, const operand *in)
+{
+    return (out->h == in->h && out->index == in->index) || !overlap(out, in);
+}
+
+int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n)
+{
+    operand o, x;
+    int ok = in_use && n > 0 && output_operand(out, n, &o) && o.type == SPB_DTYPE_BF16 && bf16_operand(inp, n, &x) &&
+             elementwise_ok(&o, &x);
+    if (!ok) {
+        counts.elementwise_frames++;
+        return 0;
+    }
+    in_use->gelu_forward(storage(&o), storage(&x), n);
+    counts.elementwise_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
+{
+    operand gi, x, go;
+    int ok = in_use && n > 0 && output_operand(dinp, n, &gi) && gi.type == SPB_DTYPE_BF16 && bf16_operand(inp, n, &x) &&
+             bf16_operand(dout, n, &go) && elementwise_ok(&gi, &x) && elementwise_ok(&gi, &go);
+    if (!ok) {
+        counts.elementwise_frames++;
+        return 0;
+    }
+    in_use->gelu_backward(storage(&gi), storage(&x), storage(&go), n);
+    counts.elementwise_direct++;
+    return 1;
+}
+
 /* q, k, v (and o, dout) as bf16 operands of d; 0 when one is not. */
 static int attention_inputs(const spb_attn_desc *d, const float *q, const float *k, const float *v, operand *oq,
                             operand *ok, operand *ov)

@@ -1,13 +1,17 @@
-/* The bf16 tables' direct path (--bf16-kernels fast): matrix products and
- * attention computed straight from bf16 storage, with no fp32 frame around
- * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
- * products on tensor cores (bf16 in, fp32 accumulate, rounded once) and the
- * bf16 flash-attention kernel (common/cuda/cuda_bf16_direct.cu).  The frame
- * path (bf16_ops.c: widen every operand, run the fp32 table, round once) is
- * the reference beside it (--bf16-kernels reference).
+/* The bf16 tables' direct path (--bf16-kernels fast): matrix products,
+ * attention and GELU computed straight from bf16 storage, with no fp32
+ * frame around them.  On the GPU that is what makes mixed precision fast:
+ * cuBLASLt products on tensor cores (bf16 in, fp32 accumulate, rounded
+ * once), the bf16 flash-attention kernel and the bf16 GELU kernels
+ * (common/cuda/cuda_bf16_direct.cu).  The frame path (bf16_ops.c: widen
+ * every operand, run the fp32 table, round once) is the reference beside it
+ * (--bf16-kernels reference), and still runs LayerNorm, residual adds,
+ * embedding, cross-entropy and AdamW under fast (their device kernels take
+ * other types than the handles hold: spb_cuda.h's layer keeps the residual
+ * stream fp32).
  *
- * Both paths compute the same thing: every product and every attention
- * output is accumulated in fp32 from the stored bf16 operands and rounded
+ * Both paths compute the same thing: every product, attention output and
+ * GELU value is computed in fp32 from the stored bf16 operands and rounded
  * once to its buffer's type, so they differ only by the order of fp32
  * additions (at most an ulp of the stored result, now and then).
  *
@@ -38,6 +42,11 @@ typedef struct spb_bf16_direct {
     void (*broadcast_rows)(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int rows, int n);
     /* n bf16 ones (the column-sum vector of bias gradients). */
     void (*ones)(spb_bf16 *x, long n);
+    /* ops.h's tanh GELU on bf16 storage, each output rounded once; out may
+     * be inp, dinp may be dout (elementwise: each element is read before
+     * it is written). */
+    void (*gelu_forward)(spb_bf16 *out, const spb_bf16 *inp, long n);
+    void (*gelu_backward)(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n);
     /* attention.h's contracts on storage: q k v o dout bf16, lse fp32, o
      * rounded once; dq dk dv fp32 (the frame's copies), accumulated. */
     void (*attention_forward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -65,6 +74,8 @@ int spb_bf16_direct_matmul_forward(float *out, int ldo, const float *inp, int ld
 int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, float *db, const float *dout, int ldo,
                                     const float *inp, int ldi, const float *W, int ldw, int rows, int in, int out_f,
                                     int accumulate_dinp);
+int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n);
+int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
 int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
                                       float *o, float *lse);
 int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
@@ -75,6 +86,7 @@ int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, c
 typedef struct spb_bf16_direct_counts {
     long matmul_direct, matmul_frames;
     long attention_direct, attention_frames;
+    long elementwise_direct, elementwise_frames; /* GELU */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

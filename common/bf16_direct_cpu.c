@@ -1,7 +1,7 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
- * CUDA instance computes with cuBLASLt and the bf16 flash kernel, computed
- * here with cblas and the CPU flash kernel on exact fp32 copies of the bf16
- * operands.  Not faster than the frames (it copies as much); it exists so
+ * CUDA instance computes with cuBLASLt and the bf16 flash and GELU kernels,
+ * computed here with cblas, the CPU flash kernel and ops_cpu.c's GELU on
+ * exact fp32 copies of the bf16 operands.  Not faster than the frames (it copies as much); it exists so
  * that the dispatch, the mapping of every product onto one gemm and the
  * attention path through it run in the CPU tests. */
 #include <cblas.h>
@@ -9,6 +9,7 @@
 
 #include "bf16_direct.h"
 #include "checks.h"
+#include "ops.h"
 
 static float *widened(const spb_bf16 *x, long n)
 {
@@ -54,6 +55,27 @@ static void cpu_ones(spb_bf16 *x, long n)
     for (long i = 0; i < n; i++) x[i] = spb_bf16_from_float(1.0f);
 }
 
+static void narrowed(spb_bf16 *out, const float *x, long n)
+{
+    for (long i = 0; i < n; i++) out[i] = spb_bf16_from_float(x[i]);
+}
+
+static void cpu_gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n)
+{
+    float *x = widened(inp, n), *y = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)n));
+    spb_gelu_forward(y, x, n);
+    narrowed(out, y, n);
+    free(x), free(y);
+}
+
+static void cpu_gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
+{
+    float *x = widened(inp, n), *g = widened(dout, n);
+    spb_gelu_backward(g, x, g, n);
+    narrowed(dinp, g, n);
+    free(x), free(g);
+}
+
 static void cpu_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                   spb_bf16 *o, float *lse)
 {
@@ -64,7 +86,7 @@ static void cpu_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, con
     spb_attn_flash.forward(d, q32, k32, v32, o32, lse);
     /* Back over the whole extent: elements between the rows were widened
      * exactly, so they come back unchanged. */
-    for (long i = 0; i < ox; i++) o[i] = spb_bf16_from_float(o32[i]);
+    narrowed(o, o32, ox);
     free(q32), free(k32), free(v32), free(o32);
 }
 
@@ -86,6 +108,8 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .gemm = cpu_gemm,
     .broadcast_rows = cpu_broadcast_rows,
     .ones = cpu_ones,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
 };

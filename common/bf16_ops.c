@@ -109,6 +109,7 @@ void spb_bf16_layernorm_backward(float *dinp, float *dw, float *db, const float 
 
 void spb_bf16_gelu_forward(float *out, const float *inp, long n)
 {
+    if (spb_bf16_direct_gelu_forward(out, inp, n)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &out, n, "gelu_forward (out)");
     spb_frame_in(&f, &inp, n, "gelu_forward (inp)");
@@ -119,6 +120,7 @@ void spb_bf16_gelu_forward(float *out, const float *inp, long n)
 
 void spb_bf16_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 {
+    if (spb_bf16_direct_gelu_backward(dinp, inp, dout, n)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &dinp, n, "gelu_backward (dinp)");
     spb_frame_in(&f, &inp, n, "gelu_backward (inp)");

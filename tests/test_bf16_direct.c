@@ -1,7 +1,8 @@
 /* The bf16 tables' direct path (common/bf16_direct.h, --bf16-kernels fast)
  * on the CPU emulation of the device's direct kernels, under mpiexec -np 4:
  *   - each product (forward with and without bias, accumulating, strided
- *     column blocks, backward with dinp, dW and db, fp32 outputs) and each
+ *     column blocks, backward with dinp, dW and db, fp32 outputs), GELU
+ *     (forward, backward in place and into its own buffer) and each
  *     attention call (fused QKV, Ulysses' shared saved buffer, a ring block
  *     with offsets, accumulated backward) against the frame path on the same
  *     data: within one bf16 ulp per element (the paths differ only in the
@@ -11,7 +12,7 @@
  *     kernel, --bf16-kernels reference) go through the frames, bit for bit;
  *   - a direct table that loses the bias is caught by the same comparison;
  *   - training: every strategy with --bf16-kernels fast at head dim 64
- *     takes every product and attention call direct and tracks fp32 and
+ *     takes every product, attention and GELU call direct and tracks fp32 and
  *     the reference path within test_bf16.c's bounds. */
 #include <check.h>
 #include <math.h>
@@ -86,7 +87,7 @@ static distance compare(const float *a, const float *b, long n)
 /* Runs fn on two twin sets of buffers, once through the frames and once
  * with the direct kernels `direct` (NULL: frames both times), and returns
  * how far apart the outputs came out; *went_direct: the second run's calls
- * that went direct (matmuls + attention). */
+ * that went direct (products, attention, GELU). */
 typedef struct twin_set twin_set;
 typedef void (*op_fn)(twin_set *s);
 struct twin_set {
@@ -103,13 +104,13 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     spb_bf16_direct_reset_counts();
     op(&a);
     spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
-    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct, 0);
+    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.elementwise_direct, 0);
     spb_bf16_use_direct(direct);
     spb_bf16_direct_reset_counts();
     op(&b);
     spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
     spb_bf16_use_direct(NULL);
-    *went_direct = c.matmul_direct + c.attention_direct;
+    *went_direct = c.matmul_direct + c.attention_direct + c.elementwise_direct;
     distance worst = {0, 0};
     for (int k = 0; k < a.noutputs; k++) {
         int i = a.outputs[k];
@@ -201,6 +202,21 @@ static void straddling_input(twin_set *s)
     bf->matmul_forward_ld(p[O], LDO, p[X], LDI, p[W], LDW, p[B], ROWS, IN, OUT, 0);
 }
 
+/* GELU: forward, backward in place (as the core calls it) and into its own
+ * buffer; an output overlapping its input off by one element (frames). */
+static void gelu_both(twin_set *s)
+{
+    float **p = s->buf;
+    bf->gelu_forward(p[O], p[X], ROWS * 64);
+    bf->gelu_backward(p[DX], p[X], p[DX], ROWS * 64);
+    bf->gelu_backward(p[DW], p[X], p[O], ROWS * 64);
+}
+static void gelu_shifted_alias(twin_set *s)
+{
+    float **p = s->buf;
+    bf->gelu_backward(p[DX] + 1, p[X], p[DX], ROWS * 64);
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
@@ -217,6 +233,8 @@ static const product_case product_cases[] = {
     {"forward, output beside the input", forward_same_buffer, 1},
     {"output carrying masters (frames)", output_with_masters, 0},
     {"input straddling bf16 and fp32 (frames)", straddling_input, 0},
+    {"GELU forward, backward in place and not", gelu_both, 3},
+    {"GELU output one element off its input (frames)", gelu_shifted_alias, 0},
 };
 
 START_TEST(products_match_the_frames)
@@ -226,7 +244,7 @@ START_TEST(products_match_the_frames)
         long direct = 0;
         distance d = run_twins(make_product, k->op, &spb_bf16_direct_cpu, &direct);
         if (!world_rank)
-            printf("product %-42s direct calls %ld, worst %ld ulp, %ld elements differ\n", k->name, direct, d.worst,
+            printf("%-50s direct calls %ld, worst %ld ulp, %ld elements differ\n", k->name, direct, d.worst,
                    d.differ);
         ck_assert_msg(direct == k->direct_calls, "%s: %ld calls went direct, want %ld", k->name, direct,
                       k->direct_calls);
@@ -445,16 +463,17 @@ START_TEST(training_goes_direct_and_tracks_fp32)
         double e32 = worst_tensor_error(shape, gfast, g32, &w32), eref = worst_tensor_error(shape, gfast, gref, &wref);
         double le = fabs(lfast - l32) / fabs(l32);
         if (!world_rank)
-            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention; frames: %ld, %ld | fast vs fp32: "
-                   "loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
+            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld GELU; frames: %ld, %ld, %ld | "
+                   "fast vs fp32: loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
                    k->strategy, k->P, k->zero, k->checkpoint, cfast.matmul_direct, cfast.attention_direct,
-                   cfast.matmul_frames, cfast.attention_frames, le, e32, w32, eref, wref);
+                   cfast.elementwise_direct, cfast.matmul_frames, cfast.attention_frames, cfast.elementwise_frames, le,
+                   e32, w32, eref, wref);
         /* The reference path never goes direct; the fast one always does. */
-        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct, 0);
-        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.matmul_direct > 0 &&
-                          cfast.attention_direct > 0,
-                      "%s P=%d: %ld products and %ld attention calls went through the frames", k->strategy, k->P,
-                      cfast.matmul_frames, cfast.attention_frames);
+        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.elementwise_direct, 0);
+        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.elementwise_frames == 0 &&
+                          cfast.matmul_direct > 0 && cfast.attention_direct > 0 && cfast.elementwise_direct > 0,
+                      "%s P=%d: %ld products, %ld attention and %ld GELU calls went through the frames", k->strategy,
+                      k->P, cfast.matmul_frames, cfast.attention_frames, cfast.elementwise_frames);
         ck_assert_msg(e32 <= gradient_bound(2) && eref <= gradient_bound(2), "%s P=%d ZeRO-%d: gradient %s off by %.2e/%.2e",
                       k->strategy, k->P, k->zero, w32, e32, eref);
         ck_assert_msg(le <= LOSS_BOUND, "%s P=%d: loss off by %.2e", k->strategy, k->P, le);

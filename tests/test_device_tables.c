@@ -61,6 +61,8 @@ static void check_direct(const spb_bf16_direct *d)
     expect(d->gemm != NULL, d->name, "gemm");
     expect(d->broadcast_rows != NULL, d->name, "broadcast_rows");
     expect(d->ones != NULL, d->name, "ones");
+    expect(d->gelu_forward != NULL, d->name, "gelu_forward");
+    expect(d->gelu_backward != NULL, d->name, "gelu_backward");
     expect(d->attention_forward != NULL, d->name, "attention_forward");
     expect(d->attention_backward != NULL, d->name, "attention_backward");
 }

@@ -1,8 +1,9 @@
 /* The CUDA bf16 table's direct kernels (bf16_direct.h, --bf16-kernels
  * fast): products through cuBLASLt on the bf16 storage (tensor cores, fp32
- * accumulation, C rounded once: spb_cuda_gemm_bf16) and attention through
+ * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through
  * the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the
- * strides allow, else its simple version).  Everything on the legacy
+ * strides allow, else its simple version) and GELU through the bf16 GELU
+ * kernels (vector loads where aligned).  Everything on the legacy
  * default stream, where the storage's widen/narrow and the fp32 CUDA table
  * run, so the direct calls stay ordered with the frames around them.
  * Never run on a GPU yet: experiments/gpu-strategies holds it against the
@@ -75,6 +76,16 @@ void ones(spb_bf16 *x, long n)
     SPB_LAUNCH_CHECK();
 }
 
+void gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n)
+{
+    spb_cuda_gelu_forward(out, inp, n, SPB_CUDA_FAST, kStream);
+}
+
+void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
+{
+    spb_cuda_gelu_backward(dinp, inp, dout, n, SPB_CUDA_FAST, kStream);
+}
+
 void attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
                        float *lse)
 {
@@ -91,5 +102,6 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
 } // namespace
 
 extern "C" const spb_bf16_direct spb_bf16_direct_cuda = {
-    "cuda (cuBLASLt, bf16 flash attention)", gemm, broadcast_rows, ones, attention_forward, attention_backward,
+    "cuda (cuBLASLt, bf16 flash attention, bf16 GELU)", gemm, broadcast_rows, ones, gelu_forward, gelu_backward,
+    attention_forward, attention_backward,
 };
