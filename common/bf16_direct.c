@@ -152,11 +152,11 @@ int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n)
     int ok = in_use && n > 0 && output_operand(out, n, &o) && o.type == SPB_DTYPE_BF16 && bf16_operand(inp, n, &x) &&
              elementwise_ok(&o, &x);
     if (!ok) {
-        counts.elementwise_frames++;
+        counts.rowwise_frames++;
         return 0;
     }
     in_use->gelu_forward(storage(&o), storage(&x), n);
-    counts.elementwise_direct++;
+    counts.rowwise_direct++;
     return 1;
 }
 
@@ -166,11 +166,84 @@ int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *do
     int ok = in_use && n > 0 && output_operand(dinp, n, &gi) && gi.type == SPB_DTYPE_BF16 && bf16_operand(inp, n, &x) &&
              bf16_operand(dout, n, &go) && elementwise_ok(&gi, &x) && elementwise_ok(&gi, &go);
     if (!ok) {
-        counts.elementwise_frames++;
+        counts.rowwise_frames++;
         return 0;
     }
     in_use->gelu_backward(storage(&gi), storage(&x), storage(&go), n);
-    counts.elementwise_direct++;
+    counts.rowwise_direct++;
+    return 1;
+}
+
+static spb_stored stored(const operand *o) { return (spb_stored){storage(o), type_now(o)}; }
+
+/* An fp32 output by contract (LayerNorm statistics): its buffer's tail turns
+ * fp32 from it on, as the frames' spb_frame_out_f32 would turn it.  Before
+ * any operand is looked at: retyping moves the handle's storage. */
+static void make_fp32_tail(float *p, long len)
+{
+    long i = 0;
+    spb_handle *h = p && len > 0 ? spb_handle_find(p, &i) : NULL;
+    if (h && !h->ints && i + len <= h->n) spb_handle_retype_tail(h, i);
+}
+
+int spb_bf16_direct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                      const float *b, int rows, int C)
+{
+    long n = (long)rows * C;
+    if (in_use && rows > 0 && C > 0) {
+        make_fp32_tail(mean, rows);
+        make_fp32_tail(rstd, rows);
+    }
+    operand o, x, ow, ob, om, os;
+    int ok = in_use && rows > 0 && C > 0 && output_operand(out, n, &o) && operand_of(inp, n, &x) &&
+             operand_of(w, C, &ow) && operand_of(b, C, &ob) && output_operand(mean, rows, &om) &&
+             output_operand(rstd, rows, &os) && om.type == SPB_DTYPE_F32 && os.type == SPB_DTYPE_F32 &&
+             !overlap(&o, &x) && !overlap(&o, &ow) && !overlap(&o, &ob) && !overlap(&o, &om) && !overlap(&o, &os) &&
+             !overlap(&om, &os) && !overlap(&om, &x) && !overlap(&os, &x);
+    if (!ok) {
+        counts.rowwise_frames++;
+        return 0;
+    }
+    in_use->layernorm_forward(stored(&o), storage(&om), storage(&os), stored(&x), stored(&ow), stored(&ob), rows, C);
+    counts.rowwise_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                       const float *w, const float *mean, const float *rstd, int rows, int C)
+{
+    long n = (long)rows * C;
+    operand gi, gw, gb, go, x, ow, om, os;
+    int ok = in_use && rows > 0 && C > 0 && output_operand(dinp, n, &gi) && output_operand(dw, C, &gw) &&
+             output_operand(db, C, &gb) && operand_of(dout, n, &go) && operand_of(inp, n, &x) &&
+             operand_of(w, C, &ow) && operand_of(mean, rows, &om) && operand_of(rstd, rows, &os) &&
+             om.type == SPB_DTYPE_F32 && os.type == SPB_DTYPE_F32;
+    /* outputs apart from each other and from the inputs; dinp may be dout */
+    const operand *outs[] = {&gi, &gw, &gb}, *ins[] = {&go, &x, &ow, &om, &os};
+    for (int a = 0; ok && a < 3; a++) {
+        for (int b2 = a + 1; ok && b2 < 3; b2++) ok = !overlap(outs[a], outs[b2]);
+        for (int c = 0; ok && c < 5; c++) ok = (a == 0 && c == 0) ? elementwise_ok(outs[a], ins[c]) : !overlap(outs[a], ins[c]);
+    }
+    if (!ok) {
+        counts.rowwise_frames++;
+        return 0;
+    }
+    in_use->layernorm_backward(stored(&gi), stored(&gw), stored(&gb), stored(&go), stored(&x), stored(&ow),
+                               storage(&om), storage(&os), rows, C);
+    counts.rowwise_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_add_inplace(float *a, const float *b, long n)
+{
+    operand oa, ob;
+    int ok = in_use && n > 0 && output_operand(a, n, &oa) && operand_of(b, n, &ob) && elementwise_ok(&oa, &ob);
+    if (!ok) {
+        counts.rowwise_frames++;
+        return 0;
+    }
+    in_use->add_inplace(stored(&oa), stored(&ob), n);
+    counts.rowwise_direct++;
     return 1;
 }
 

@@ -1,35 +1,43 @@
 /* The bf16 tables' direct path (--bf16-kernels fast): matrix products,
- * attention and GELU computed straight from bf16 storage, with no fp32
- * frame around them.  On the GPU that is what makes mixed precision fast:
- * cuBLASLt products on tensor cores (bf16 in, fp32 accumulate, rounded
- * once), the bf16 flash-attention kernel and the bf16 GELU kernels
+ * attention, GELU, LayerNorm and residual adds computed straight from their
+ * storage (bf16, or fp32 where a buffer is), with no fp32 frame around
+ * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
+ * products on tensor cores (bf16 in, fp32 accumulate, rounded once), the
+ * bf16 flash-attention and GELU kernels, and warp-per-row LayerNorm
+ * kernels that read and write each operand in its own type
  * (common/cuda/cuda_bf16_direct.cu).  The frame path (bf16_ops.c: widen
  * every operand, run the fp32 table, round once) is the reference beside it
- * (--bf16-kernels reference), and still runs LayerNorm, residual adds,
- * embedding, cross-entropy and AdamW under fast (their device kernels take
- * other types than the handles hold: spb_cuda.h's layer keeps the residual
- * stream fp32).
+ * (--bf16-kernels reference), and still runs embedding, cross-entropy,
+ * bias rows and AdamW under fast.
  *
- * Both paths compute the same thing: every product, attention output and
- * GELU value is computed in fp32 from the stored bf16 operands and rounded
- * once to its buffer's type, so they differ only by the order of fp32
- * additions (at most an ulp of the stored result, now and then).
+ * Both paths compute the same thing: every output is computed in fp32 from
+ * the stored operands and rounded once to its buffer's type, so they differ
+ * only by the order of fp32 additions (at most an ulp of the stored result,
+ * now and then).
  *
  * Dispatch (bf16_direct.c) takes an operation direct only when each operand
  * is one contiguous run of one handle in one storage type, no output
- * carries fp32 masters, no output shares a buffer with an input and the
- * kernel supports the shape; otherwise the frame path runs it.  Counters
+ * carries fp32 masters, no output overlaps an input (elementwise outputs
+ * may be exactly their input) and the kernel supports the shape; otherwise the frame path runs it.  Counters
  * say which path each call took, so tests can show that a run of the core
  * went direct where the device would.
  *
  * An instance supplies the kernels on its storage: the CPU emulation
- * (bf16_direct_cpu.c, the contracts below computed with cblas and the CPU
- * flash kernel, so the dispatch is tested without a GPU) or the CUDA one. */
+ * (bf16_direct_cpu.c, the contracts below computed with cblas, the CPU
+ * flash kernel and ops_cpu.c on exact fp32 copies, so the dispatch is
+ * tested without a GPU) or the CUDA one. */
 #ifndef SPB_BF16_DIRECT_H
 #define SPB_BF16_DIRECT_H
 
 #include "attention.h"
 #include "device_handles.h"
+
+/* An operand's storage and its element type (bf16 or fp32): LayerNorm and
+ * residual operands are of either, buffer by buffer. */
+typedef struct spb_stored {
+    void *p;
+    spb_dtype type;
+} spb_stored;
 
 typedef struct spb_bf16_direct {
     const char *name;
@@ -47,6 +55,14 @@ typedef struct spb_bf16_direct {
      * it is written). */
     void (*gelu_forward)(spb_bf16 *out, const spb_bf16 *inp, long n);
     void (*gelu_backward)(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n);
+    /* ops.h's LayerNorm, each output rounded once into its type (mean and
+     * rstd fp32); backward adds into dinp, dw and db (dinp may be dout). */
+    void (*layernorm_forward)(spb_stored out, float *mean, float *rstd, spb_stored inp, spb_stored w, spb_stored b,
+                              int rows, int C);
+    void (*layernorm_backward)(spb_stored dinp, spb_stored dw, spb_stored db, spb_stored dout, spb_stored inp,
+                               spb_stored w, const float *mean, const float *rstd, int rows, int C);
+    /* a += b, rounded once into a's type (a may be b). */
+    void (*add_inplace)(spb_stored a, spb_stored b, long n);
     /* attention.h's contracts on storage: q k v o dout bf16, lse fp32, o
      * rounded once; dq dk dv fp32 (the frame's copies), accumulated. */
     void (*attention_forward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -76,6 +92,11 @@ int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, 
                                     int accumulate_dinp);
 int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n);
 int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
+int spb_bf16_direct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                      const float *b, int rows, int C);
+int spb_bf16_direct_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                       const float *w, const float *mean, const float *rstd, int rows, int C);
+int spb_bf16_direct_add_inplace(float *a, const float *b, long n);
 int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
                                       float *o, float *lse);
 int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
@@ -86,7 +107,7 @@ int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, c
 typedef struct spb_bf16_direct_counts {
     long matmul_direct, matmul_frames;
     long attention_direct, attention_frames;
-    long elementwise_direct, elementwise_frames; /* GELU */
+    long rowwise_direct, rowwise_frames; /* GELU, LayerNorm, residual adds */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

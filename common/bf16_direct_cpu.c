@@ -1,11 +1,12 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
- * CUDA instance computes with cuBLASLt and the bf16 flash and GELU kernels,
- * computed here with cblas, the CPU flash kernel and ops_cpu.c's GELU on
- * exact fp32 copies of the bf16 operands.  Not faster than the frames (it copies as much); it exists so
+ * CUDA instance computes with cuBLASLt and its bf16 kernels, computed here
+ * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm and adds
+ * on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
  * that the dispatch, the mapping of every product onto one gemm and the
  * attention path through it run in the CPU tests. */
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bf16_direct.h"
 #include "checks.h"
@@ -76,6 +77,58 @@ static void cpu_gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf1
     free(x), free(g);
 }
 
+/* An operand of either type as an fp32 copy, and back. */
+static float *widened_stored(spb_stored s, long n)
+{
+    if (s.type == SPB_DTYPE_BF16) return widened(s.p, n);
+    float *w = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)));
+    memcpy(w, s.p, sizeof(float) * (size_t)n);
+    return w;
+}
+
+static void store_back(spb_stored s, const float *x, long n)
+{
+    if (s.type == SPB_DTYPE_BF16)
+        narrowed(s.p, x, n);
+    else
+        memcpy(s.p, x, sizeof(float) * (size_t)n);
+}
+
+static void cpu_layernorm_forward(spb_stored out, float *mean, float *rstd, spb_stored inp, spb_stored w,
+                                  spb_stored b, int rows, int C)
+{
+    long n = (long)rows * C;
+    float *x = widened_stored(inp, n), *w32 = widened_stored(w, C), *b32 = widened_stored(b, C);
+    float *y = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)n));
+    spb_layernorm_forward(y, mean, rstd, x, w32, b32, rows, C);
+    store_back(out, y, n);
+    free(x), free(w32), free(b32), free(y);
+}
+
+static void cpu_layernorm_backward(spb_stored dinp, spb_stored dw, spb_stored db, spb_stored dout, spb_stored inp,
+                                   spb_stored w, const float *mean, const float *rstd, int rows, int C)
+{
+    long n = (long)rows * C;
+    float *dx = widened_stored(dinp, n), *dw32 = widened_stored(dw, C), *db32 = widened_stored(db, C);
+    float *dy = dout.p == dinp.p ? dx : widened_stored(dout, n); /* one copy when dinp is dout, as a frame */
+    float *x = widened_stored(inp, n), *w32 = widened_stored(w, C);
+    spb_layernorm_backward(dx, dw32, db32, dy, x, w32, mean, rstd, rows, C);
+    store_back(dinp, dx, n);
+    store_back(dw, dw32, C);
+    store_back(db, db32, C);
+    if (dy != dx) free(dy);
+    free(dx), free(dw32), free(db32), free(x), free(w32);
+}
+
+static void cpu_add_inplace(spb_stored a, spb_stored b, long n)
+{
+    float *x = widened_stored(a, n), *y = a.p == b.p ? x : widened_stored(b, n);
+    spb_add_inplace(x, y, n);
+    store_back(a, x, n);
+    if (y != x) free(y);
+    free(x);
+}
+
 static void cpu_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                   spb_bf16 *o, float *lse)
 {
@@ -110,6 +163,9 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .ones = cpu_ones,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .add_inplace = cpu_add_inplace,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
 };

@@ -2,7 +2,8 @@
  * on the CPU emulation of the device's direct kernels, under mpiexec -np 4:
  *   - each product (forward with and without bias, accumulating, strided
  *     column blocks, backward with dinp, dW and db, fp32 outputs), GELU
- *     (forward, backward in place and into its own buffer) and each
+ *     (forward, backward in place and into its own buffer), LayerNorm and
+ *     residual adds (bf16 and fp32 operands, in place) and each
  *     attention call (fused QKV, Ulysses' shared saved buffer, a ring block
  *     with offsets, accumulated backward) against the frame path on the same
  *     data: within one bf16 ulp per element (the paths differ only in the
@@ -12,7 +13,8 @@
  *     kernel, --bf16-kernels reference) go through the frames, bit for bit;
  *   - a direct table that loses the bias is caught by the same comparison;
  *   - training: every strategy with --bf16-kernels fast at head dim 64
- *     takes every product, attention and GELU call direct and tracks fp32 and
+ *     takes every product, attention, GELU, LayerNorm and residual call
+ *     direct and tracks fp32 and
  *     the reference path within test_bf16.c's bounds. */
 #include <check.h>
 #include <math.h>
@@ -104,13 +106,13 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     spb_bf16_direct_reset_counts();
     op(&a);
     spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
-    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.elementwise_direct, 0);
+    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct, 0);
     spb_bf16_use_direct(direct);
     spb_bf16_direct_reset_counts();
     op(&b);
     spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
     spb_bf16_use_direct(NULL);
-    *went_direct = c.matmul_direct + c.attention_direct + c.elementwise_direct;
+    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct;
     distance worst = {0, 0};
     for (int k = 0; k < a.noutputs; k++) {
         int i = a.outputs[k];
@@ -217,24 +219,76 @@ static void gelu_shifted_alias(twin_set *s)
     bf->gelu_backward(p[DX] + 1, p[X], p[DX], ROWS * 64);
 }
 
+/* LayerNorm and residual adds: operands of either type. */
+enum { LC = 64 };
+static void make_rowwise(twin_set *s)
+{
+    long n = (long)ROWS * LC;
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, n, 1.5f, 21), n, 0);  /* X */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, n, 1.5f, 22), n, 0);   /* XF */
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, LC, 0.3f, 23), LC, 0);     /* LW */
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, LC, 0.3f, 24), LC, 0);     /* LB */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, n, 1, 25), n, 1);     /* Y */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, n, 1, 26), n, 1);      /* YF */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, ROWS, 0, 27), ROWS, 1); /* MEAN */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, ROWS, 0, 28), ROWS, 1); /* RSTD */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, n, 1, 29), n, 1);       /* GY */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, n, 1, 30), n, 1);       /* GX */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, LC, 1, 31), LC, 1);         /* GW */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, LC, 1, 32), LC, 1);         /* GB */
+}
+enum { RX, RXF, LW, LB, RY, RYF, MEAN, RSTD, GY, GX, GW, GB };
+
+static void layernorm_forward_both(twin_set *s)
+{
+    float **p = s->buf; /* bf16 in and out; fp32 in and out */
+    bf->layernorm_forward(p[RY], p[MEAN], p[RSTD], p[RX], p[LW], p[LB], ROWS, LC);
+    bf->layernorm_forward(p[RYF], p[MEAN], p[RSTD], p[RXF], p[LW], p[LB], ROWS, LC);
+}
+static void layernorm_backward_both(twin_set *s)
+{
+    float **p = s->buf; /* after its forward; then in place (dinp = dout) */
+    bf->layernorm_forward(p[RY], p[MEAN], p[RSTD], p[RX], p[LW], p[LB], ROWS, LC);
+    bf->layernorm_backward(p[GX], p[GW], p[GB], p[GY], p[RX], p[LW], p[MEAN], p[RSTD], ROWS, LC);
+    bf->layernorm_backward(p[GY], p[GW], p[GB], p[GY], p[RX], p[LW], p[MEAN], p[RSTD], ROWS, LC);
+}
+static void residual_adds(twin_set *s)
+{
+    float **p = s->buf;
+    long n = (long)ROWS * LC;
+    bf->add_inplace(p[RY], p[RX], n);
+    bf->add_inplace(p[RYF], p[RX], n);
+    bf->add_inplace(p[GX], p[GX], n);
+}
+static void layernorm_bf16_statistics(twin_set *s)
+{
+    float **p = s->buf; /* statistics never made fp32 by a forward: frames */
+    bf->layernorm_backward(p[GX], p[GW], p[GB], p[GY], p[RX], p[LW], p[MEAN], p[RSTD], ROWS, LC);
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
     long direct_calls; /* how many calls should go direct */
+    void (*make)(twin_set *); /* NULL: make_product */
 } product_case;
 
 static const product_case product_cases[] = {
-    {"forward, bias", forward_bias, 1},
-    {"forward, no bias", forward_no_bias, 1},
-    {"forward_ld, column blocks, accumulate", forward_blocks, 2},
-    {"forward_ld, fp32 output", forward_fp32_out, 2},
-    {"backward, dinp = and +=", backward_all, 2},
-    {"backward_ld, blocks, no dinp, fp32 dW", backward_blocks, 2},
-    {"forward, output beside the input", forward_same_buffer, 1},
-    {"output carrying masters (frames)", output_with_masters, 0},
-    {"input straddling bf16 and fp32 (frames)", straddling_input, 0},
-    {"GELU forward, backward in place and not", gelu_both, 3},
-    {"GELU output one element off its input (frames)", gelu_shifted_alias, 0},
+    {"forward, bias", forward_bias, 1, NULL},
+    {"forward, no bias", forward_no_bias, 1, NULL},
+    {"forward_ld, column blocks, accumulate", forward_blocks, 2, NULL},
+    {"forward_ld, fp32 output", forward_fp32_out, 2, NULL},
+    {"backward, dinp = and +=", backward_all, 2, NULL},
+    {"backward_ld, blocks, no dinp, fp32 dW", backward_blocks, 2, NULL},
+    {"forward, output beside the input", forward_same_buffer, 1, NULL},
+    {"output carrying masters (frames)", output_with_masters, 0, NULL},
+    {"input straddling bf16 and fp32 (frames)", straddling_input, 0, NULL},
+    {"GELU forward, backward in place and not", gelu_both, 3, NULL},
+    {"GELU output one element off its input (frames)", gelu_shifted_alias, 0, NULL},
+    {"LayerNorm forward, bf16 and fp32 operands", layernorm_forward_both, 2, make_rowwise},
+    {"LayerNorm backward, and in place", layernorm_backward_both, 3, make_rowwise},
+    {"residual adds, bf16 and fp32, a += a", residual_adds, 3, make_rowwise},
+    {"LayerNorm statistics stored bf16 (frames)", layernorm_bf16_statistics, 0, make_rowwise},
 };
 
 START_TEST(products_match_the_frames)
@@ -242,7 +296,7 @@ START_TEST(products_match_the_frames)
     for (size_t c = 0; c < sizeof product_cases / sizeof product_cases[0]; c++) {
         const product_case *k = &product_cases[c];
         long direct = 0;
-        distance d = run_twins(make_product, k->op, &spb_bf16_direct_cpu, &direct);
+        distance d = run_twins(k->make ? k->make : make_product, k->op, &spb_bf16_direct_cpu, &direct);
         if (!world_rank)
             printf("%-50s direct calls %ld, worst %ld ulp, %ld elements differ\n", k->name, direct, d.worst,
                    d.differ);
@@ -463,17 +517,17 @@ START_TEST(training_goes_direct_and_tracks_fp32)
         double e32 = worst_tensor_error(shape, gfast, g32, &w32), eref = worst_tensor_error(shape, gfast, gref, &wref);
         double le = fabs(lfast - l32) / fabs(l32);
         if (!world_rank)
-            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld GELU; frames: %ld, %ld, %ld | "
+            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld row-wise; frames: %ld, %ld, %ld | "
                    "fast vs fp32: loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
                    k->strategy, k->P, k->zero, k->checkpoint, cfast.matmul_direct, cfast.attention_direct,
-                   cfast.elementwise_direct, cfast.matmul_frames, cfast.attention_frames, cfast.elementwise_frames, le,
+                   cfast.rowwise_direct, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames, le,
                    e32, w32, eref, wref);
         /* The reference path never goes direct; the fast one always does. */
-        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.elementwise_direct, 0);
-        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.elementwise_frames == 0 &&
-                          cfast.matmul_direct > 0 && cfast.attention_direct > 0 && cfast.elementwise_direct > 0,
-                      "%s P=%d: %ld products, %ld attention and %ld GELU calls went through the frames", k->strategy,
-                      k->P, cfast.matmul_frames, cfast.attention_frames, cfast.elementwise_frames);
+        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct, 0);
+        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.rowwise_frames == 0 &&
+                          cfast.matmul_direct > 0 && cfast.attention_direct > 0 && cfast.rowwise_direct > 0,
+                      "%s P=%d: %ld products, %ld attention and %ld row-wise calls went through the frames", k->strategy,
+                      k->P, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames);
         ck_assert_msg(e32 <= gradient_bound(2) && eref <= gradient_bound(2), "%s P=%d ZeRO-%d: gradient %s off by %.2e/%.2e",
                       k->strategy, k->P, k->zero, w32, e32, eref);
         ck_assert_msg(le <= LOSS_BOUND, "%s P=%d: loss off by %.2e", k->strategy, k->P, le);

@@ -63,6 +63,9 @@ static void check_direct(const spb_bf16_direct *d)
     expect(d->ones != NULL, d->name, "ones");
     expect(d->gelu_forward != NULL, d->name, "gelu_forward");
     expect(d->gelu_backward != NULL, d->name, "gelu_backward");
+    expect(d->layernorm_forward != NULL, d->name, "layernorm_forward");
+    expect(d->layernorm_backward != NULL, d->name, "layernorm_backward");
+    expect(d->add_inplace != NULL, d->name, "add_inplace");
     expect(d->attention_forward != NULL, d->name, "attention_forward");
     expect(d->attention_backward != NULL, d->name, "attention_backward");
 }

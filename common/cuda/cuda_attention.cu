@@ -530,19 +530,13 @@ static void allow_smem(K kernel, size_t bytes)
     SPB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-/* One buffer that only grows: cudaFree synchronises the device, which would
- * stall the host behind a ring transfer in flight on the communication
- * stream. */
+/* One buffer that only grows (spb_cuda_grow): a cudaFree would stall the
+ * host behind a ring transfer in flight on the communication stream. */
 extern "C" float *spb_cuda_attention_workspace(long n)
 {
-    static float *buf = nullptr;
-    static long cap = 0;
-    if (n > cap) {
-        spb_cuda_free(buf);
-        buf = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n);
-        cap = n;
-    }
-    return buf;
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    return (float *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n);
 }
 
 extern "C" int spb_cuda_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,

@@ -2,8 +2,10 @@
  * fast): products through cuBLASLt on the bf16 storage (tensor cores, fp32
  * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through
  * the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the
- * strides allow, else its simple version) and GELU through the bf16 GELU
- * kernels (vector loads where aligned).  Everything on the legacy
+ * strides allow, else its simple version), GELU through the bf16 GELU
+ * kernels (vector loads where aligned), and LayerNorm and residual adds
+ * through warp-per-row kernels here that load and store every operand in
+ * its own type (bf16 or fp32, per buffer).  Everything on the legacy
  * default stream, where the storage's widen/narrow and the fp32 CUDA table
  * run, so the direct calls stay ordered with the frames around them.
  * Never run on a GPU yet: experiments/gpu-strategies holds it against the
@@ -86,6 +88,147 @@ void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, lo
     spb_cuda_gelu_backward(dinp, inp, dout, n, SPB_CUDA_FAST, kStream);
 }
 
+/* ---- LayerNorm and residual adds: each operand in its own type ---------- */
+/* (spb_stored by value; the type is uniform across a launch, so the branch
+ * in a load never diverges.)  The math is ops_cpu.c's, in fp32. */
+__device__ __forceinline__ float load(spb_stored s, long i)
+{
+    return s.type == SPB_DTYPE_BF16 ? spb_bf16_to_float(((const spb_bf16 *)s.p)[i]) : ((const float *)s.p)[i];
+}
+__device__ __forceinline__ void store(spb_stored s, long i, float v)
+{
+    if (s.type == SPB_DTYPE_BF16)
+        ((spb_bf16 *)s.p)[i] = spb_bf16_from_float(v);
+    else
+        ((float *)s.p)[i] = v;
+}
+__device__ __forceinline__ float warp_sum(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+const int kRowsPerBlock = 8; /* warps of 32 per block of 256: a warp per row */
+
+__global__ void k_layernorm_forward(spb_stored out, float *mean, float *rstd, spb_stored inp, spb_stored w,
+                                    spb_stored b, int rows, int C)
+{
+    int r = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const long o = (long)r * C;
+    float m = 0.0f;
+    for (int i = lane; i < C; i += 32) m += load(inp, o + i);
+    m = warp_sum(m) / (float)C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = load(inp, o + i) - m;
+        v += d * d;
+    }
+    v = warp_sum(v) / (float)C;
+    float sd = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = lane; i < C; i += 32) store(out, o + i, (load(inp, o + i) - m) * sd * load(w, i) + load(b, i));
+    if (lane == 0) mean[r] = m, rstd[r] = sd;
+}
+
+/* dinp += s (g - mean(g) - xhat mean(g xhat)), g = dy w: a warp per row.
+ * Each lane reads dy[i] before it writes dx[i], so dinp may be dout. */
+__global__ void k_layernorm_backward_dx(spb_stored dinp, spb_stored dout, spb_stored inp, spb_stored w,
+                                        const float *mean, const float *rstd, int rows, int C)
+{
+    int r = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const long o = (long)r * C;
+    float m = mean[r], sd = rstd[r], sum_g = 0.0f, sum_gx = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float g = load(dout, o + i) * load(w, i);
+        sum_g += g;
+        sum_gx += g * (load(inp, o + i) - m) * sd;
+    }
+    sum_g = warp_sum(sum_g) / (float)C;
+    sum_gx = warp_sum(sum_gx) / (float)C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (load(inp, o + i) - m) * sd;
+        store(dinp, o + i, load(dinp, o + i) + sd * (load(dout, o + i) * load(w, i) - sum_g - xhat * sum_gx));
+    }
+}
+
+/* dw, db: strips of kStripRows rows, a thread per column, partial sums in
+ * fp32 [strips][C]; then one thread per column adds its strips in order to
+ * the old value and rounds once (no atomics: the same bits every run). */
+const int kStripRows = 64;
+__global__ void k_layernorm_backward_strips(float *part_w, float *part_b, spb_stored dout, spb_stored inp,
+                                            const float *mean, const float *rstd, int rows, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x, strip = blockIdx.y;
+    if (i >= C) return;
+    int r0 = strip * kStripRows, r1 = min(rows, r0 + kStripRows);
+    float sw = 0.0f, sb = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float dy = load(dout, (long)r * C + i);
+        sb += dy;
+        sw += dy * (load(inp, (long)r * C + i) - mean[r]) * rstd[r];
+    }
+    part_w[(long)strip * C + i] = sw;
+    part_b[(long)strip * C + i] = sb;
+}
+
+__global__ void k_layernorm_backward_finish(spb_stored dw, spb_stored db, const float *part_w, const float *part_b,
+                                            int strips, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < strips; k++) sw += part_w[(long)k * C + i], sb += part_b[(long)k * C + i];
+    store(dw, i, load(dw, i) + sw);
+    store(db, i, load(db, i) + sb);
+}
+
+/* fp32 partial sums of the strips (a buffer that only grows). */
+float *strip_workspace(long n)
+{
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    return (float *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n);
+}
+
+void layernorm_forward(spb_stored out, float *mean, float *rstd, spb_stored inp, spb_stored w, spb_stored b, int rows,
+                       int C)
+{
+    unsigned blocks = (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    k_layernorm_forward<<<blocks, 32 * kRowsPerBlock, 0, kStream>>>(out, mean, rstd, inp, w, b, rows, C);
+    SPB_LAUNCH_CHECK();
+}
+
+void layernorm_backward(spb_stored dinp, spb_stored dw, spb_stored db, spb_stored dout, spb_stored inp, spb_stored w,
+                        const float *mean, const float *rstd, int rows, int C)
+{
+    /* dw and db first: they read dout, which dinp may be. */
+    int strips = (rows + kStripRows - 1) / kStripRows;
+    float *part = strip_workspace(2L * strips * C);
+    dim3 grid((unsigned)((C + kThreads - 1) / kThreads), (unsigned)strips);
+    k_layernorm_backward_strips<<<grid, kThreads, 0, kStream>>>(part, part + (long)strips * C, dout, inp, mean, rstd,
+                                                                rows, C);
+    SPB_LAUNCH_CHECK();
+    k_layernorm_backward_finish<<<(unsigned)((C + kThreads - 1) / kThreads), kThreads, 0, kStream>>>(
+        dw, db, part, part + (long)strips * C, strips, C);
+    SPB_LAUNCH_CHECK();
+    unsigned blocks = (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    k_layernorm_backward_dx<<<blocks, 32 * kRowsPerBlock, 0, kStream>>>(dinp, dout, inp, w, mean, rstd, rows, C);
+    SPB_LAUNCH_CHECK();
+}
+
+__global__ void k_add_inplace(spb_stored a, spb_stored b, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        store(a, i, load(a, i) + load(b, i));
+}
+
+void add_inplace(spb_stored a, spb_stored b, long n)
+{
+    k_add_inplace<<<blocks_for(n), kThreads, 0, kStream>>>(a, b, n);
+    SPB_LAUNCH_CHECK();
+}
+
 void attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
                        float *lse)
 {
@@ -102,6 +245,6 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
 } // namespace
 
 extern "C" const spb_bf16_direct spb_bf16_direct_cuda = {
-    "cuda (cuBLASLt, bf16 flash attention, bf16 GELU)", gemm, broadcast_rows, ones, gelu_forward, gelu_backward,
-    attention_forward, attention_backward,
+    "cuda (cuBLASLt, bf16 flash attention, bf16 GELU, typed LayerNorm)", gemm, broadcast_rows, ones, gelu_forward,
+    gelu_backward, layernorm_forward, layernorm_backward, add_inplace, attention_forward, attention_backward,
 };

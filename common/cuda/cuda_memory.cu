@@ -63,3 +63,13 @@ extern "C" void spb_cuda_mem_reset_peaks(void)
 }
 
 extern "C" const char *spb_cuda_impl_name(spb_cuda_impl impl) { return impl == SPB_CUDA_FAST ? "fast" : "simple"; }
+
+extern "C" void *spb_cuda_grow(void **buf, size_t *cap, spb_mem_category cat, size_t bytes)
+{
+    if (bytes > *cap) {
+        spb_cuda_free(*buf);
+        *buf = spb_cuda_alloc(cat, bytes);
+        *cap = bytes;
+    }
+    return *buf;
+}

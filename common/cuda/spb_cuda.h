@@ -40,6 +40,11 @@ const char *spb_cuda_impl_name(spb_cuda_impl impl);
 void *spb_cuda_alloc(spb_mem_category cat, size_t bytes);
 void spb_cuda_free(void *p); /* NULL is fine */
 size_t spb_cuda_size(const void *p);
+/* A buffer that only grows: *buf holds at least `bytes` on return (the old
+ * contents are not kept), reallocated under cat when it was smaller.
+ * Workspaces used on every step keep one, because cudaFree synchronises the
+ * device (and would stall the host behind a transfer in flight). */
+void *spb_cuda_grow(void **buf, size_t *cap, spb_mem_category cat, size_t bytes);
 /* Device-side current/peak bytes per category (the host allocator's
  * categories, separate counters). */
 const spb_mem_stats *spb_cuda_mem_stats(void);
