@@ -247,6 +247,34 @@ int spb_bf16_direct_add_inplace(float *a, const float *b, long n)
     return 1;
 }
 
+int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss)
+{
+    operand op;
+    int ok = in_use && rows > 0 && V > 0 && output_operand(probs, (long)rows * V, &op);
+    if (!ok) {
+        counts.rowwise_frames++;
+        return 0;
+    }
+    const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_forward (targets)");
+    *loss = in_use->softmax_xent_forward(stored(&op), tg, rows, V);
+    counts.rowwise_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale)
+{
+    operand op;
+    int ok = in_use && rows > 0 && V > 0 && output_operand(probs, (long)rows * V, &op);
+    if (!ok) {
+        counts.rowwise_frames++;
+        return 0;
+    }
+    const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_backward (targets)");
+    in_use->softmax_xent_backward(stored(&op), tg, rows, V, scale);
+    counts.rowwise_direct++;
+    return 1;
+}
+
 /* q, k, v (and o, dout) as bf16 operands of d; 0 when one is not. */
 static int attention_inputs(const spb_attn_desc *d, const float *q, const float *k, const float *v, operand *oq,
                             operand *ok, operand *ov)

@@ -1,14 +1,15 @@
 /* The bf16 tables' direct path (--bf16-kernels fast): matrix products,
- * attention, GELU, LayerNorm and residual adds computed straight from their
+ * attention, GELU, LayerNorm, residual adds and the softmax cross-entropy
+ * computed straight from their
  * storage (bf16, or fp32 where a buffer is), with no fp32 frame around
  * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
  * products on tensor cores (bf16 in, fp32 accumulate, rounded once), the
- * bf16 flash-attention and GELU kernels, and warp-per-row LayerNorm
- * kernels that read and write each operand in its own type
+ * bf16 flash-attention and GELU kernels, and LayerNorm, residual and
+ * cross-entropy kernels that read and write each operand in its own type
  * (common/cuda/cuda_bf16_direct.cu).  The frame path (bf16_ops.c: widen
  * every operand, run the fp32 table, round once) is the reference beside it
- * (--bf16-kernels reference), and still runs embedding, cross-entropy,
- * bias rows and AdamW under fast.
+ * (--bf16-kernels reference), and still runs embedding, bias rows and AdamW
+ * under fast.
  *
  * Both paths compute the same thing: every output is computed in fp32 from
  * the stored operands and rounded once to its buffer's type, so they differ
@@ -63,6 +64,12 @@ typedef struct spb_bf16_direct {
                                spb_stored w, const float *mean, const float *rstd, int rows, int C);
     /* a += b, rounded once into a's type (a may be b). */
     void (*add_inplace)(spb_stored a, spb_stored b, long n);
+    /* ops.h's softmax cross-entropy in place on logits of either type (targets:
+     * int32 storage): returns the sum over rows, in row order, of the loss
+     * from the fp32 logits; the probabilities rounded once.  Backward:
+     * probs = scale (probs - onehot), rounded once. */
+    double (*softmax_xent_forward)(spb_stored probs, const int *targets, int rows, int V);
+    void (*softmax_xent_backward)(spb_stored probs, const int *targets, int rows, int V, float scale);
     /* attention.h's contracts on storage: q k v o dout bf16, lse fp32, o
      * rounded once; dq dk dv fp32 (the frame's copies), accumulated. */
     void (*attention_forward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -97,6 +104,9 @@ int spb_bf16_direct_layernorm_forward(float *out, float *mean, float *rstd, cons
 int spb_bf16_direct_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                        const float *w, const float *mean, const float *rstd, int rows, int C);
 int spb_bf16_direct_add_inplace(float *a, const float *b, long n);
+/* *loss: the forward's return value, when it ran direct. */
+int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss);
+int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale);
 int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
                                       float *o, float *lse);
 int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
@@ -107,7 +117,7 @@ int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, c
 typedef struct spb_bf16_direct_counts {
     long matmul_direct, matmul_frames;
     long attention_direct, attention_frames;
-    long rowwise_direct, rowwise_frames; /* GELU, LayerNorm, residual adds */
+    long rowwise_direct, rowwise_frames; /* GELU, LayerNorm, residual adds, cross-entropy */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

@@ -1,6 +1,6 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
  * CUDA instance computes with cuBLASLt and its bf16 kernels, computed here
- * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm and adds
+ * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm, adds and cross-entropy
  * on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
  * that the dispatch, the mapping of every product onto one gemm and the
  * attention path through it run in the CPU tests. */
@@ -129,6 +129,25 @@ static void cpu_add_inplace(spb_stored a, spb_stored b, long n)
     free(x);
 }
 
+static double cpu_softmax_xent_forward(spb_stored probs, const int *targets, int rows, int V)
+{
+    long n = (long)rows * V;
+    float *p = widened_stored(probs, n);
+    double loss = spb_softmax_xent_forward(p, targets, rows, V);
+    store_back(probs, p, n);
+    free(p);
+    return loss;
+}
+
+static void cpu_softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V, float scale)
+{
+    long n = (long)rows * V;
+    float *p = widened_stored(probs, n);
+    spb_softmax_xent_backward(p, targets, rows, V, scale);
+    store_back(probs, p, n);
+    free(p);
+}
+
 static void cpu_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                   spb_bf16 *o, float *lse)
 {
@@ -166,6 +185,8 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .add_inplace = cpu_add_inplace,
+    .softmax_xent_forward = cpu_softmax_xent_forward,
+    .softmax_xent_backward = cpu_softmax_xent_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
 };

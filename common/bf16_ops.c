@@ -181,6 +181,8 @@ void spb_bf16_embedding_backward(float *dwte, float *dwpe, const float *dout, co
 /* The loss comes from the fp32 logits before the probabilities are rounded. */
 double spb_bf16_softmax_xent_forward(float *probs, const int *targets, int rows, int V)
 {
+    double direct_loss = 0.0;
+    if (spb_bf16_direct_softmax_xent_forward(probs, targets, rows, V, &direct_loss)) return direct_loss;
     const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_forward (targets)");
     spb_frame f = {0};
     spb_frame_out(&f, &probs, (long)rows * V, "softmax_xent_forward (probs)");
@@ -192,6 +194,7 @@ double spb_bf16_softmax_xent_forward(float *probs, const int *targets, int rows,
 
 void spb_bf16_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale)
 {
+    if (spb_bf16_direct_softmax_xent_backward(probs, targets, rows, V, scale)) return;
     const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_backward (targets)");
     spb_frame f = {0};
     spb_frame_out(&f, &probs, (long)rows * V, "softmax_xent_backward (probs)");

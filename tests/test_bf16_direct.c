@@ -3,7 +3,8 @@
  *   - each product (forward with and without bias, accumulating, strided
  *     column blocks, backward with dinp, dW and db, fp32 outputs), GELU
  *     (forward, backward in place and into its own buffer), LayerNorm and
- *     residual adds (bf16 and fp32 operands, in place) and each
+ *     residual adds (bf16 and fp32 operands, in place), the softmax
+ *     cross-entropy (bf16 and fp32 logits, and its loss) and each
  *     attention call (fused QKV, Ulysses' shared saved buffer, a ring block
  *     with offsets, accumulated backward) against the frame path on the same
  *     data: within one bf16 ulp per element (the paths differ only in the
@@ -13,9 +14,9 @@
  *     kernel, --bf16-kernels reference) go through the frames, bit for bit;
  *   - a direct table that loses the bias is caught by the same comparison;
  *   - training: every strategy with --bf16-kernels fast at head dim 64
- *     takes every product, attention, GELU, LayerNorm and residual call
- *     direct and tracks fp32 and
- *     the reference path within test_bf16.c's bounds. */
+ *     takes every product, attention, GELU, LayerNorm, residual and
+ *     cross-entropy call direct and tracks fp32 and the reference path
+ *     within test_bf16.c's bounds. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -266,6 +267,31 @@ static void layernorm_bf16_statistics(twin_set *s)
     bf->layernorm_backward(p[GX], p[GW], p[GB], p[GY], p[RX], p[LW], p[MEAN], p[RSTD], ROWS, LC);
 }
 
+/* Softmax cross-entropy in place, on bf16 and on fp32 logits; the two
+ * runs' losses are kept to be compared too. */
+enum { XV = 50 };
+static double xent_loss[2][2];
+static int xent_run;
+static void make_xent(twin_set *s)
+{
+    static const int picks[ROWS] = {3, 0, 49, 7, 7, 12, 33, 1, 0, 48, 25, 25, 2, 9, 40, 41, 5, 6, 17, 30, 44, 13, 21, 8};
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, (long)ROWS * XV, 3, 41), (long)ROWS * XV, 1);
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, (long)ROWS * XV, 3, 42), (long)ROWS * XV, 1);
+    int *tg = bf->alloc_ints(SPB_MEM_ACTIVATIONS, ROWS);
+    bf->ints_to_device(tg, picks, ROWS);
+    add(s, (float *)tg, 0, 0);
+}
+static void cross_entropy(twin_set *s)
+{
+    float **p = s->buf;
+    const int *tg = (const int *)p[2];
+    for (int k = 0; k < 2; k++) {
+        xent_loss[xent_run][k] = bf->softmax_xent_forward(p[k], tg, ROWS, XV);
+        bf->softmax_xent_backward(p[k], tg, ROWS, XV, 0.125f);
+    }
+    xent_run = !xent_run;
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
@@ -289,6 +315,7 @@ static const product_case product_cases[] = {
     {"LayerNorm backward, and in place", layernorm_backward_both, 3, make_rowwise},
     {"residual adds, bf16 and fp32, a += a", residual_adds, 3, make_rowwise},
     {"LayerNorm statistics stored bf16 (frames)", layernorm_bf16_statistics, 0, make_rowwise},
+    {"cross-entropy on bf16 and fp32 logits", cross_entropy, 4, make_xent},
 };
 
 START_TEST(products_match_the_frames)
@@ -305,6 +332,10 @@ START_TEST(products_match_the_frames)
         ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", k->name, d.worst);
         if (!k->direct_calls) ck_assert_msg(d.differ == 0, "%s: the frames differ from themselves", k->name);
     }
+    /* the cross-entropy's losses, from the fp32 logits either way */
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(fabs(xent_loss[1][k] - xent_loss[0][k]) <= 1e-6 * fabs(xent_loss[0][k]),
+                      "cross-entropy loss %.9g (direct) against %.9g (frames)", xent_loss[1][k], xent_loss[0][k]);
     ck_assert_int_eq(spb_handles_live(), 0);
 }
 END_TEST

@@ -66,6 +66,8 @@ static void check_direct(const spb_bf16_direct *d)
     expect(d->layernorm_forward != NULL, d->name, "layernorm_forward");
     expect(d->layernorm_backward != NULL, d->name, "layernorm_backward");
     expect(d->add_inplace != NULL, d->name, "add_inplace");
+    expect(d->softmax_xent_forward != NULL, d->name, "softmax_xent_forward");
+    expect(d->softmax_xent_backward != NULL, d->name, "softmax_xent_backward");
     expect(d->attention_forward != NULL, d->name, "attention_forward");
     expect(d->attention_backward != NULL, d->name, "attention_backward");
 }

@@ -3,14 +3,16 @@
  * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through
  * the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the
  * strides allow, else its simple version), GELU through the bf16 GELU
- * kernels (vector loads where aligned), and LayerNorm and residual adds
- * through warp-per-row kernels here that load and store every operand in
- * its own type (bf16 or fp32, per buffer).  Everything on the legacy
+ * kernels (vector loads where aligned), and LayerNorm, residual adds and
+ * the softmax cross-entropy through kernels here that load and store every
+ * operand in its own type (bf16 or fp32, per buffer).  Everything on the legacy
  * default stream, where the storage's widen/narrow and the fp32 CUDA table
  * run, so the direct calls stay ordered with the frames around them.
  * Never run on a GPU yet: experiments/gpu-strategies holds it against the
  * CPU's single-rank run (docs/GPU.md). */
 #include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
 
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
@@ -229,6 +231,77 @@ void add_inplace(spb_stored a, spb_stored b, long n)
     SPB_LAUNCH_CHECK();
 }
 
+/* ---- softmax cross-entropy: a block per row --------------------------- */
+const int kXentThreads = 256;
+
+/* The block's reduction of x (sum or max), returned to every thread. */
+__device__ float block_reduce(float x, bool is_max, float *shared)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = is_max ? fmaxf(x, y) : x + y;
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); /* shared may still be read from the last call */
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    x = shared[0];
+    for (int w = 1; w < kXentThreads / 32; w++) x = is_max ? fmaxf(x, shared[w]) : x + shared[w];
+    return x;
+}
+
+/* logits -> probabilities in place; loss[r] = log(sum) - (logit_t - max),
+ * from the fp32 logit (read before any thread writes its row). */
+__global__ void k_softmax_xent_forward(spb_stored probs, double *loss, const int *targets, int rows, int V)
+{
+    __shared__ float shared[kXentThreads / 32];
+    int r = blockIdx.x;
+    const long o = (long)r * V;
+    float target_logit = load(probs, o + targets[r]);
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += kXentThreads) mx = fmaxf(mx, load(probs, o + v));
+    mx = block_reduce(mx, true, shared);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += kXentThreads) sum += expf(load(probs, o + v) - mx);
+    sum = block_reduce(sum, false, shared); /* its syncs also order every read above before the writes */
+    float inv = 1.0f / sum;
+    for (int v = threadIdx.x; v < V; v += kXentThreads) store(probs, o + v, expf(load(probs, o + v) - mx) * inv);
+    if (threadIdx.x == 0) loss[r] = (double)logf(sum) - (double)(target_logit - mx);
+}
+
+__global__ void k_softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V, float scale)
+{
+    long n = (long)rows * V;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        int r = (int)(i / V), v = (int)(i % V);
+        float p = load(probs, i) * scale;
+        if (v == targets[r]) p -= scale;
+        store(probs, i, p);
+    }
+}
+
+double softmax_xent_forward(spb_stored probs, const int *targets, int rows, int V)
+{
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    double *loss = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)rows);
+    k_softmax_xent_forward<<<(unsigned)rows, kXentThreads, 0, kStream>>>(probs, loss, targets, rows, V);
+    SPB_LAUNCH_CHECK();
+    double *host = (double *)malloc(sizeof(double) * (size_t)rows);
+    SPB_CHECK(host != NULL);
+    SPB_CUDA_CHECK(cudaMemcpy(host, loss, sizeof(double) * (size_t)rows, cudaMemcpyDeviceToHost));
+    double sum = 0.0; /* rows in order, as ops_cpu.c */
+    for (int r = 0; r < rows; r++) sum += host[r];
+    free(host);
+    return sum;
+}
+
+void softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V, float scale)
+{
+    k_softmax_xent_backward<<<blocks_for((long)rows * V), kThreads, 0, kStream>>>(probs, targets, rows, V, scale);
+    SPB_LAUNCH_CHECK();
+}
+
 void attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
                        float *lse)
 {
@@ -246,5 +319,6 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
 
 extern "C" const spb_bf16_direct spb_bf16_direct_cuda = {
     "cuda (cuBLASLt, bf16 flash attention, bf16 GELU, typed LayerNorm)", gemm, broadcast_rows, ones, gelu_forward,
-    gelu_backward, layernorm_forward, layernorm_backward, add_inplace, attention_forward, attention_backward,
+    gelu_backward, layernorm_forward, layernorm_backward, add_inplace, softmax_xent_forward, softmax_xent_backward,
+    attention_forward, attention_backward,
 };
