@@ -129,7 +129,7 @@ int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, 
     if (db) {
         const spb_handle_storage *st = spb_handles_storage();
         spb_bf16 *ones = st->scratch_alloc(sizeof(spb_bf16) * (size_t)rows);
-        in_use->ones(ones, rows);
+        in_use->fill((spb_stored){ones, SPB_DTYPE_BF16}, rows, 1.0f);
         spb_timer_region timed = spb_timer_begin(SPB_T_GEMM);
         in_use->gemm(0, 0, 1, out_f, rows, ones, rows, storage(&go), ldo, 1.0f, storage(&gb), gb.type, out_f);
         spb_timer_end(timed);
@@ -244,6 +244,33 @@ int spb_bf16_direct_add_inplace(float *a, const float *b, long n)
     }
     in_use->add_inplace(stored(&oa), stored(&ob), n);
     counts.rowwise_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_fill(float *x, long n, float value)
+{
+    operand o;
+    int ok = in_use && n > 0 && output_operand(x, n, &o);
+    if (!ok) {
+        counts.memory_frames++;
+        return 0;
+    }
+    in_use->fill(stored(&o), n, value);
+    counts.memory_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width)
+{
+    operand d, s;
+    long dn = spb_strided_extent(rows, dst_stride, width), sn = spb_strided_extent(rows, src_stride, width);
+    int ok = in_use && dn > 0 && output_operand(dst, dn, &d) && operand_of(src, sn, &s) && !overlap(&d, &s);
+    if (!ok) {
+        counts.memory_frames++;
+        return 0;
+    }
+    in_use->copy_rows(stored(&d), dst_stride, stored(&s), src_stride, rows, width);
+    counts.memory_direct++;
     return 1;
 }
 

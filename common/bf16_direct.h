@@ -1,6 +1,6 @@
 /* The bf16 tables' direct path (--bf16-kernels fast): matrix products,
- * attention, GELU, LayerNorm, residual adds and the softmax cross-entropy
- * computed straight from their
+ * attention, GELU, LayerNorm, residual adds, the softmax cross-entropy,
+ * fills and copies computed straight from their
  * storage (bf16, or fp32 where a buffer is), with no fp32 frame around
  * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
  * products on tensor cores (bf16 in, fp32 accumulate, rounded once), the
@@ -49,8 +49,6 @@ typedef struct spb_bf16_direct {
                  float beta, void *C, spb_dtype c_type, int ldc);
     /* C[r][j] = b[j] for r < rows, j < n (b bf16 storage, so exact in C). */
     void (*broadcast_rows)(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int rows, int n);
-    /* n bf16 ones (the column-sum vector of bias gradients). */
-    void (*ones)(spb_bf16 *x, long n);
     /* ops.h's tanh GELU on bf16 storage, each output rounded once; out may
      * be inp, dinp may be dout (elementwise: each element is read before
      * it is written). */
@@ -64,6 +62,11 @@ typedef struct spb_bf16_direct {
                                spb_stored w, const float *mean, const float *rstd, int rows, int C);
     /* a += b, rounded once into a's type (a may be b). */
     void (*add_inplace)(spb_stored a, spb_stored b, long n);
+    /* Memory operations between operands of either type: rows of `width`
+     * elements from src (row stride src_stride) to dst (dst_stride), each
+     * value rounded once into dst's type; x[0, n) = value, rounded once. */
+    void (*copy_rows)(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width);
+    void (*fill)(spb_stored x, long n, float value);
     /* ops.h's softmax cross-entropy in place on logits of either type (targets:
      * int32 storage): returns the sum over rows, in row order, of the loss
      * from the fp32 logits; the probabilities rounded once.  Backward:
@@ -104,6 +107,10 @@ int spb_bf16_direct_layernorm_forward(float *out, float *mean, float *rstd, cons
 int spb_bf16_direct_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                        const float *w, const float *mean, const float *rstd, int rows, int C);
 int spb_bf16_direct_add_inplace(float *a, const float *b, long n);
+/* Whole-buffer operations: fill (zero), copy, copy_rows.  Outputs carrying
+ * masters stay on the frames (a write there moves the masters it changes). */
+int spb_bf16_direct_fill(float *x, long n, float value);
+int spb_bf16_direct_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width);
 /* *loss: the forward's return value, when it ran direct. */
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss);
 int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale);
@@ -118,6 +125,7 @@ typedef struct spb_bf16_direct_counts {
     long matmul_direct, matmul_frames;
     long attention_direct, attention_frames;
     long rowwise_direct, rowwise_frames; /* GELU, LayerNorm, residual adds, cross-entropy */
+    long memory_direct, memory_frames;   /* fill, zero, copy, copy_rows */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

@@ -51,11 +51,6 @@ static void cpu_broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf1
         }
 }
 
-static void cpu_ones(spb_bf16 *x, long n)
-{
-    for (long i = 0; i < n; i++) x[i] = spb_bf16_from_float(1.0f);
-}
-
 static void narrowed(spb_bf16 *out, const float *x, long n)
 {
     for (long i = 0; i < n; i++) out[i] = spb_bf16_from_float(x[i]);
@@ -129,6 +124,27 @@ static void cpu_add_inplace(spb_stored a, spb_stored b, long n)
     free(x);
 }
 
+static void cpu_copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
+{
+    for (long r = 0; r < rows; r++) {
+        spb_stored d = dst, s = src;
+        long es_d = dst.type == SPB_DTYPE_BF16 ? 2 : 4, es_s = src.type == SPB_DTYPE_BF16 ? 2 : 4;
+        d.p = (char *)dst.p + r * dst_stride * es_d;
+        s.p = (char *)src.p + r * src_stride * es_s;
+        float *v = widened_stored(s, width);
+        store_back(d, v, width);
+        free(v);
+    }
+}
+
+static void cpu_fill(spb_stored x, long n, float value)
+{
+    float *v = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)n));
+    for (long i = 0; i < n; i++) v[i] = value;
+    store_back(x, v, n);
+    free(v);
+}
+
 static double cpu_softmax_xent_forward(spb_stored probs, const int *targets, int rows, int V)
 {
     long n = (long)rows * V;
@@ -179,12 +195,13 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .name = "cpu emulation",
     .gemm = cpu_gemm,
     .broadcast_rows = cpu_broadcast_rows,
-    .ones = cpu_ones,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .add_inplace = cpu_add_inplace,
+    .copy_rows = cpu_copy_rows,
+    .fill = cpu_fill,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .attention_forward = cpu_attention_forward,

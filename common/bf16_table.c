@@ -1,8 +1,9 @@
 /* The bf16 tables' entries beyond the arithmetic (bf16_ops.h): allocation by
- * role, memory operations, staging and AdamW on the masters.  Storage
- * placement by category is described in backend_bf16_cpu.c; every transfer
- * goes through the handle storage, so these serve the CPU and the CUDA
- * instance alike. */
+ * role, memory operations (direct under --bf16-kernels fast where the
+ * destination has no masters: bf16_direct.h), staging and AdamW on the
+ * masters.  Storage placement by category is described in
+ * backend_bf16_cpu.c; every transfer goes through the handle storage, so
+ * these serve the CPU and the CUDA instance alike. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +55,7 @@ int *spb_bf16_alloc_ints(spb_mem_category cat, long n) { return spb_handle_alloc
  * (masters follow it, as any write's). */
 void spb_bf16_fill(float *x, long n, float value)
 {
-    if (n <= 0) return;
+    if (n <= 0 || spb_bf16_direct_fill(x, n, value)) return;
     long i = 0;
     spb_handle *h = spb_handle_at(x, n, &i, "fill");
     const spb_handle_storage *st = spb_handles_storage();
@@ -68,7 +69,7 @@ void spb_bf16_zero(float *x, long n) { spb_bf16_fill(x, n, 0.0f); }
 
 void spb_bf16_copy(float *dst, const float *src, long n)
 {
-    if (n <= 0) return;
+    if (n <= 0 || spb_bf16_direct_copy_rows(dst, n, src, n, 1, n)) return;
     long di = 0, si = 0;
     spb_handle *d = spb_handle_at(dst, n, &di, "copy (dst)");
     const spb_handle *s = spb_handle_at(src, n, &si, "copy (src)");
@@ -82,7 +83,7 @@ void spb_bf16_copy(float *dst, const float *src, long n)
 void spb_bf16_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width)
 {
     long dn = spb_strided_extent(rows, dst_stride, width), sn = spb_strided_extent(rows, src_stride, width);
-    if (dn <= 0) return;
+    if (dn <= 0 || spb_bf16_direct_copy_rows(dst, dst_stride, src, src_stride, rows, width)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &dst, dn, "copy_rows (dst)");
     spb_frame_in(&f, &src, sn, "copy_rows (src)");

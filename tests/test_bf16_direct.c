@@ -90,7 +90,7 @@ static distance compare(const float *a, const float *b, long n)
 /* Runs fn on two twin sets of buffers, once through the frames and once
  * with the direct kernels `direct` (NULL: frames both times), and returns
  * how far apart the outputs came out; *went_direct: the second run's calls
- * that went direct (products, attention, GELU). */
+ * that went direct (any kind). */
 typedef struct twin_set twin_set;
 typedef void (*op_fn)(twin_set *s);
 struct twin_set {
@@ -107,13 +107,13 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     spb_bf16_direct_reset_counts();
     op(&a);
     spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
-    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct, 0);
+    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct + ca.memory_direct, 0);
     spb_bf16_use_direct(direct);
     spb_bf16_direct_reset_counts();
     op(&b);
     spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
     spb_bf16_use_direct(NULL);
-    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct;
+    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct + c.memory_direct;
     distance worst = {0, 0};
     for (int k = 0; k < a.noutputs; k++) {
         int i = a.outputs[k];
@@ -292,6 +292,24 @@ static void cross_entropy(twin_set *s)
     xent_run = !xent_run;
 }
 
+/* Fills and copies between buffers of either type (in make_rowwise's set). */
+static void memory_ops(twin_set *s)
+{
+    float **p = s->buf;
+    long n = (long)ROWS * LC;
+    bf->fill(p[RY], n, 0.3f);           /* rounded into bf16 */
+    bf->zero(p[GX], n);
+    bf->copy(p[RYF], p[RX], n);         /* bf16 -> fp32 */
+    bf->copy(p[GY], p[RXF], n);         /* fp32 -> bf16, rounded */
+    bf->copy_rows(p[GX] + 3, LC, p[RXF] + 1, LC, ROWS - 1, LC - 8); /* strided */
+}
+static void memory_ops_on_frames(twin_set *s)
+{
+    float **p = s->buf;
+    bf->fill(p[LW], LC, 0.5f);                /* a parameter: masters bound */
+    bf->copy(p[RX] + 5, p[RX], (long)ROWS * LC - 5); /* overlapping */
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
@@ -316,6 +334,8 @@ static const product_case product_cases[] = {
     {"residual adds, bf16 and fp32, a += a", residual_adds, 3, make_rowwise},
     {"LayerNorm statistics stored bf16 (frames)", layernorm_bf16_statistics, 0, make_rowwise},
     {"cross-entropy on bf16 and fp32 logits", cross_entropy, 4, make_xent},
+    {"fill, zero, copy and copy_rows across types", memory_ops, 5, make_rowwise},
+    {"fill of a parameter, overlapping copy (frames)", memory_ops_on_frames, 0, make_rowwise},
 };
 
 START_TEST(products_match_the_frames)
@@ -509,6 +529,14 @@ static float *train(const train_case *k, const char *precision, const char *kern
     return global_grads(t);
 }
 
+/* The optimizer's update (AdamW on the masters, ZeRO's parameter
+ * allgathers) and the next step's loss. */
+static double later_loss(spb_trainer *t)
+{
+    spb_trainer_update(t);
+    return spb_trainer_step(t);
+}
+
 static void drop(spb_trainer *t)
 {
     spb_grid *g = (spb_grid *)t->grid;
@@ -522,7 +550,7 @@ static void drop(spb_trainer *t)
  * emulation comes out within a few fp32 ulps (the same cblas calls on the
  * same values: only the order of some sums differs); the device's products
  * sum in other orders, so the bound for it is bf16's, not fp32's. */
-static const double LOSS_BOUND = 1e-4;
+static const double LOSS_BOUND = 1e-4, LATER_LOSS_BOUND = 2e-4;
 static double gradient_bound(int layers) { return 2.0 * 1.66e-3 * sqrt(24.0 + 8.0 * layers); }
 
 START_TEST(training_goes_direct_and_tracks_fp32)
@@ -542,19 +570,24 @@ START_TEST(training_goes_direct_and_tracks_fp32)
         float *g32 = train(k, "fp32", NULL, &l32, &shape, &t32, &c32);
         drop(t32);
         float *gref = train(k, "bf16", "reference", &lref, &shape, &tref, &cref);
+        double lref2 = later_loss(tref);
         drop(tref);
         float *gfast = train(k, "bf16", "fast", &lfast, &shape, &tfast, &cfast);
         const char *w32 = "", *wref = "";
         double e32 = worst_tensor_error(shape, gfast, g32, &w32), eref = worst_tensor_error(shape, gfast, gref, &wref);
         double le = fabs(lfast - l32) / fabs(l32);
         if (!world_rank)
-            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld row-wise; frames: %ld, %ld, %ld | "
-                   "fast vs fp32: loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
+            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld row-wise, %ld memory; frames: "
+                   "%ld, %ld, %ld, %ld | fast vs fp32: loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
                    k->strategy, k->P, k->zero, k->checkpoint, cfast.matmul_direct, cfast.attention_direct,
-                   cfast.rowwise_direct, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames, le,
-                   e32, w32, eref, wref);
+                   cfast.rowwise_direct, cfast.memory_direct, cfast.matmul_frames, cfast.attention_frames,
+                   cfast.rowwise_frames, cfast.memory_frames, le, e32, w32, eref, wref);
         /* The reference path never goes direct; the fast one always does. */
-        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct, 0);
+        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct + cref.memory_direct, 0);
+        /* Fills and copies go direct unless they write parameters whose
+         * masters are bound (ZeRO 1-2's allgathered parameters): some may
+         * stay on the frames, by design. */
+        ck_assert_msg(cfast.memory_direct > 0, "%s P=%d: no fill or copy went direct", k->strategy, k->P);
         ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.rowwise_frames == 0 &&
                           cfast.matmul_direct > 0 && cfast.attention_direct > 0 && cfast.rowwise_direct > 0,
                       "%s P=%d: %ld products, %ld attention and %ld row-wise calls went through the frames", k->strategy,
@@ -563,6 +596,15 @@ START_TEST(training_goes_direct_and_tracks_fp32)
                       k->strategy, k->P, k->zero, w32, e32, eref);
         ck_assert_msg(le <= LOSS_BOUND, "%s P=%d: loss off by %.2e", k->strategy, k->P, le);
         worst_fp32 = fmax(worst_fp32, e32), worst_ref = fmax(worst_ref, eref);
+        spb_bf16_direct_reset_counts();
+        double lfast2 = later_loss(tfast);
+        spb_bf16_direct_counts cupd = spb_bf16_direct_get_counts();
+        double le2 = fabs(lfast2 - lref2) / fabs(lref2);
+        if (!world_rank)
+            printf("         update and step 2: fast vs reference loss %.2e; fills and copies direct %ld, frames %ld\n",
+                   le2, cupd.memory_direct, cupd.memory_frames);
+        ck_assert_msg(le2 <= LATER_LOSS_BOUND, "%s P=%d ZeRO-%d: step-2 loss off by %.2e", k->strategy, k->P, k->zero,
+                      le2);
         drop(tfast);
         free(g32), free(gref), free(gfast);
     }

@@ -60,7 +60,8 @@ static void check_direct(const spb_bf16_direct *d)
 {
     expect(d->gemm != NULL, d->name, "gemm");
     expect(d->broadcast_rows != NULL, d->name, "broadcast_rows");
-    expect(d->ones != NULL, d->name, "ones");
+    expect(d->copy_rows != NULL, d->name, "copy_rows");
+    expect(d->fill != NULL, d->name, "fill");
     expect(d->gelu_forward != NULL, d->name, "gelu_forward");
     expect(d->gelu_backward != NULL, d->name, "gelu_backward");
     expect(d->layernorm_forward != NULL, d->name, "layernorm_forward");

@@ -3,9 +3,9 @@
  * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through
  * the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the
  * strides allow, else its simple version), GELU through the bf16 GELU
- * kernels (vector loads where aligned), and LayerNorm, residual adds and
- * the softmax cross-entropy through kernels here that load and store every
- * operand in its own type (bf16 or fp32, per buffer).  Everything on the legacy
+ * kernels (vector loads where aligned), and LayerNorm, residual adds, the
+ * softmax cross-entropy, fills and copies through kernels here that load
+ * and store every operand in its own type (bf16 or fp32, per buffer).  Everything on the legacy
  * default stream, where the storage's widen/narrow and the fp32 CUDA table
  * run, so the direct calls stay ordered with the frames around them.
  * Never run on a GPU yet: experiments/gpu-strategies holds it against the
@@ -64,19 +64,6 @@ void broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int r
     if (rows <= 0 || n <= 0) return;
     k_broadcast_rows<<<blocks_for((long)rows * n), kThreads, 0, kStream>>>(C, c_type == SPB_DTYPE_F32, ldc, b, rows,
                                                                             n);
-    SPB_LAUNCH_CHECK();
-}
-
-__global__ void k_ones(spb_bf16 *x, long n)
-{
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        x[i] = spb_bf16_from_float(1.0f);
-}
-
-void ones(spb_bf16 *x, long n)
-{
-    if (n <= 0) return;
-    k_ones<<<blocks_for(n), kThreads, 0, kStream>>>(x, n);
     SPB_LAUNCH_CHECK();
 }
 
@@ -231,6 +218,34 @@ void add_inplace(spb_stored a, spb_stored b, long n)
     SPB_LAUNCH_CHECK();
 }
 
+/* ---- fills and copies between operands of either type -------------------- */
+__global__ void k_copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
+{
+    long n = rows * width;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long r = i / width, c = i % width;
+        store(dst, r * dst_stride + c, load(src, r * src_stride + c));
+    }
+}
+
+void copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
+{
+    k_copy_rows<<<blocks_for(rows * width), kThreads, 0, kStream>>>(dst, dst_stride, src, src_stride, rows, width);
+    SPB_LAUNCH_CHECK();
+}
+
+__global__ void k_fill(spb_stored x, long n, float value)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        store(x, i, value);
+}
+
+void fill(spb_stored x, long n, float value)
+{
+    k_fill<<<blocks_for(n), kThreads, 0, kStream>>>(x, n, value);
+    SPB_LAUNCH_CHECK();
+}
+
 /* ---- softmax cross-entropy: a block per row --------------------------- */
 const int kXentThreads = 256;
 
@@ -318,7 +333,7 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
 } // namespace
 
 extern "C" const spb_bf16_direct spb_bf16_direct_cuda = {
-    "cuda (cuBLASLt, bf16 flash attention, bf16 GELU, typed LayerNorm)", gemm, broadcast_rows, ones, gelu_forward,
-    gelu_backward, layernorm_forward, layernorm_backward, add_inplace, softmax_xent_forward, softmax_xent_backward,
-    attention_forward, attention_backward,
+    "cuda (cuBLASLt, bf16 flash attention, bf16 GELU, typed LayerNorm)", gemm, broadcast_rows, gelu_forward,
+    gelu_backward, layernorm_forward, layernorm_backward, add_inplace, copy_rows, fill, softmax_xent_forward,
+    softmax_xent_backward, attention_forward, attention_backward,
 };
