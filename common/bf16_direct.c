@@ -274,6 +274,37 @@ int spb_bf16_direct_copy_rows(float *dst, long dst_stride, const float *src, lon
     return 1;
 }
 
+int spb_bf16_direct_adamw(float *masters, float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                          float weight_decay, const spb_config *cfg, long step, double lr)
+{
+    /* p carries the masters (that is the point): an operand, not an output */
+    operand op, og, om, ov;
+    int ok = in_use && masters && n > 0 && operand_of(p, n, &op) && operand_of(grad, n, &og) &&
+             output_operand(m, n, &om) && output_operand(v, n, &ov) && !overlap(&om, &ov) && !overlap(&om, &og) &&
+             !overlap(&ov, &og) && !overlap(&op, &og) && !overlap(&op, &om) && !overlap(&op, &ov);
+    if (!ok) {
+        counts.optimizer_frames++;
+        return 0;
+    }
+    in_use->adamw_apply(masters, stored(&op), stored(&og), stored(&om), stored(&ov), n, grad_scale, weight_decay, cfg,
+                        step, lr);
+    counts.optimizer_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_sum_squares(const float *x, long n, double *sum)
+{
+    operand o;
+    int ok = in_use && n > 0 && operand_of(x, n, &o);
+    if (!ok) {
+        counts.optimizer_frames++;
+        return 0;
+    }
+    *sum = in_use->sum_squares(stored(&o), n);
+    counts.optimizer_direct++;
+    return 1;
+}
+
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss)
 {
     operand op;

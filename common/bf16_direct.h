@@ -1,6 +1,6 @@
 /* The bf16 tables' direct path (--bf16-kernels fast): matrix products,
  * attention, GELU, LayerNorm, residual adds, the softmax cross-entropy,
- * fills and copies computed straight from their
+ * fills, copies and AdamW computed straight from their
  * storage (bf16, or fp32 where a buffer is), with no fp32 frame around
  * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
  * products on tensor cores (bf16 in, fp32 accumulate, rounded once), the
@@ -8,7 +8,7 @@
  * cross-entropy kernels that read and write each operand in its own type
  * (common/cuda/cuda_bf16_direct.cu).  The frame path (bf16_ops.c: widen
  * every operand, run the fp32 table, round once) is the reference beside it
- * (--bf16-kernels reference), and still runs embedding, bias rows and AdamW
+ * (--bf16-kernels reference), and still runs the embedding and bias rows
  * under fast.
  *
  * Both paths compute the same thing: every output is computed in fp32 from
@@ -31,6 +31,7 @@
 #define SPB_BF16_DIRECT_H
 
 #include "attention.h"
+#include "config.h"
 #include "device_handles.h"
 
 /* An operand's storage and its element type (bf16 or fp32): LayerNorm and
@@ -67,6 +68,12 @@ typedef struct spb_bf16_direct {
      * value rounded once into dst's type; x[0, n) = value, rounded once. */
     void (*copy_rows)(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width);
     void (*fill)(spb_stored x, long n, float value);
+    /* optimizer.h's AdamW on the fp32 masters (storage-side, updated in
+     * place) with grad, m, v of either type; p, the stored parameters,
+     * gets each master rounded once.  And spb_sum_squares in double. */
+    void (*adamw_apply)(float *masters, spb_stored p, spb_stored grad, spb_stored m, spb_stored v, long n,
+                        float grad_scale, float weight_decay, const spb_config *cfg, long step, double lr);
+    double (*sum_squares)(spb_stored x, long n);
     /* ops.h's softmax cross-entropy in place on logits of either type (targets:
      * int32 storage): returns the sum over rows, in row order, of the loss
      * from the fp32 logits; the probabilities rounded once.  Backward:
@@ -111,6 +118,11 @@ int spb_bf16_direct_add_inplace(float *a, const float *b, long n);
  * masters stay on the frames (a write there moves the masters it changes). */
 int spb_bf16_direct_fill(float *x, long n, float value);
 int spb_bf16_direct_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, long rows, long width);
+/* AdamW where the parameters' masters are known (bf16_table.c binds them);
+ * the sum of squares into *sum. */
+int spb_bf16_direct_adamw(float *masters, float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                          float weight_decay, const spb_config *cfg, long step, double lr);
+int spb_bf16_direct_sum_squares(const float *x, long n, double *sum);
 /* *loss: the forward's return value, when it ran direct. */
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss);
 int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale);
@@ -126,6 +138,7 @@ typedef struct spb_bf16_direct_counts {
     long attention_direct, attention_frames;
     long rowwise_direct, rowwise_frames; /* GELU, LayerNorm, residual adds, cross-entropy */
     long memory_direct, memory_frames;   /* fill, zero, copy, copy_rows */
+    long optimizer_direct, optimizer_frames; /* AdamW, sum of squares */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

@@ -1,6 +1,6 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
  * CUDA instance computes with cuBLASLt and its bf16 kernels, computed here
- * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm, adds and cross-entropy
+ * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm, adds and cross-entropy and optimizer.c's AdamW
  * on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
  * that the dispatch, the mapping of every product onto one gemm and the
  * attention path through it run in the CPU tests. */
@@ -11,6 +11,7 @@
 #include "bf16_direct.h"
 #include "checks.h"
 #include "ops.h"
+#include "optimizer.h"
 
 static float *widened(const spb_bf16 *x, long n)
 {
@@ -145,6 +146,25 @@ static void cpu_fill(spb_stored x, long n, float value)
     free(v);
 }
 
+static void cpu_adamw_apply(float *masters, spb_stored p, spb_stored grad, spb_stored m, spb_stored v, long n,
+                            float grad_scale, float weight_decay, const spb_config *cfg, long step, double lr)
+{
+    float *g = widened_stored(grad, n), *m32 = widened_stored(m, n), *v32 = widened_stored(v, n);
+    spb_adamw_apply(masters, g, m32, v32, n, grad_scale, weight_decay, cfg, step, lr);
+    store_back(m, m32, n);
+    store_back(v, v32, n);
+    store_back(p, masters, n);
+    free(g), free(m32), free(v32);
+}
+
+static double cpu_sum_squares(spb_stored x, long n)
+{
+    float *x32 = widened_stored(x, n);
+    double s = spb_sum_squares(x32, n);
+    free(x32);
+    return s;
+}
+
 static double cpu_softmax_xent_forward(spb_stored probs, const int *targets, int rows, int V)
 {
     long n = (long)rows * V;
@@ -202,6 +222,8 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .add_inplace = cpu_add_inplace,
     .copy_rows = cpu_copy_rows,
     .fill = cpu_fill,
+    .adamw_apply = cpu_adamw_apply,
+    .sum_squares = cpu_sum_squares,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .attention_forward = cpu_attention_forward,

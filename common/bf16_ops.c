@@ -237,6 +237,8 @@ void spb_bf16_bias_grad_rows(float *db, const float *dy, long rows, int C)
 
 double spb_bf16_sum_squares(const float *x, long n)
 {
+    double direct_sum = 0.0;
+    if (spb_bf16_direct_sum_squares(x, n, &direct_sum)) return direct_sum;
     spb_frame f = {0};
     spb_frame_in(&f, &x, n, "sum_squares");
     spb_frame_load(&f);

@@ -167,6 +167,7 @@ void spb_bf16_adamw_apply(float *p, const float *grad, float *m, float *v, long 
     long pi = 0;
     spb_handle *ph = spb_handle_at(p, n, &pi, "adamw_apply (p)");
     float *masters = masters_of(ph, pi, m, n);
+    if (spb_bf16_direct_adamw(masters, p, grad, m, v, n, grad_scale, weight_decay, cfg, step, lr)) return;
     spb_frame f = {0};
     spb_frame_in(&f, &grad, n, "adamw_apply (grad)");
     spb_frame_out(&f, &m, n, "adamw_apply (m)");

@@ -4,19 +4,24 @@
  *     column blocks, backward with dinp, dW and db, fp32 outputs), GELU
  *     (forward, backward in place and into its own buffer), LayerNorm and
  *     residual adds (bf16 and fp32 operands, in place), the softmax
- *     cross-entropy (bf16 and fp32 logits, and its loss) and each
+ *     cross-entropy (bf16 and fp32 logits, and its loss), fills and copies
+ *     across types, AdamW on the masters, sums of squares, and each
  *     attention call (fused QKV, Ulysses' shared saved buffer, a ring block
  *     with offsets, accumulated backward) against the frame path on the same
  *     data: within one bf16 ulp per element (the paths differ only in the
- *     order of fp32 additions), and the dispatch took the path it should;
+ *     order of fp32 additions; on the CPU they come out bit-identical), and
+ *     the dispatch took the path it should;
  *   - the cases the device cannot take (outputs carrying masters, an operand
- *     that straddles a storage type, head dim 32, a sparse mask, the naive
- *     kernel, --bf16-kernels reference) go through the frames, bit for bit;
+ *     that straddles a storage type, overlapping outputs, LayerNorm
+ *     statistics stored bf16, head dim 32, a sparse mask, the naive kernel,
+ *     --bf16-kernels reference) go through the frames, bit for bit;
  *   - a direct table that loses the bias is caught by the same comparison;
  *   - training: every strategy with --bf16-kernels fast at head dim 64
- *     takes every product, attention, GELU, LayerNorm, residual and
- *     cross-entropy call direct and tracks fp32 and the reference path
- *     within test_bf16.c's bounds. */
+ *     takes every product, attention, GELU, LayerNorm, residual,
+ *     cross-entropy, AdamW and norm call direct (fills and copies too, but
+ *     ZeRO 1-2's parameter allgathers), and tracks fp32 and the reference
+ *     path within test_bf16.c's bounds, through an update and a second
+ *     step. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -107,13 +112,15 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     spb_bf16_direct_reset_counts();
     op(&a);
     spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
-    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct + ca.memory_direct, 0);
+    ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct + ca.memory_direct +
+                         ca.optimizer_direct,
+                     0);
     spb_bf16_use_direct(direct);
     spb_bf16_direct_reset_counts();
     op(&b);
     spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
     spb_bf16_use_direct(NULL);
-    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct + c.memory_direct;
+    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct + c.memory_direct + c.optimizer_direct;
     distance worst = {0, 0};
     for (int k = 0; k < a.noutputs; k++) {
         int i = a.outputs[k];
@@ -310,6 +317,32 @@ static void memory_ops_on_frames(twin_set *s)
     bf->copy(p[RX] + 5, p[RX], (long)ROWS * LC - 5); /* overlapping */
 }
 
+/* AdamW (two steps) on a parameter buffer with its masters, bf16
+ * gradients and fp32 moments; the sum of squares of a bf16 and an fp32
+ * buffer (kept to be compared, like the cross-entropy's losses). */
+enum { AN = 300 };
+static double sums[2][2];
+static int sums_run;
+static void make_adamw(twin_set *s)
+{
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, AN, 0.5f, 51), AN, 1);
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, AN, 0.01f, 52), AN, 0);
+    add(s, buffer(SPB_MEM_OPTIMIZER, SPB_BUF_FIRST_MOMENT, AN, 0.001f, 53), AN, 1);
+    add(s, buffer(SPB_MEM_OPTIMIZER, SPB_BUF_SECOND_MOMENT, AN, 0, 54), AN, 1);
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_FP32, AN, 2, 55), AN, 0);
+}
+static void optimizer_ops(twin_set *s)
+{
+    float **p = s->buf;
+    spb_config c;
+    spb_config_defaults(&c);
+    bf->adamw_apply(p[0], p[1], p[2], p[3], AN, 0.5f, 0.1f, &c, 1, 1e-2);
+    bf->adamw_apply(p[0], p[1], p[2], p[3], AN, 0.5f, 0.1f, &c, 2, 1e-2);
+    sums[sums_run][0] = bf->sum_squares(p[1], AN);
+    sums[sums_run][1] = bf->sum_squares(p[4], AN);
+    sums_run = !sums_run;
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
@@ -336,6 +369,7 @@ static const product_case product_cases[] = {
     {"cross-entropy on bf16 and fp32 logits", cross_entropy, 4, make_xent},
     {"fill, zero, copy and copy_rows across types", memory_ops, 5, make_rowwise},
     {"fill of a parameter, overlapping copy (frames)", memory_ops_on_frames, 0, make_rowwise},
+    {"AdamW on the masters, sums of squares", optimizer_ops, 4, make_adamw},
 };
 
 START_TEST(products_match_the_frames)
@@ -352,6 +386,9 @@ START_TEST(products_match_the_frames)
         ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", k->name, d.worst);
         if (!k->direct_calls) ck_assert_msg(d.differ == 0, "%s: the frames differ from themselves", k->name);
     }
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(sums[1][k] == sums[0][k], "sum of squares %.17g (direct) against %.17g (frames)", sums[1][k],
+                      sums[0][k]);
     /* the cross-entropy's losses, from the fp32 logits either way */
     for (int k = 0; k < 2; k++)
         ck_assert_msg(fabs(xent_loss[1][k] - xent_loss[0][k]) <= 1e-6 * fabs(xent_loss[0][k]),
@@ -601,8 +638,12 @@ START_TEST(training_goes_direct_and_tracks_fp32)
         spb_bf16_direct_counts cupd = spb_bf16_direct_get_counts();
         double le2 = fabs(lfast2 - lref2) / fabs(lref2);
         if (!world_rank)
-            printf("         update and step 2: fast vs reference loss %.2e; fills and copies direct %ld, frames %ld\n",
-                   le2, cupd.memory_direct, cupd.memory_frames);
+            printf("         update and step 2: fast vs reference loss %.2e; fills and copies direct %ld, frames %ld; "
+                   "AdamW and norms direct %ld, frames %ld\n",
+                   le2, cupd.memory_direct, cupd.memory_frames, cupd.optimizer_direct, cupd.optimizer_frames);
+        ck_assert_msg(cupd.optimizer_direct > 0 && cupd.optimizer_frames == 0,
+                      "%s P=%d ZeRO-%d: %ld AdamW or norm calls went through the frames", k->strategy, k->P, k->zero,
+                      cupd.optimizer_frames);
         ck_assert_msg(le2 <= LATER_LOSS_BOUND, "%s P=%d ZeRO-%d: step-2 loss off by %.2e", k->strategy, k->P, k->zero,
                       le2);
         drop(tfast);

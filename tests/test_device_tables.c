@@ -62,6 +62,8 @@ static void check_direct(const spb_bf16_direct *d)
     expect(d->broadcast_rows != NULL, d->name, "broadcast_rows");
     expect(d->copy_rows != NULL, d->name, "copy_rows");
     expect(d->fill != NULL, d->name, "fill");
+    expect(d->adamw_apply != NULL, d->name, "adamw_apply");
+    expect(d->sum_squares != NULL, d->name, "sum_squares");
     expect(d->gelu_forward != NULL, d->name, "gelu_forward");
     expect(d->gelu_backward != NULL, d->name, "gelu_backward");
     expect(d->layernorm_forward != NULL, d->name, "layernorm_forward");

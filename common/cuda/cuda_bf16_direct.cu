@@ -4,8 +4,8 @@
  * the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the
  * strides allow, else its simple version), GELU through the bf16 GELU
  * kernels (vector loads where aligned), and LayerNorm, residual adds, the
- * softmax cross-entropy, fills and copies through kernels here that load
- * and store every operand in its own type (bf16 or fp32, per buffer).  Everything on the legacy
+ * softmax cross-entropy, fills, copies and AdamW through kernels here that
+ * load and store every operand in its own type (bf16 or fp32, per buffer).  Everything on the legacy
  * default stream, where the storage's widen/narrow and the fp32 CUDA table
  * run, so the direct calls stay ordered with the frames around them.
  * Never run on a GPU yet: experiments/gpu-strategies holds it against the
@@ -246,6 +246,70 @@ void fill(spb_stored x, long n, float value)
     SPB_LAUNCH_CHECK();
 }
 
+/* ---- AdamW on the masters, sum of squares ------------------------------- */
+/* optimizer.c's spb_adamw_apply element by element (b1, b2, eps, the bias
+ * corrections and lr computed on the host as there, in float); the stored
+ * parameter takes its master rounded once. */
+__global__ void k_adamw(float *masters, spb_stored p, spb_stored grad, spb_stored m, spb_stored v, long n,
+                        float grad_scale, float weight_decay, float b1, float b2, float eps, float bc1, float bc2,
+                        float flr)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float gi = load(grad, i) * grad_scale;
+        float mi = b1 * load(m, i) + (1.0f - b1) * gi;
+        float vi = b2 * load(v, i) + (1.0f - b2) * gi * gi;
+        store(m, i, mi);
+        store(v, i, vi);
+        float mhat = mi / bc1, vhat = vi / bc2, w = masters[i];
+        w -= flr * (mhat / (sqrtf(vhat) + eps) + weight_decay * w);
+        masters[i] = w;
+        store(p, i, w);
+    }
+}
+
+void adamw_apply(float *masters, spb_stored p, spb_stored grad, spb_stored m, spb_stored v, long n, float grad_scale,
+                 float weight_decay, const spb_config *cfg, long step, double lr)
+{
+    const float b1 = (float)cfg->adam_beta1, b2 = (float)cfg->adam_beta2, eps = (float)cfg->adam_eps;
+    const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    k_adamw<<<blocks_for(n), kThreads, 0, kStream>>>(masters, p, grad, m, v, n, grad_scale, weight_decay, b1, b2, eps,
+                                                       bc1, bc2, (float)lr);
+    SPB_LAUNCH_CHECK();
+}
+
+/* In double: one thread per chunk of 4096 (serial, in order), the chunks'
+ * partial sums added in order on the host: the same bits every run. */
+const long kSumChunk = 4096;
+__global__ void k_sum_squares(double *part, spb_stored x, long n, long chunks)
+{
+    long c = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= chunks) return;
+    long a = c * kSumChunk, b = a + kSumChunk < n ? a + kSumChunk : n;
+    double s = 0.0;
+    for (long i = a; i < b; i++) {
+        double e = load(x, i);
+        s += e * e;
+    }
+    part[c] = s;
+}
+
+double sum_squares(spb_stored x, long n)
+{
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    long chunks = (n + kSumChunk - 1) / kSumChunk;
+    double *part = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)chunks);
+    k_sum_squares<<<(unsigned)((chunks + kThreads - 1) / kThreads), kThreads, 0, kStream>>>(part, x, n, chunks);
+    SPB_LAUNCH_CHECK();
+    double *host = (double *)malloc(sizeof(double) * (size_t)chunks);
+    SPB_CHECK(host != NULL);
+    SPB_CUDA_CHECK(cudaMemcpy(host, part, sizeof(double) * (size_t)chunks, cudaMemcpyDeviceToHost));
+    double s = 0.0;
+    for (long c = 0; c < chunks; c++) s += host[c];
+    free(host);
+    return s;
+}
+
 /* ---- softmax cross-entropy: a block per row --------------------------- */
 const int kXentThreads = 256;
 
@@ -330,10 +394,31 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
     spb_cuda_attention_backward(d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, kStream);
 }
 
+/* Entries assigned by name (C++17 has no designated initialisers): a
+ * reordered header cannot shift them.  Dynamic initialisation, like
+ * spb_backend_cuda's; callers only take its address before main. */
+spb_bf16_direct make_direct(void)
+{
+    spb_bf16_direct d = {};
+    d.name = "cuda (cuBLASLt, bf16 flash attention and GELU, typed row-wise kernels)";
+    d.gemm = gemm;
+    d.broadcast_rows = broadcast_rows;
+    d.gelu_forward = gelu_forward;
+    d.gelu_backward = gelu_backward;
+    d.layernorm_forward = layernorm_forward;
+    d.layernorm_backward = layernorm_backward;
+    d.add_inplace = add_inplace;
+    d.copy_rows = copy_rows;
+    d.fill = fill;
+    d.adamw_apply = adamw_apply;
+    d.sum_squares = sum_squares;
+    d.softmax_xent_forward = softmax_xent_forward;
+    d.softmax_xent_backward = softmax_xent_backward;
+    d.attention_forward = attention_forward;
+    d.attention_backward = attention_backward;
+    return d;
+}
+
 } // namespace
 
-extern "C" const spb_bf16_direct spb_bf16_direct_cuda = {
-    "cuda (cuBLASLt, bf16 flash attention, bf16 GELU, typed LayerNorm)", gemm, broadcast_rows, gelu_forward,
-    gelu_backward, layernorm_forward, layernorm_backward, add_inplace, copy_rows, fill, softmax_xent_forward,
-    softmax_xent_backward, attention_forward, attention_backward,
-};
+extern "C" const spb_bf16_direct spb_bf16_direct_cuda = make_direct();
