@@ -1,15 +1,16 @@
 /* The CUDA bf16 table's direct kernels (bf16_direct.h, --bf16-kernels
  * fast): products through cuBLASLt on the bf16 storage (tensor cores, fp32
- * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through
- * the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the
- * strides allow, else its simple version), GELU through the bf16 GELU
- * kernels (vector loads where aligned), and LayerNorm, residual adds, the
- * softmax cross-entropy, fills, copies and AdamW through kernels here that
- * load and store every operand in its own type (bf16 or fp32, per buffer).  Everything on the legacy
- * default stream, where the storage's widen/narrow and the fp32 CUDA table
- * run, so the direct calls stay ordered with the frames around them.
- * Never run on a GPU yet: experiments/gpu-strategies holds it against the
- * CPU's single-rank run (docs/GPU.md). */
+ * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through the
+ * bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the strides
+ * allow, else its simple version), GELU through the bf16 GELU kernels
+ * (vector loads where aligned), and LayerNorm, residual adds, the softmax
+ * cross-entropy, fills, copies and AdamW through kernels here that load and
+ * store every operand in its own type (bf16 or fp32, per buffer).
+ * Everything on the legacy default stream, where the storage's
+ * widen/narrow and the fp32 CUDA table run, so the direct calls stay
+ * ordered with the frames around them.  Never run on a GPU yet:
+ * experiments/gpu-strategies holds it against the CPU's single-rank run
+ * and experiments/gpu-core-step times it (docs/GPU.md). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
