@@ -15,9 +15,12 @@ const spb_backend *spb_backend_for(const char *device, const char *precision)
 {
     if (test_table) return test_table;
     int fp32 = !precision[0] || !strcmp(precision, "fp32"), bf16 = !strcmp(precision, "bf16");
-    if (!strcmp(device, "cpu")) return fp32 ? &spb_backend_cpu : bf16 ? &spb_backend_cpu_bf16 : NULL;
+    int fp16 = !strcmp(precision, "fp16");
+    if (!strcmp(device, "cpu"))
+        return fp32 ? &spb_backend_cpu : bf16 ? &spb_backend_cpu_bf16 : fp16 ? &spb_backend_cpu_fp16 : NULL;
 #ifdef SPB_HAVE_CUDA
-    if (!strcmp(device, "cuda")) return fp32 ? &spb_backend_cuda : bf16 ? &spb_backend_cuda_bf16 : NULL;
+    if (!strcmp(device, "cuda"))
+        return fp32 ? &spb_backend_cuda : bf16 ? &spb_backend_cuda_bf16 : fp16 ? &spb_backend_cuda_fp16 : NULL;
 #endif
     return NULL;
 }

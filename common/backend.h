@@ -114,6 +114,8 @@ extern const spb_backend spb_backend_cpu;
 /* Mixed precision emulated on the CPU (common/backend_bf16_cpu.c): bf16
  * storage behind handles, fp32 arithmetic, fp32 masters and moments. */
 extern const spb_backend spb_backend_cpu_bf16;
+/* The same with fp16 storage (--precision fp16; loss scaling in train.c). */
+extern const spb_backend spb_backend_cpu_fp16;
 /* The same over the fp32 CUDA table, storage on the GPU: cuda/cuda_backend.h's
  * spb_backend_cuda_bf16 (CUDA builds). */
 

@@ -45,12 +45,17 @@ static void cpu_bf16_configure(const spb_config *cfg)
     spb_bf16_configure(cfg);
 }
 
-const spb_backend spb_backend_cpu_bf16 = {
-    .name = "cpu-bf16",
-    .host_memory = 0,
-    .staging = {.to_host = spb_bf16_to_host, .to_device = spb_bf16_to_device, .element_bytes = spb_bf16_element_bytes},
-    .mem_stats = spb_mem_get_stats,
-    .mem_reset_peaks = spb_mem_reset_peaks,
-    .configure = cpu_bf16_configure,
-    SPB_BF16_TABLE_OPS,
-};
+#define CPU_HALF_TABLE(table_name)                                                                                   \
+    {                                                                                                                  \
+        .name = table_name, .host_memory = 0,                                                                          \
+        .staging = {.to_host = spb_bf16_to_host,                                                                       \
+                    .to_device = spb_bf16_to_device,                                                                   \
+                    .element_bytes = spb_bf16_element_bytes},                                                          \
+        .mem_stats = spb_mem_get_stats, .mem_reset_peaks = spb_mem_reset_peaks, .configure = cpu_bf16_configure,       \
+        SPB_BF16_TABLE_OPS,                                                                                            \
+    }
+
+/* One design, two 16-bit formats: spb_bf16_configure takes the format from
+ * --precision. */
+const spb_backend spb_backend_cpu_bf16 = CPU_HALF_TABLE("cpu-bf16");
+const spb_backend spb_backend_cpu_fp16 = CPU_HALF_TABLE("cpu-fp16");

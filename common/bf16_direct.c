@@ -42,7 +42,7 @@ static int operand_of(const float *p, long len, operand *o)
     return 1;
 }
 
-static int bf16_operand(const float *p, long len, operand *o) { return operand_of(p, len, o) && o->type == SPB_DTYPE_BF16; }
+static int bf16_operand(const float *p, long len, operand *o) { return operand_of(p, len, o) && o->type == SPB_DTYPE_HALF; }
 
 static void count_range(void *ctx, long at, long len, float *masters)
 {
@@ -129,7 +129,7 @@ int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, 
     if (db) {
         const spb_handle_storage *st = spb_handles_storage();
         spb_bf16 *ones = st->scratch_alloc(sizeof(spb_bf16) * (size_t)rows);
-        in_use->fill((spb_stored){ones, SPB_DTYPE_BF16}, rows, 1.0f);
+        in_use->fill((spb_stored){ones, SPB_DTYPE_HALF}, rows, 1.0f);
         spb_timer_region timed = spb_timer_begin(SPB_T_GEMM);
         in_use->gemm(0, 0, 1, out_f, rows, ones, rows, storage(&go), ldo, 1.0f, storage(&gb), gb.type, out_f);
         spb_timer_end(timed);
@@ -149,7 +149,7 @@ static int elementwise_ok(const operand *out, const operand *in)
 int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n)
 {
     operand o, x;
-    int ok = in_use && n > 0 && output_operand(out, n, &o) && o.type == SPB_DTYPE_BF16 && bf16_operand(inp, n, &x) &&
+    int ok = in_use && n > 0 && output_operand(out, n, &o) && o.type == SPB_DTYPE_HALF && bf16_operand(inp, n, &x) &&
              elementwise_ok(&o, &x);
     if (!ok) {
         counts.rowwise_frames++;
@@ -163,7 +163,7 @@ int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n)
 int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 {
     operand gi, x, go;
-    int ok = in_use && n > 0 && output_operand(dinp, n, &gi) && gi.type == SPB_DTYPE_BF16 && bf16_operand(inp, n, &x) &&
+    int ok = in_use && n > 0 && output_operand(dinp, n, &gi) && gi.type == SPB_DTYPE_HALF && bf16_operand(inp, n, &x) &&
              bf16_operand(dout, n, &go) && elementwise_ok(&gi, &x) && elementwise_ok(&gi, &go);
     if (!ok) {
         counts.rowwise_frames++;
@@ -349,7 +349,7 @@ int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, co
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     long lx = (long)d->batch * d->heads * d->q_len;
     int ok = in_use && spb_bf16_direct_attention_supported(d) && attention_inputs(d, q, k, v, &oq, &ok_, &ov) &&
-             output_operand(o, ox, &oo) && oo.type == SPB_DTYPE_BF16 && !overlap(&oo, &oq) && !overlap(&oo, &ok_) &&
+             output_operand(o, ox, &oo) && oo.type == SPB_DTYPE_HALF && !overlap(&oo, &oq) && !overlap(&oo, &ok_) &&
              !overlap(&oo, &ov) && operand_of(lse, 1, &ol);
     if (ok) {
         /* The log-sum-exp is fp32 by contract: its buffer's tail turns fp32
@@ -359,8 +359,8 @@ int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, co
         spb_handle *lh = spb_handle_at(lse, lx, &li, "attention (lse)");
         spb_handle_retype_tail(lh, li);
         ok = output_operand(lse, lx, &ol) && ol.type == SPB_DTYPE_F32 && !overlap(&ol, &oo) && !overlap(&ol, &oq) &&
-             !overlap(&ol, &ok_) && !overlap(&ol, &ov) && type_now(&oq) == SPB_DTYPE_BF16 &&
-             type_now(&ok_) == SPB_DTYPE_BF16 && type_now(&ov) == SPB_DTYPE_BF16 && type_now(&oo) == SPB_DTYPE_BF16;
+             !overlap(&ol, &ok_) && !overlap(&ol, &ov) && type_now(&oq) == SPB_DTYPE_HALF &&
+             type_now(&ok_) == SPB_DTYPE_HALF && type_now(&ov) == SPB_DTYPE_HALF && type_now(&oo) == SPB_DTYPE_HALF;
     }
     if (!ok) {
         counts.attention_frames++;

@@ -28,10 +28,10 @@ static void cpu_gemm(int transA, int transB, int m, int n, int k, const spb_bf16
     float *a = widened(A, transA ? extent(k, lda, m) : extent(m, lda, k));
     float *b = widened(B, transB ? extent(n, ldb, k) : extent(k, ldb, n));
     long cx = extent(m, ldc, n);
-    float *c = c_type == SPB_DTYPE_BF16 ? widened(C, cx) : C;
+    float *c = c_type == SPB_DTYPE_HALF ? widened(C, cx) : C;
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
                 a, lda, b, ldb, beta, c, ldc);
-    if (c_type == SPB_DTYPE_BF16) {
+    if (c_type == SPB_DTYPE_HALF) {
         spb_bf16 *out = C;
         for (long r = 0; r < m; r++)
             for (long j = 0; j < n; j++) out[r * ldc + j] = spb_bf16_from_float(c[r * ldc + j]);
@@ -45,7 +45,7 @@ static void cpu_broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf1
 {
     for (long r = 0; r < rows; r++)
         for (long j = 0; j < n; j++) {
-            if (c_type == SPB_DTYPE_BF16)
+            if (c_type == SPB_DTYPE_HALF)
                 ((spb_bf16 *)C)[r * ldc + j] = b[j];
             else
                 ((float *)C)[r * ldc + j] = spb_bf16_to_float(b[j]);
@@ -76,7 +76,7 @@ static void cpu_gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf1
 /* An operand of either type as an fp32 copy, and back. */
 static float *widened_stored(spb_stored s, long n)
 {
-    if (s.type == SPB_DTYPE_BF16) return widened(s.p, n);
+    if (s.type == SPB_DTYPE_HALF) return widened(s.p, n);
     float *w = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)));
     memcpy(w, s.p, sizeof(float) * (size_t)n);
     return w;
@@ -84,7 +84,7 @@ static float *widened_stored(spb_stored s, long n)
 
 static void store_back(spb_stored s, const float *x, long n)
 {
-    if (s.type == SPB_DTYPE_BF16)
+    if (s.type == SPB_DTYPE_HALF)
         narrowed(s.p, x, n);
     else
         memcpy(s.p, x, sizeof(float) * (size_t)n);
@@ -129,7 +129,7 @@ static void cpu_copy_rows(spb_stored dst, long dst_stride, spb_stored src, long 
 {
     for (long r = 0; r < rows; r++) {
         spb_stored d = dst, s = src;
-        long es_d = dst.type == SPB_DTYPE_BF16 ? 2 : 4, es_s = src.type == SPB_DTYPE_BF16 ? 2 : 4;
+        long es_d = dst.type == SPB_DTYPE_HALF ? 2 : 4, es_s = src.type == SPB_DTYPE_HALF ? 2 : 4;
         d.p = (char *)dst.p + r * dst_stride * es_d;
         s.p = (char *)src.p + r * src_stride * es_s;
         float *v = widened_stored(s, width);

@@ -16,7 +16,7 @@ void spb_bf16_read(const spb_handle *h, long i, long n, float *out)
     SPB_CHECK(!h->ints && i >= 0 && n >= 0 && i + n <= h->n);
     const spb_handle_storage *st = spb_handles_storage();
     long nb = i < h->split ? (i + n < h->split ? n : h->split - i) : 0;
-    if (nb) st->widen(out, h->lo + i, nb);
+    if (nb) st->widen(out, h->lo + i, nb, spb_handles_half_format());
     if (nb < n) st->copy(out + nb, f32_at(h, i + nb), sizeof(float) * (size_t)(n - nb));
 }
 
@@ -27,7 +27,7 @@ static void store_range(spb_handle *h, long i, long n, const float *in, float *m
 {
     const spb_handle_storage *st = spb_handles_storage();
     long nb = i < h->split ? (i + n < h->split ? n : h->split - i) : 0;
-    if (nb) st->narrow(h->lo + i, in, nb, masters, truncating);
+    if (nb) st->narrow(h->lo + i, in, nb, masters, truncating, spb_handles_half_format());
     if (nb < n) {
         size_t bytes = sizeof(float) * (size_t)(n - nb);
         st->copy(f32_at(h, i + nb), in + nb, bytes);

@@ -18,7 +18,10 @@ static int zero_stage; /* what the core told the table (configure) */
 void spb_bf16_configure(const spb_config *cfg)
 {
     zero_stage = cfg->zero_stage;
-    spb_bf16_select_kernels(cfg->bf16_kernels);
+    const int fp16 = !strcmp(cfg->precision, "fp16");
+    spb_handles_set_half_format(fp16 ? SPB_HALF_FP16 : SPB_HALF_BF16);
+    /* the direct kernels are bf16's: fp16 runs on the frames */
+    spb_bf16_select_kernels(fp16 ? "reference" : cfg->bf16_kernels);
 }
 
 float *spb_bf16_alloc_role(spb_mem_category cat, long n, spb_buffer_role role)
@@ -26,7 +29,7 @@ float *spb_bf16_alloc_role(spb_mem_category cat, long n, spb_buffer_role role)
     /* ZeRO 0 and 3 update whole parameter buffers: their masters sit beside
      * them; ZeRO 1 and 2 update slices of them: beside each first moment. */
     const int whole_updates = zero_stage == 0 || zero_stage == 3;
-    spb_dtype type = SPB_DTYPE_BF16;
+    spb_dtype type = SPB_DTYPE_HALF;
     int masters = 0;
     if (cat == SPB_MEM_PARAMS) {
         masters = whole_updates;

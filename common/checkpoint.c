@@ -50,8 +50,13 @@ static int finish_tmp(FILE *f, const char *tmp, const char *path, int write_fail
     return 0;
 }
 
+/* The training state at header bytes 104..135 (zero in files written
+ * before it: read as "not saved"). */
+enum { STATE_AT = 104 };
+
 int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *g, const float *params,
-                        const float *m, const float *v, long step, char *err, size_t errlen)
+                        const float *m, const float *v, long step, const spb_checkpoint_state *state, char *err,
+                        size_t errlen)
 {
     unsigned char h[HEADER_BYTES];
     header_start(h, "SPBCKPT");
@@ -60,6 +65,12 @@ int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *
     memcpy(h + 16, f, sizeof f);
     uint64_t seed = cfg->seed;
     memcpy(h + 96, &seed, 8);
+    if (state) {
+        double scale = state->loss_scale;
+        int64_t counts[3] = {state->optimizer_step, state->clean_steps, state->skipped_steps};
+        memcpy(h + STATE_AT, &scale, 8);
+        memcpy(h + STATE_AT + 8, counts, sizeof counts);
+    }
     size_t n = (size_t)g->num_global_params;
     float *global = SPB_CHECK_PTR(malloc(n * sizeof(float)));
     const float *parts[3] = {params, m && v ? m : NULL, m && v ? v : NULL};
@@ -82,7 +93,8 @@ int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *
 }
 
 int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *g, float *params, float *m,
-                        float *v, long *step, int *has_optimizer, char *err, size_t errlen)
+                        float *v, long *step, int *has_optimizer, spb_checkpoint_state *state, char *err,
+                        size_t errlen)
 {
     errno = 0;
     FILE *fp = fopen(path, "rb");
@@ -132,6 +144,14 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *
         }
     }
     *step = f[7];
+    if (state) {
+        double scale = 0;
+        int64_t counts[3];
+        memcpy(&scale, h + STATE_AT, 8);
+        memcpy(counts, h + STATE_AT + 8, sizeof counts);
+        *state = scale > 0 ? (spb_checkpoint_state){counts[0], scale, counts[1], counts[2]}
+                           : (spb_checkpoint_state){f[7], 0.0, 0, 0};
+    }
     rc = 0;
 out:
     free(global);

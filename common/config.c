@@ -70,8 +70,13 @@ static const option_spec options[] = {
     OPT("comm", OPT_STRING, comm,
         "collectives: mpi (device buffers staged through host memory) | nccl (--device cuda, NCCL on device buffers)"),
     OPT("precision", OPT_STRING, precision,
-        "fp32 | bf16 (mixed precision: bf16 parameters, activations and gradients, fp32 arithmetic, masters and "
-        "AdamW moments; --device cpu emulates it)"),
+        "fp32 | bf16 | fp16 (mixed precision: 16-bit parameters, activations and gradients, fp32 arithmetic, "
+        "masters and AdamW moments; fp16 with loss scaling; --device cpu emulates it)"),
+    OPT("loss-scale", OPT_DOUBLE, loss_scale, "fp16: a static loss scale (0 = dynamic, the default)"),
+    OPT("initial-loss-scale", OPT_DOUBLE, initial_loss_scale, "fp16, dynamic: the first loss scale (65536)"),
+    OPT("min-loss-scale", OPT_DOUBLE, min_loss_scale, "fp16, dynamic: the scale is never halved below this (1)"),
+    OPT("loss-scale-window", OPT_INT, loss_scale_window,
+        "fp16, dynamic: the scale doubles after this many steps without overflow (1000)"),
     OPT("bf16-kernels", OPT_STRING, bf16_kernels,
         "bf16's kernels: fast (products and flash attention straight from bf16 storage: cuBLASLt tensor cores on "
         "the GPU) | reference (every operation on fp32 copies through the fp32 table); default fast on cuda, "
@@ -132,6 +137,9 @@ void spb_config_defaults(spb_config *c)
     strcpy(c->device, "cpu");
     strcpy(c->comm, "mpi");
     strcpy(c->precision, "fp32");
+    c->initial_loss_scale = SPB_DEFAULT_LOSS_SCALE;
+    c->min_loss_scale = 1.0;
+    c->loss_scale_window = SPB_DEFAULT_LOSS_SCALE_WINDOW;
     c->log_interval = 1;
     c->timing_warmup = 1;
 }
@@ -281,22 +289,35 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (!strcmp(c->comm, "nccl"))
         return fail(err, errlen, "--comm nccl: not implemented in this build (NCCL was not found when it was built)");
 #endif
-    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16"))
-        return fail(err, errlen, "unknown --precision '%s' (fp32, bf16)", c->precision);
-    if (!strcmp(c->precision, "bf16") && !spb_backend_for(c->device, c->precision))
-        return fail(err, errlen, "--precision bf16 with --device %s: not implemented (the %s table is fp32; --device "
-                                 "cpu --precision bf16 emulates mixed precision)", c->device, c->device);
+    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
+        return fail(err, errlen, "unknown --precision '%s' (fp32, bf16, fp16)", c->precision);
+    const int half = strcmp(c->precision, "fp32") != 0, fp16 = !strcmp(c->precision, "fp16");
+    if (half && !spb_backend_for(c->device, c->precision))
+        return fail(err, errlen, "--precision %s with --device %s: not implemented (the %s table is fp32; --device "
+                                 "cpu --precision %s emulates mixed precision)", c->precision, c->device, c->device,
+                    c->precision);
     if (!strcmp(c->precision, "bf16") && !c->bf16_kernels[0])
         strcpy(c->bf16_kernels, strcmp(c->device, "cpu") ? "fast" : "reference");
     if (c->bf16_kernels[0] && strcmp(c->precision, "bf16"))
-        return fail(err, errlen, "--bf16-kernels %s: applies to --precision bf16 only", c->bf16_kernels);
+        return fail(err, errlen, "--bf16-kernels %s: applies to --precision bf16 only (fp16 runs on the reference "
+                                 "path: the direct kernels are bf16)", c->bf16_kernels);
     if (c->bf16_kernels[0] && strcmp(c->bf16_kernels, "fast") && strcmp(c->bf16_kernels, "reference"))
         return fail(err, errlen, "unknown --bf16-kernels '%s' (fast, reference)", c->bf16_kernels);
-    /* The bf16 tables' buffers are handles that only their own operations
+    /* The 16-bit tables' buffers are handles that only their own operations
      * and staging resolve; NCCL would be given the handles. */
-    if (!strcmp(c->precision, "bf16") && !strcmp(c->comm, "nccl"))
-        return fail(err, errlen, "--comm nccl with --precision bf16: not implemented (the bf16 tables stage "
-                                 "collectives through host fp32: --comm mpi)");
+    if (half && !strcmp(c->comm, "nccl"))
+        return fail(err, errlen, "--comm nccl with --precision %s: not implemented (the 16-bit tables stage "
+                                 "collectives through host fp32: --comm mpi)", c->precision);
+    /* Loss scaling: fp16's range (largest 65504, gradients below 2^-24
+     * lost) needs it; bf16 has fp32's range. */
+    if (c->loss_scale < 0) return fail(err, errlen, "--loss-scale must be >= 0 (0 = dynamic)");
+    if (c->initial_loss_scale <= 0 || c->min_loss_scale <= 0 || c->min_loss_scale > c->initial_loss_scale)
+        return fail(err, errlen, "--initial-loss-scale and --min-loss-scale must be > 0, min <= initial (got %g, %g)",
+                    c->initial_loss_scale, c->min_loss_scale);
+    if (c->loss_scale_window < 1) return fail(err, errlen, "--loss-scale-window must be >= 1");
+    if (!fp16 && (c->loss_scale > 0 || c->initial_loss_scale != SPB_DEFAULT_LOSS_SCALE ||
+                  c->min_loss_scale != 1.0 || c->loss_scale_window != SPB_DEFAULT_LOSS_SCALE_WINDOW))
+        return fail(err, errlen, "loss scaling applies to --precision fp16 only (this run is %s)", c->precision);
     if (strcmp(c->attention_mask, "causal") && strcmp(c->attention_mask, "full"))
         return fail(err, errlen, "unknown --attention-mask '%s' (causal, full)", c->attention_mask);
     c->causal = !strcmp(c->attention_mask, "causal");

@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 enum { SPB_PATH_MAX = 1024, SPB_NAME_MAX = 32 };
+#define SPB_DEFAULT_LOSS_SCALE 65536.0 /* 2^16 */
+#define SPB_DEFAULT_LOSS_SCALE_WINDOW 1000
 
 typedef struct spb_config {
     /* model */
@@ -47,8 +49,13 @@ typedef struct spb_config {
     char ulysses_comm[SPB_NAME_MAX]; /* alltoall | allgather (ablation) */
     char device[SPB_NAME_MAX];  /* cpu | cuda */
     char comm[SPB_NAME_MAX];    /* mpi (host-staged for device buffers) | nccl (device buffers, --device cuda) */
-    char precision[SPB_NAME_MAX]; /* fp32 | bf16 (mixed: bf16 storage, fp32 arithmetic, masters and moments) */
+    char precision[SPB_NAME_MAX]; /* fp32 | bf16 | fp16 (mixed: 16-bit storage, fp32 arithmetic, masters, moments) */
     char bf16_kernels[SPB_NAME_MAX]; /* bf16: fast (direct products, attention) | reference (fp32 frames) */
+    /* fp16 loss scaling: static (loss_scale > 0) or dynamic (0): halve on
+     * overflow (the step is skipped), double after loss_scale_window clean
+     * steps, never below min_loss_scale */
+    double loss_scale, initial_loss_scale, min_loss_scale;
+    int loss_scale_window;
     /* io */
     char data[SPB_PATH_MAX];    /* byte-level text; empty = synthetic tokens */
     char results[SPB_PATH_MAX]; /* CSV summary row appended */

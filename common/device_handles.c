@@ -12,15 +12,21 @@
 
 static void *host_alloc(spb_mem_category cat, size_t bytes) { return spb_mem_alloc(cat, bytes); }
 static void *host_scratch_alloc(size_t bytes) { return SPB_CHECK_PTR(malloc(bytes ? bytes : 1)); }
-static void host_widen(float *dst, const spb_bf16 *src, long n)
+static void host_widen(float *dst, const spb_bf16 *src, long n, spb_half_format fmt)
 {
-    for (long i = 0; i < n; i++) dst[i] = spb_bf16_to_float(src[i]);
+    if (fmt == SPB_HALF_FP16)
+        for (long i = 0; i < n; i++) dst[i] = spb_fp16_to_float(src[i]);
+    else
+        for (long i = 0; i < n; i++) dst[i] = spb_bf16_to_float(src[i]);
 }
-static void host_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
+static void host_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate, spb_half_format fmt)
 {
+    SPB_CHECK(!truncate || fmt == SPB_HALF_BF16);
     for (long i = 0; i < n; i++) {
         float v = src[i];
-        spb_bf16 b = truncate ? spb_bf16_truncate(v) : spb_bf16_from_float(v);
+        spb_bf16 b = fmt == SPB_HALF_FP16 ? spb_fp16_from_float(v)
+                     : truncate           ? spb_bf16_truncate(v)
+                                          : spb_bf16_from_float(v);
         if (masters && b != dst[i]) masters[i] = v;
         dst[i] = b;
     }
@@ -54,6 +60,17 @@ void spb_handles_set_storage(const spb_handle_storage *s)
 }
 
 const spb_handle_storage *spb_handles_storage(void) { return storage; }
+
+static spb_half_format half_format = SPB_HALF_BF16;
+
+void spb_handles_set_half_format(spb_half_format fmt)
+{
+    if (fmt == half_format) return;
+    if (num_live) SPB_DIE("16-bit buffers of one format are alive while a table of the other starts (one per process)");
+    half_format = fmt;
+}
+
+spb_half_format spb_handles_half_format(void) { return half_format; }
 
 long spb_handles_live(void) { return num_live; }
 
@@ -142,9 +159,9 @@ static void *store_alloc(spb_mem_category cat, size_t bytes)
 
 float *spb_handle_alloc(spb_mem_category cat, long n, spb_dtype dtype)
 {
-    SPB_CHECK(dtype == SPB_DTYPE_BF16 || dtype == SPB_DTYPE_F32);
+    SPB_CHECK(dtype == SPB_DTYPE_HALF || dtype == SPB_DTYPE_F32);
     spb_handle *h = reserve(cat, n);
-    h->split = dtype == SPB_DTYPE_BF16 ? n : 0;
+    h->split = dtype == SPB_DTYPE_HALF ? n : 0;
     h->lo = store_alloc(cat, 2 * (size_t)h->split);
     h->hi = store_alloc(cat, 4 * (size_t)(n - h->split));
     insert(h);
@@ -194,7 +211,7 @@ void spb_handle_free(void *p)
 spb_dtype spb_handle_dtype(const spb_handle *h, long index)
 {
     if (h->ints) return SPB_DTYPE_I32;
-    return index < h->split ? SPB_DTYPE_BF16 : SPB_DTYPE_F32;
+    return index < h->split ? SPB_DTYPE_HALF : SPB_DTYPE_F32;
 }
 
 void *spb_handle_resolve(const void *p, spb_dtype *dtype)
@@ -203,7 +220,7 @@ void *spb_handle_resolve(const void *p, spb_dtype *dtype)
     spb_handle *h = spb_handle_at(p, 1, &i, "resolve");
     spb_dtype t = spb_handle_dtype(h, i);
     if (dtype) *dtype = t;
-    if (t == SPB_DTYPE_BF16) return h->lo + i;
+    if (t == SPB_DTYPE_HALF) return h->lo + i;
     return (char *)h->hi + 4 * (size_t)(i - h->split);
 }
 
@@ -220,7 +237,7 @@ void spb_handle_retype_tail(spb_handle *h, long from)
     float *tail = SPB_CHECK_PTR(malloc(4 * (size_t)(n - from)));
     float *wide = storage->scratch_alloc(4 * (size_t)(n - from));
     if (from) storage->to_host(head, h->lo, 2 * (size_t)from);
-    storage->widen(wide, h->lo + from, old - from);
+    storage->widen(wide, h->lo + from, old - from, half_format);
     if (n > old) storage->copy(wide + (old - from), h->hi, 4 * (size_t)(n - old));
     storage->to_host(tail, wide, 4 * (size_t)(n - from));
     storage->scratch_free(wide);

@@ -28,9 +28,13 @@
 #include <stdint.h>
 
 #include "bf16.h"
+#include "fp16.h"
 #include "memory.h"
 
-typedef enum spb_dtype { SPB_DTYPE_BF16 = 0, SPB_DTYPE_F32, SPB_DTYPE_I32 } spb_dtype;
+/* SPB_DTYPE_HALF: the registry's 16-bit format, bf16 or fp16 (one per
+ * process, spb_handles_set_half_format). */
+typedef enum spb_dtype { SPB_DTYPE_HALF = 0, SPB_DTYPE_F32, SPB_DTYPE_I32 } spb_dtype;
+typedef enum spb_half_format { SPB_HALF_BF16 = 0, SPB_HALF_FP16 } spb_half_format;
 
 struct spb_handle;
 typedef struct spb_master_ref {
@@ -62,9 +66,10 @@ typedef struct spb_handle {
  *   alloc/free      zeroed storage tracked under cat
  *   scratch_alloc   untracked working memory for a frame's fp32 copies (a
  *   /scratch_free   device keeps a pool that only grows: no free per op)
- *   widen           n bf16 to fp32, storage to storage (exact)
- *   narrow          n fp32 to bf16, storage to storage, to nearest even
- *                   (toward zero when truncate: tests); masters non-NULL:
+ *   widen           n 16-bit values of format fmt (bf16 or fp16) to fp32,
+ *                   storage to storage (exact)
+ *   narrow          n fp32 to fmt, storage to storage, to nearest even
+ *                   (toward zero when truncate: tests, bf16); masters non-NULL:
  *                   masters[k] = src[k] for each k whose stored bf16 changes
  *                   (spb_bf16_write's rule; masters may alias src)
  *   copy            bytes, storage to storage
@@ -75,8 +80,8 @@ typedef struct spb_handle_storage {
     void (*free)(void *p);
     void *(*scratch_alloc)(size_t bytes);
     void (*scratch_free)(void *p);
-    void (*widen)(float *dst, const spb_bf16 *src, long n);
-    void (*narrow)(spb_bf16 *dst, const float *src, long n, float *masters, int truncate);
+    void (*widen)(float *dst, const spb_bf16 *src, long n, spb_half_format fmt);
+    void (*narrow)(spb_bf16 *dst, const float *src, long n, float *masters, int truncate, spb_half_format fmt);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*to_host)(void *host, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *host, size_t bytes);
@@ -88,6 +93,10 @@ void spb_handles_set_storage(const spb_handle_storage *storage);
 const spb_handle_storage *spb_handles_storage(void);
 /* The host storage (what NULL selects). */
 extern const spb_handle_storage spb_handle_host_storage;
+/* The 16-bit elements' format (bf16 by default; fp16 for --precision fp16).
+ * Changing it only while no handle is alive, as the storage. */
+void spb_handles_set_half_format(spb_half_format fmt);
+spb_half_format spb_handles_half_format(void);
 
 /* A handle to n elements of dtype (zeroed storage under cat). */
 float *spb_handle_alloc(spb_mem_category cat, long n, spb_dtype dtype);

@@ -73,7 +73,8 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
 
 spb_precision spb_memory_precision(const spb_config *c)
 {
-    return !strcmp(c->precision, "bf16") ? SPB_BF16_MIXED : SPB_FP32;
+    /* fp16 stores what bf16 stores: 2-byte elements, fp32 masters and moments */
+    return !strcmp(c->precision, "bf16") || !strcmp(c->precision, "fp16") ? SPB_BF16_MIXED : SPB_FP32;
 }
 
 double spb_parse_bytes(const char *text)

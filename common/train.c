@@ -24,6 +24,9 @@ spb_trainer *spb_trainer_create(const spb_config *cfg, const spb_grid *grid)
         t->zero = spb_zero_create(t->gpt, grid, cfg->zero_stage, cfg->seed);
     t->data = spb_data_open(cfg);
     t->accum_steps = spb_config_accum_steps(cfg, grid->world_size);
+    t->scaler.enabled = !strcmp(cfg->precision, "fp16");
+    t->scaler.dynamic = t->scaler.enabled && cfg->loss_scale == 0;
+    t->scaler.loss_scale = !t->scaler.enabled ? 1.0 : t->scaler.dynamic ? cfg->initial_loss_scale : cfg->loss_scale;
     t->seq = SPB_CHECK_PTR(malloc(sizeof(int) * ((size_t)cfg->seq_length + 1)));
     size_t bt = (size_t)t->gpt->B * t->gpt->T;
     t->inputs = SPB_CHECK_PTR(malloc(sizeof(int) * bt));
@@ -110,8 +113,9 @@ double spb_trainer_gradients(spb_trainer *t)
         spb_timer_end(timed);
         loss_sum += spb_gpt_forward(g, t->inputs, t->targets);
         /* The loss is the mean over every token of the global batch, so each
-         * token's gradient is scaled by 1/(G·N) whatever the split. */
-        spb_gpt_backward(g, (float)(1.0 / tokens));
+         * token's gradient is scaled by 1/(G·N) whatever the split; fp16
+         * multiplies in the loss scale (1 otherwise). */
+        spb_gpt_backward(g, (float)(t->scaler.loss_scale / tokens));
     }
     spb_timer_region timed = spb_timer_begin(SPB_T_GRAD_REDUCE);
     if (t->zero)
@@ -128,14 +132,33 @@ void spb_trainer_update(spb_trainer *t)
 {
     spb_timer_region timed = spb_timer_begin(SPB_T_OPTIMIZER);
     spb_gpt *g = t->gpt;
-    t->grad_norm = t->zero ? spb_zero_grad_norm(t->zero, t->grid->world) : global_grad_norm(t);
-    float scale = 1.0f;
-    if (t->cfg.clip_grad > 0 && t->grad_norm > t->cfg.clip_grad) scale = (float)(t->cfg.clip_grad / t->grad_norm);
+    const double scaled_norm = t->zero ? spb_zero_grad_norm(t->zero, t->grid->world) : global_grad_norm(t);
     t->lr = spb_lr_at(&t->cfg, t->iteration);
+    t->skipped = t->scaler.enabled && !isfinite(scaled_norm);
+    if (t->skipped) {
+        /* An fp16 gradient overflowed: no update (AdamW's step count stays),
+         * a smaller scale for the next iteration.  Every rank saw the same
+         * norm (it is reduced), so every rank skips. */
+        t->grad_norm = scaled_norm;
+        t->scaler.skipped_steps++;
+        t->scaler.clean_steps = 0;
+        if (t->scaler.dynamic) t->scaler.loss_scale = fmax(t->scaler.loss_scale / 2, t->cfg.min_loss_scale);
+        t->iteration++;
+        spb_timer_end(timed);
+        return;
+    }
+    t->grad_norm = scaled_norm / t->scaler.loss_scale;
+    double clip = 1.0;
+    if (t->cfg.clip_grad > 0 && t->grad_norm > t->cfg.clip_grad) clip = t->cfg.clip_grad / t->grad_norm;
+    const float scale = (float)(clip / t->scaler.loss_scale); /* AdamW's grad_scale: clipping, unscaling */
     if (t->zero)
         spb_zero_update(t->zero, g, &t->cfg, t->lr, scale);
     else
         spb_adamw_update(t->opt, g, &t->cfg, t->lr, scale);
+    if (t->scaler.dynamic && ++t->scaler.clean_steps >= t->cfg.loss_scale_window) {
+        t->scaler.loss_scale *= 2;
+        t->scaler.clean_steps = 0;
+    }
     t->iteration++;
     spb_timer_end(timed);
 }
@@ -184,6 +207,9 @@ void spb_trainer_local_grads(const spb_trainer *t, float *local)
         spb_zero_gather_local(t->zero, t->gpt, SPB_ZERO_GRAD, local);
     else
         to_host(t, local, t->gpt->grads);
+    /* fp16: the buffers hold loss_scale x the gradients */
+    if (t->scaler.loss_scale != 1.0)
+        for (long i = 0; i < t->gpt->num_params; i++) local[i] = (float)(local[i] / t->scaler.loss_scale);
 }
 
 int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer, char *err, size_t errlen)
@@ -200,7 +226,9 @@ int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer,
             to_host(t, v, t->opt->v);
         }
     }
-    int rc = spb_checkpoint_save(path, &t->cfg, t->gpt, p, m, v, t->iteration, err, errlen);
+    spb_checkpoint_state state = {t->zero ? t->zero->step : t->opt->step, t->scaler.loss_scale,
+                                  t->scaler.clean_steps, t->scaler.skipped_steps};
+    int rc = spb_checkpoint_save(path, &t->cfg, t->gpt, p, m, v, t->iteration, &state, err, errlen);
     spb_mem_free(p);
     spb_mem_free(m);
     spb_mem_free(v);
@@ -214,20 +242,26 @@ int spb_trainer_load(spb_trainer *t, const char *path, char *err, size_t errlen)
     /* Whole local vectors in host memory, then to the model's device (or
      * to the ZeRO slices). */
     float *p = local_vector(t), *m = local_vector(t), *v = local_vector(t);
-    int rc = spb_checkpoint_load(path, &t->cfg, t->gpt, p, m, v, &step, &has_optimizer, err, errlen);
+    spb_checkpoint_state state;
+    int rc = spb_checkpoint_load(path, &t->cfg, t->gpt, p, m, v, &step, &has_optimizer, &state, err, errlen);
+    if (!rc && state.loss_scale > 0 && t->scaler.enabled) { /* fp16: the scaler goes on where it was */
+        t->scaler.loss_scale = state.loss_scale;
+        t->scaler.clean_steps = state.clean_steps;
+        t->scaler.skipped_steps = state.skipped_steps;
+    }
     if (!rc && t->zero) {
         spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_PARAMS, p);
         if (has_optimizer) {
             spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_M, m);
             spb_zero_scatter_local(t->zero, t->gpt, SPB_ZERO_V, v);
-            t->zero->step = step;
+            t->zero->step = state.optimizer_step;
         }
     } else if (!rc) {
         to_device(t, t->gpt->params, p);
         if (has_optimizer) {
             to_device(t, t->opt->m, m);
             to_device(t, t->opt->v, v);
-            t->opt->step = step;
+            t->opt->step = state.optimizer_step;
         }
     }
     spb_mem_free(p);

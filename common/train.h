@@ -22,8 +22,21 @@ typedef struct spb_trainer {
     long iteration; /* iterations completed */
     int *seq;       /* T+1 tokens of one sequence */
     int *inputs, *targets; /* [B][local T] */
-    /* of the last iteration */
+    /* of the last iteration (grad_norm: of the unscaled gradients; inf or
+     * NaN when an fp16 step overflowed and was skipped) */
     double loss, grad_norm, lr;
+    int skipped; /* the last update was skipped (fp16 overflow) */
+    /* fp16 loss scaling (cfg: --loss-scale, --initial-loss-scale ...): the
+     * backward starts from loss_scale x the loss, the update divides it out
+     * of the gradients; an overflow (a gradient norm that is not finite)
+     * skips the update and, dynamic, halves the scale; loss_scale_window
+     * clean steps double it.  Other precisions: loss_scale = 1, never
+     * changes. */
+    struct {
+        int enabled, dynamic;
+        double loss_scale;
+        long clean_steps, skipped_steps;
+    } scaler;
 } spb_trainer;
 
 /* Builds the model (initialised from cfg->seed), optimizer and data. */
@@ -49,7 +62,8 @@ void spb_trainer_synchronize(spb_trainer *t);
 int spb_trainer_save(const spb_trainer *t, const char *path, int with_optimizer, char *err, size_t errlen);
 int spb_trainer_load(spb_trainer *t, const char *path, char *err, size_t errlen);
 /* This rank's reduced gradients as a whole local vector (after
- * spb_trainer_gradients; collective under ZeRO). */
+ * spb_trainer_gradients; collective under ZeRO), unscaled: d loss/d params
+ * whatever fp16's loss scale. */
 void spb_trainer_local_grads(const spb_trainer *t, float *local);
 /* This rank's parameters as a whole local vector (collective under ZeRO 1-3:
  * under ZeRO 1-2 each slice comes from the rank that updates it, with its

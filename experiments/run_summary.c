@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -152,7 +153,8 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
     const int bf16_run = spb_memory_precision(cfg) == SPB_BF16_MIXED;
     printf("memory model (MiB/rank): fp32%s", bf16_run ? "" : " (this run)");
     for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), fp32.bytes[shown[k]] / 1048576.0);
-    printf(" | bf16 mixed precision%s", bf16_run ? " (this run)" : "");
+    /* fp16 holds what bf16 holds (2-byte elements, fp32 masters and moments) */
+    printf(" | %s mixed precision%s", strcmp(cfg->precision, "fp16") ? "bf16" : "fp16", bf16_run ? " (this run)" : "");
     for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), bf16.bytes[shown[k]] / 1048576.0);
     printf("\n");
     fflush(stdout);

@@ -153,7 +153,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    if (loss_log) fprintf(loss_log, "iteration,loss,lr,grad_norm,time_ms,tokens\n");
+    if (loss_log) fprintf(loss_log, "iteration,loss,lr,grad_norm,time_ms,tokens,loss_scale,skipped\n");
 
     int iters = cfg.train_iters;
     double *times = SPB_CHECK_PTR(calloc((size_t)iters + 1, sizeof(double)));
@@ -190,14 +190,17 @@ int main(int argc, char **argv)
         final_loss = loss;
         if (i >= cfg.timing_warmup) times[measured++] = dt;
         if (loss_log)
-            fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f\n", tr->iteration, loss, tr->lr, tr->grad_norm, dt * 1e3,
-                    tokens_per_iter * tr->iteration);
+            fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f,%.9g,%d\n", tr->iteration, loss, tr->lr, tr->grad_norm,
+                    dt * 1e3, tokens_per_iter * tr->iteration, tr->scaler.loss_scale, tr->skipped);
         if (!isfinite(loss) && rank == 0) fprintf(stderr, "spbench: warning: loss is %g at iteration %ld\n", loss, tr->iteration);
         if (rank == 0 && !cfg.quiet && (tr->iteration % cfg.log_interval == 0 || i == iters - 1)) {
             printf(" iteration %8ld/%8d | elapsed time per iteration (ms): %.1f | learning rate: %.3E | "
                    "global batch size: %5d | lm loss: %.6E | grad norm: %.3f | tokens/s: %.0f | TFLOPs: %.4f |\n",
                    tr->iteration, iters, dt * 1e3, tr->lr, cfg.global_batch_size, loss, tr->grad_norm,
                    tokens_per_iter / dt, paper_flops / dt / world / 1e12);
+            if (tr->scaler.enabled) /* fp16: Megatron's two extra fields */
+                printf("   loss scale: %.1f | number of skipped iterations: %ld |\n", tr->scaler.loss_scale,
+                       tr->scaler.skipped_steps);
             fflush(stdout);
         }
     }

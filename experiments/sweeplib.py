@@ -57,7 +57,7 @@ SPB_OPTIONS = {
     "sparse-global-blocks": ("int", 0, None),
     "device": ("str", "cpu", "device"),
     "comm": (("mpi", "nccl"), "mpi", "comm"),
-    "precision": (("fp32", "bf16"), "fp32", "precision"),  # at paper scale: the model's precision
+    "precision": (("fp32", "bf16", "fp16"), "fp32", "precision"),  # at paper scale: the model's precision
     "data": ("str", None, None),
     "log-interval": ("int", 1, None),
     "timing-warmup": ("int", 1, None),
@@ -80,7 +80,7 @@ RUNNER_KEYS = {
 }
 # Options only the performance model takes (build/spbench-model; docs/MODEL.md),
 # written model.OPTION in [paper].
-MODEL_OPTIONS = {"attn-density": "float", "precision": ("fp32", "bf16"), "max-seq": "flag"}
+MODEL_OPTIONS = {"attn-density": "float", "precision": ("fp32", "bf16", "fp16"), "max-seq": "flag"}
 SWEEP_KEYS = {"name": True, "title": True, "paper": True, "claim": True, "shows": False, "plots": False,
               "description": False}
 PLOT_KINDS = ("seqlen", "gpus", "scaling", "loss", "breakdown", "memory", "bytes", "spdegree")
@@ -473,7 +473,7 @@ def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p, precision="fp32"):
     of 8bNh/P."""
     if p <= 1 or strategy == "none":
         return 0.0
-    scale = 0.5 if precision == "bf16" else 1.0
+    scale = 0.5 if precision in ("bf16", "fp16") else 1.0
     return scale * _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p)
 
 

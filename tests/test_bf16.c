@@ -485,9 +485,9 @@ START_TEST(precision_option)
     ck_assert_int_eq(spb_memory_precision(&c), SPB_BF16_MIXED);
 
     spb_config_defaults(&c);
-    snprintf(c.precision, sizeof c.precision, "fp16");
+    snprintf(c.precision, sizeof c.precision, "fp8");
     ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "unknown --precision 'fp16' (fp32, bf16)"), "%s", err);
+    ck_assert_msg(strstr(err, "unknown --precision 'fp8' (fp32, bf16, fp16)"), "%s", err);
     spb_config_defaults(&c);
     snprintf(c.precision, sizeof c.precision, "bf16");
     snprintf(c.device, sizeof c.device, "cuda");

@@ -58,7 +58,7 @@ static long mismatches(const float *h, const float *want, long n)
     spb_handle *e = spb_handle_at(h, n, &i, "test");
     float *got = widened(h, n);
     for (long k = 0; k < n; k++) {
-        float w = spb_handle_dtype(e, i + k) == SPB_DTYPE_BF16 ? spb_bf16_round(want[k]) : want[k];
+        float w = spb_handle_dtype(e, i + k) == SPB_DTYPE_HALF ? spb_bf16_round(want[k]) : want[k];
         bad += memcmp(&got[k], &w, sizeof w) != 0;
     }
     free(got);
@@ -358,16 +358,17 @@ static void strict_scratch_free(void *p)
     host->scratch_free(p);
 }
 
-static void counted_widen(float *dst, const spb_bf16 *src, long n)
+static void counted_widen(float *dst, const spb_bf16 *src, long n, spb_half_format fmt)
 {
     widens++;
-    host->widen(dst, src, n);
+    host->widen(dst, src, n, fmt);
 }
 
-static void counted_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
+static void counted_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate,
+                           spb_half_format fmt)
 {
     narrows++;
-    host->narrow(dst, src, n, masters, truncate);
+    host->narrow(dst, src, n, masters, truncate, fmt);
 }
 
 START_TEST(a_device_like_storage_gives_the_same)

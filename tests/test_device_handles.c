@@ -46,12 +46,12 @@ END_TEST
 START_TEST(resolve_base_middle_end)
 {
     long n = 1000;
-    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, n, SPB_DTYPE_BF16);
+    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, n, SPB_DTYPE_HALF);
     spb_handle *e = spb_handle_find(h, NULL);
     ck_assert_ptr_nonnull(e);
     spb_dtype t;
     ck_assert_ptr_eq(spb_handle_resolve(h, &t), e->lo);
-    ck_assert_int_eq(t, SPB_DTYPE_BF16);
+    ck_assert_int_eq(t, SPB_DTYPE_HALF);
     ck_assert_ptr_eq(spb_handle_resolve(h + 500, NULL), e->lo + 500);
     ck_assert_ptr_eq(spb_handle_resolve(h + n - 1, NULL), e->lo + n - 1);
     long i = -1;
@@ -106,12 +106,12 @@ static int in_child(void (*fn)(void), char *out, size_t outlen)
 
 static void resolve_past_end(void)
 {
-    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 16, SPB_DTYPE_BF16);
+    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 16, SPB_DTYPE_HALF);
     spb_handle_resolve(h + 16, NULL);
 }
 static void range_past_end(void)
 {
-    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 16, SPB_DTYPE_BF16);
+    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 16, SPB_DTYPE_HALF);
     spb_handle_at(h + 8, 9, NULL, "an operation");
 }
 static void host_pointer(void)
@@ -121,7 +121,7 @@ static void host_pointer(void)
 }
 static void freed_handle(void)
 {
-    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 16, SPB_DTYPE_BF16);
+    float *h = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 16, SPB_DTYPE_HALF);
     spb_handle_free(h);
     spb_handle_resolve(h, NULL);
 }
@@ -133,7 +133,7 @@ static void read_handle(void)
 }
 static void write_handle(void)
 {
-    float *h = spb_handle_alloc(SPB_MEM_PARAMS, 1 << 20, SPB_DTYPE_BF16);
+    float *h = spb_handle_alloc(SPB_MEM_PARAMS, 1 << 20, SPB_DTYPE_HALF);
     h[(1 << 20) - 1] = 1.0f;
 }
 
@@ -173,16 +173,16 @@ START_TEST(categories_count_storage)
 {
     size_t a0 = bytes_in(SPB_MEM_ACTIVATIONS), p0 = bytes_in(SPB_MEM_PARAMS), o0 = bytes_in(SPB_MEM_OPTIMIZER);
     /* A million elements reserve 4 MB of address space; bf16 stores 2 MB. */
-    float *a = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 1000001, SPB_DTYPE_BF16);
+    float *a = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 1000001, SPB_DTYPE_HALF);
     ck_assert_uint_eq(bytes_in(SPB_MEM_ACTIVATIONS) - a0, 2 * 1000001);
     float *f = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 3, SPB_DTYPE_F32);
     int *t = spb_handle_alloc_ints(SPB_MEM_ACTIVATIONS, 5);
     ck_assert_uint_eq(bytes_in(SPB_MEM_ACTIVATIONS) - a0, 2 * 1000001 + 12 + 20);
-    float *p = spb_handle_alloc(SPB_MEM_PARAMS, 100, SPB_DTYPE_BF16);
+    float *p = spb_handle_alloc(SPB_MEM_PARAMS, 100, SPB_DTYPE_HALF);
     spb_handle_add_shadow(spb_handle_find(p, NULL), SPB_MEM_OPTIMIZER);
     ck_assert_uint_eq(bytes_in(SPB_MEM_PARAMS) - p0, 200);
     ck_assert_uint_eq(bytes_in(SPB_MEM_OPTIMIZER) - o0, 400);
-    float *empty = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 0, SPB_DTYPE_BF16);
+    float *empty = spb_handle_alloc(SPB_MEM_ACTIVATIONS, 0, SPB_DTYPE_HALF);
     ck_assert_ptr_nonnull(empty);
     spb_handle_free(empty);
     spb_handle_free(a);
@@ -199,7 +199,7 @@ START_TEST(retyping_keeps_values_and_moves_bytes)
 {
     size_t a0 = bytes_in(SPB_MEM_WORKSPACE);
     long n = 10;
-    float *h = spb_handle_alloc(SPB_MEM_WORKSPACE, n, SPB_DTYPE_BF16);
+    float *h = spb_handle_alloc(SPB_MEM_WORKSPACE, n, SPB_DTYPE_HALF);
     spb_handle *e = spb_handle_find(h, NULL);
     for (long i = 0; i < n; i++) e->lo[i] = spb_bf16_from_float(1.5f * (float)i - 3.0f);
     spb_handle_retype_tail(e, 6);
@@ -208,8 +208,8 @@ START_TEST(retyping_keeps_values_and_moves_bytes)
     for (long i = 0; i < n; i++) {
         spb_dtype t;
         void *at = spb_handle_resolve(h + i, &t);
-        float v = t == SPB_DTYPE_BF16 ? spb_bf16_to_float(*(spb_bf16 *)at) : *(float *)at;
-        ck_assert_int_eq(t, i < 6 ? SPB_DTYPE_BF16 : SPB_DTYPE_F32);
+        float v = t == SPB_DTYPE_HALF ? spb_bf16_to_float(*(spb_bf16 *)at) : *(float *)at;
+        ck_assert_int_eq(t, i < 6 ? SPB_DTYPE_HALF : SPB_DTYPE_F32);
         ck_assert(v == 1.5f * (float)i - 3.0f);
     }
     spb_handle_retype_tail(e, 8); /* already fp32 there */
@@ -224,7 +224,7 @@ END_TEST
 
 START_TEST(masters_bind_and_unbind)
 {
-    float *p = spb_handle_alloc(SPB_MEM_PARAMS, 100, SPB_DTYPE_BF16);
+    float *p = spb_handle_alloc(SPB_MEM_PARAMS, 100, SPB_DTYPE_HALF);
     float *m = spb_handle_alloc(SPB_MEM_OPTIMIZER, 30, SPB_DTYPE_F32);
     spb_handle *ph = spb_handle_find(p, NULL), *mh = spb_handle_find(m, NULL);
     spb_handle_add_shadow(mh, SPB_MEM_OPTIMIZER);

@@ -80,18 +80,22 @@ int main(void)
     check_direct(&spb_bf16_direct_cpu);
     check_table(&spb_backend_cpu, 0);
     check_table(&spb_backend_cpu_bf16, 0);
+    check_table(&spb_backend_cpu_fp16, 0);
     expect(spb_backend_for("cpu", "fp32") == &spb_backend_cpu, "lookup", "cpu fp32");
     expect(spb_backend_for("cpu", "bf16") == &spb_backend_cpu_bf16, "lookup", "cpu bf16");
+    expect(spb_backend_for("cpu", "fp16") == &spb_backend_cpu_fp16, "lookup", "cpu fp16");
     expect(spb_backend_for("tpu", "fp32") == NULL, "lookup", "unknown device");
 #ifdef SPB_HAVE_CUDA
     check_table(&spb_backend_cuda, 1);
     check_table(&spb_backend_cuda_bf16, 1);
+    check_table(&spb_backend_cuda_fp16, 1);
     check_direct(&spb_bf16_direct_cuda);
     expect(spb_backend_for("cuda", "fp32") == &spb_backend_cuda, "lookup", "cuda fp32");
     expect(spb_backend_for("cuda", "bf16") == &spb_backend_cuda_bf16, "lookup", "cuda bf16");
-    printf("checked: cpu, cpu-bf16, cuda, cuda-bf16\n");
+    expect(spb_backend_for("cuda", "fp16") == &spb_backend_cuda_fp16, "lookup", "cuda fp16");
+    printf("checked: cpu, cpu-bf16, cpu-fp16, cuda, cuda-bf16, cuda-fp16\n");
 #else
-    printf("checked: cpu, cpu-bf16 (no CUDA in this build)\n");
+    printf("checked: cpu, cpu-bf16, cpu-fp16 (no CUDA in this build)\n");
 #endif
     printf("%d missing\n", failures);
     return failures ? 1 : 0;

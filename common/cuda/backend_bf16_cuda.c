@@ -55,19 +55,19 @@ static double cb_clock_elapsed(int from, int to) { return spb_backend_cuda.clock
 static void cb_clock_release(void) { spb_backend_cuda.clock->release(); }
 static const spb_timer_clock cb_clock = {cb_clock_mark, cb_clock_elapsed, cb_clock_release};
 
-const spb_backend spb_backend_cuda_bf16 = {
-    .name = "cuda-bf16",
-    .host_memory = 0,
-    .staging = {.to_host = spb_bf16_to_host,
-                .to_device = spb_bf16_to_device,
-                .synchronize = cb_staging_synchronize,
-                .element_bytes = spb_bf16_element_bytes},
-    .open = cb_open,
-    .synchronize = cb_synchronize,
-    .mem_stats = cb_mem_stats,
-    .mem_reset_peaks = cb_mem_reset_peaks,
-    .device_used_bytes = cb_device_used_bytes,
-    .clock = &cb_clock,
-    .configure = cb_configure,
-    SPB_BF16_TABLE_OPS,
-};
+#define CUDA_HALF_TABLE(table_name)                                                                                  \
+    {                                                                                                                  \
+        .name = table_name, .host_memory = 0,                                                                          \
+        .staging = {.to_host = spb_bf16_to_host,                                                                       \
+                    .to_device = spb_bf16_to_device,                                                                   \
+                    .synchronize = cb_staging_synchronize,                                                             \
+                    .element_bytes = spb_bf16_element_bytes},                                                          \
+        .open = cb_open, .synchronize = cb_synchronize, .mem_stats = cb_mem_stats,                                     \
+        .mem_reset_peaks = cb_mem_reset_peaks, .device_used_bytes = cb_device_used_bytes, .clock = &cb_clock,          \
+        .configure = cb_configure, SPB_BF16_TABLE_OPS,                                                                 \
+    }
+
+/* One design, two 16-bit formats: spb_bf16_configure takes the format from
+ * --precision (fp16 without the direct kernels, which are bf16's). */
+const spb_backend spb_backend_cuda_bf16 = CUDA_HALF_TABLE("cuda-bf16");
+const spb_backend spb_backend_cuda_fp16 = CUDA_HALF_TABLE("cuda-fp16");

@@ -29,6 +29,7 @@ extern "C" {
 extern const spb_backend spb_backend_cuda;
 /* bf16 storage on the device over this table (backend_bf16_cuda.c). */
 extern const spb_backend spb_backend_cuda_bf16;
+extern const spb_backend spb_backend_cuda_fp16; /* the same with fp16 storage */
 
 /* The device attention backends (fp32, one thread per query row forward,
  * per query row and per key row backward; no atomics): both "naive" and

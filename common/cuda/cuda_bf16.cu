@@ -17,39 +17,39 @@ unsigned blocks_for(long n)
     return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535); /* grid-stride loops cover the rest */
 }
 
-/* Rounding: common/bf16.h's own functions (host and device under nvcc),
- * so the device rounds exactly as the CPU instance does. */
+/* Rounding: common/bf16.h's and fp16.h's own functions (host and device
+ * under nvcc), so the device rounds exactly as the CPU instance does. */
 
-__global__ void k_widen(float *dst, const spb_bf16 *src, long n)
+__global__ void k_widen(float *dst, const spb_bf16 *src, long n, int fp16)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[i] = spb_bf16_to_float(src[i]);
+        dst[i] = fp16 ? spb_fp16_to_float(src[i]) : spb_bf16_to_float(src[i]);
 }
 
-/* One thread per element reads its old bf16 before writing the new one, so
+/* One thread per element reads its old value before writing the new one, so
  * the masters' rule needs no copy of the range (masters may alias src:
  * each element is read before it is written, by the same thread). */
-__global__ void k_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
+__global__ void k_narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate, int fp16)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float v = src[i];
-        spb_bf16 b = truncate ? spb_bf16_truncate(v) : spb_bf16_from_float(v);
+        spb_bf16 b = fp16 ? spb_fp16_from_float(v) : truncate ? spb_bf16_truncate(v) : spb_bf16_from_float(v);
         if (masters && b != dst[i]) masters[i] = v;
         dst[i] = b;
     }
 }
 
-void widen(float *dst, const spb_bf16 *src, long n)
+void widen(float *dst, const spb_bf16 *src, long n, spb_half_format fmt)
 {
     if (n <= 0) return;
-    k_widen<<<blocks_for(n), kThreads>>>(dst, src, n);
+    k_widen<<<blocks_for(n), kThreads>>>(dst, src, n, fmt == SPB_HALF_FP16);
     SPB_LAUNCH_CHECK();
 }
 
-void narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate)
+void narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate, spb_half_format fmt)
 {
     if (n <= 0) return;
-    k_narrow<<<blocks_for(n), kThreads>>>(dst, src, n, masters, truncate);
+    k_narrow<<<blocks_for(n), kThreads>>>(dst, src, n, masters, truncate, fmt == SPB_HALF_FP16);
     SPB_LAUNCH_CHECK();
 }
 

@@ -83,11 +83,11 @@ void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, lo
  * in a load never diverges.)  The math is ops_cpu.c's, in fp32. */
 __device__ __forceinline__ float load(spb_stored s, long i)
 {
-    return s.type == SPB_DTYPE_BF16 ? spb_bf16_to_float(((const spb_bf16 *)s.p)[i]) : ((const float *)s.p)[i];
+    return s.type == SPB_DTYPE_HALF ? spb_bf16_to_float(((const spb_bf16 *)s.p)[i]) : ((const float *)s.p)[i];
 }
 __device__ __forceinline__ void store(spb_stored s, long i, float v)
 {
-    if (s.type == SPB_DTYPE_BF16)
+    if (s.type == SPB_DTYPE_HALF)
         ((spb_bf16 *)s.p)[i] = spb_bf16_from_float(v);
     else
         ((float *)s.p)[i] = v;
