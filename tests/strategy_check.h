@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memory.h"
+#include "memory_model.h"
 #include "train.h"
 
 static inline spb_trainer *make(spb_config *c, MPI_Comm comm, spb_grid *grid)
@@ -32,6 +34,32 @@ static inline float *global_grads(const spb_trainer *t)
     spb_gpt_gather_global(t->gpt, local, global);
     free(local);
     return global;
+}
+
+/* The categories the memory model predicts, in the order below. */
+static const spb_mem_category spb_modelled_categories[4] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER,
+                                                            SPB_MEM_ACTIVATIONS};
+
+/* One step of a trainer made from c on 4 ranks of world: the allocator's
+ * peak per modelled category (above what was allocated before) and the
+ * memory model's figure at c's precision. */
+static inline void step_peaks_and_model(spb_config *c, double measured[4], double model[4])
+{
+    size_t before[SPB_MEM_NUM_CATEGORIES];
+    memcpy(before, spb_mem_get_stats()->current, sizeof before);
+    spb_mem_reset_peaks();
+    spb_grid g;
+    spb_trainer *t = make(c, MPI_COMM_WORLD, &g);
+    spb_trainer_step(t);
+    spb_memory_prediction pred;
+    spb_memory_model(c, 4, spb_memory_precision(c), &pred);
+    for (int i = 0; i < 4; i++) {
+        spb_mem_category k = spb_modelled_categories[i];
+        measured[i] = (double)(spb_mem_get_stats()->peak[k] - before[k]);
+        model[i] = pred.bytes[k];
+    }
+    spb_trainer_destroy(t);
+    spb_grid_destroy(&g);
 }
 
 /* Worst per-tensor ||a - b|| / ||b|| over the global tensors. */

@@ -522,27 +522,12 @@ END_TEST
 
 /* --- memory --------------------------------------------------------------- */
 
-static const spb_mem_category predicted[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
-
 static void peaks_and_model(const run_case *k, int N, double measured[4], double model[4])
 {
     spb_config c;
     case_config(&c, k, "bf16", 4);
     c.seq_length = N, c.micro_batch_size = 2, c.global_batch_size = 0;
-    size_t before[SPB_MEM_NUM_CATEGORIES];
-    memcpy(before, spb_mem_get_stats()->current, sizeof before);
-    spb_mem_reset_peaks();
-    spb_grid g;
-    spb_trainer *t = make(&c, MPI_COMM_WORLD, &g);
-    spb_trainer_step(t);
-    spb_memory_prediction pred;
-    spb_memory_model(&c, 4, SPB_BF16_MIXED, &pred);
-    for (int i = 0; i < 4; i++) {
-        measured[i] = (double)(spb_mem_get_stats()->peak[predicted[i]] - before[predicted[i]]);
-        model[i] = pred.bytes[predicted[i]];
-    }
-    spb_trainer_destroy(t);
-    spb_grid_destroy(&g);
+    step_peaks_and_model(&c, measured, model);
 }
 
 START_TEST(memory_model_equals_the_bf16_allocator)
@@ -556,7 +541,7 @@ START_TEST(memory_model_equals_the_bf16_allocator)
             for (int j = 0; j < 4; j++)
                 ck_assert_msg(m[j] == p[j], "%s P=%d ZeRO-%d ckpt=%d N=%d: %s measured %.0f, model %.0f",
                               cases[i].strategy, cases[i].P, cases[i].zero, cases[i].checkpoint, N,
-                              spb_mem_category_name(predicted[j]), m[j], p[j]);
+                              spb_mem_category_name(spb_modelled_categories[j]), m[j], p[j]);
             checked++;
         }
     say("bf16 allocator = memory model (params, grads, optimizer, activations) in %d configurations\n", checked);
