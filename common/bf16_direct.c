@@ -2,13 +2,57 @@
  * skip the fp32 frames, and how ops.h's products map onto one gemm. */
 #include "bf16_direct.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "bf16_frame.h"
 #include "checks.h"
 #include "ops.h"
 #include "timer.h"
 
 static const spb_bf16_direct *in_use;
+static int kinds = SPB_DIRECT_ALL;
 static spb_bf16_direct_counts counts;
+
+/* The direct kernels take calls of this kind. */
+#define DIRECT(kind) (in_use && (kinds & (kind)))
+
+static const struct {
+    const char *name;
+    int bit;
+} kind_names[] = {{"products", SPB_DIRECT_PRODUCTS}, {"attention", SPB_DIRECT_ATTENTION},
+                  {"gelu", SPB_DIRECT_GELU},         {"layernorm", SPB_DIRECT_LAYERNORM},
+                  {"residual", SPB_DIRECT_RESIDUAL}, {"cross-entropy", SPB_DIRECT_CROSS_ENTROPY},
+                  {"memory", SPB_DIRECT_MEMORY},     {"optimizer", SPB_DIRECT_OPTIMIZER}};
+
+int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen)
+{
+    if (!list || !list[0] || !strcmp(list, "all")) return SPB_DIRECT_ALL;
+    if (!strcmp(list, "none")) return 0;
+    int mask = 0;
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int found = 0;
+        for (size_t k = 0; k < sizeof kind_names / sizeof kind_names[0]; k++)
+            if (strlen(kind_names[k].name) == len && !strncmp(p, kind_names[k].name, len)) {
+                mask |= kind_names[k].bit;
+                found = 1;
+            }
+        if (!found) {
+            snprintf(err, errlen,
+                     "unknown kind '%.*s' in --bf16-direct (all, none, or a list of products, attention, gelu, "
+                     "layernorm, residual, cross-entropy, memory, optimizer)",
+                     (int)len, p);
+            return -1;
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    return mask;
+}
+
+void spb_bf16_direct_set_kinds(int mask) { kinds = mask; }
 
 void spb_bf16_use_direct(const spb_bf16_direct *direct) { in_use = direct; }
 const spb_bf16_direct *spb_bf16_direct_in_use(void) { return in_use; }
@@ -42,7 +86,10 @@ static int operand_of(const float *p, long len, operand *o)
     return 1;
 }
 
-static int bf16_operand(const float *p, long len, operand *o) { return operand_of(p, len, o) && o->type == SPB_DTYPE_HALF; }
+static int bf16_operand(const float *p, long len, operand *o)
+{
+    return operand_of(p, len, o) && o->type == SPB_DTYPE_HALF;
+}
 
 static void count_range(void *ctx, long at, long len, float *masters)
 {
@@ -82,7 +129,7 @@ int spb_bf16_direct_matmul_forward(float *out, int ldo, const float *inp, int ld
                                    const float *b, int rows, int in, int out_f, int accumulate)
 {
     operand o, x, w, bias;
-    int ok = in_use && rows > 0 && in > 0 && out_f > 0 &&
+    int ok = DIRECT(SPB_DIRECT_PRODUCTS) && rows > 0 && in > 0 && out_f > 0 &&
              output_operand(out, spb_strided_extent(rows, ldo, out_f), &o) &&
              bf16_operand(inp, spb_strided_extent(rows, ldi, in), &x) &&
              bf16_operand(W, spb_strided_extent(out_f, ldw, in), &w) && !overlap(&o, &x) && !overlap(&o, &w);
@@ -105,7 +152,7 @@ int spb_bf16_direct_matmul_backward(float *dinp, int lddi, float *dW, int lddw, 
                                     int accumulate_dinp)
 {
     operand go, x, w, gi, gw, gb;
-    int ok = in_use && rows > 0 && in > 0 && out_f > 0 &&
+    int ok = DIRECT(SPB_DIRECT_PRODUCTS) && rows > 0 && in > 0 && out_f > 0 &&
              bf16_operand(dout, spb_strided_extent(rows, ldo, out_f), &go);
     if (ok && dinp)
         ok = bf16_operand(W, spb_strided_extent(out_f, ldw, in), &w) &&
@@ -149,8 +196,8 @@ static int elementwise_ok(const operand *out, const operand *in)
 int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n)
 {
     operand o, x;
-    int ok = in_use && n > 0 && output_operand(out, n, &o) && o.type == SPB_DTYPE_HALF && bf16_operand(inp, n, &x) &&
-             elementwise_ok(&o, &x);
+    int ok = DIRECT(SPB_DIRECT_GELU) && n > 0 && output_operand(out, n, &o) && o.type == SPB_DTYPE_HALF &&
+             bf16_operand(inp, n, &x) && elementwise_ok(&o, &x);
     if (!ok) {
         counts.rowwise_frames++;
         return 0;
@@ -163,8 +210,9 @@ int spb_bf16_direct_gelu_forward(float *out, const float *inp, long n)
 int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 {
     operand gi, x, go;
-    int ok = in_use && n > 0 && output_operand(dinp, n, &gi) && gi.type == SPB_DTYPE_HALF && bf16_operand(inp, n, &x) &&
-             bf16_operand(dout, n, &go) && elementwise_ok(&gi, &x) && elementwise_ok(&gi, &go);
+    int ok = DIRECT(SPB_DIRECT_GELU) && n > 0 && output_operand(dinp, n, &gi) && gi.type == SPB_DTYPE_HALF &&
+             bf16_operand(inp, n, &x) && bf16_operand(dout, n, &go) && elementwise_ok(&gi, &x) &&
+             elementwise_ok(&gi, &go);
     if (!ok) {
         counts.rowwise_frames++;
         return 0;
@@ -190,16 +238,16 @@ int spb_bf16_direct_layernorm_forward(float *out, float *mean, float *rstd, cons
                                       const float *b, int rows, int C)
 {
     long n = (long)rows * C;
-    if (in_use && rows > 0 && C > 0) {
+    if (DIRECT(SPB_DIRECT_LAYERNORM) && rows > 0 && C > 0) {
         make_fp32_tail(mean, rows);
         make_fp32_tail(rstd, rows);
     }
     operand o, x, ow, ob, om, os;
-    int ok = in_use && rows > 0 && C > 0 && output_operand(out, n, &o) && operand_of(inp, n, &x) &&
-             operand_of(w, C, &ow) && operand_of(b, C, &ob) && output_operand(mean, rows, &om) &&
-             output_operand(rstd, rows, &os) && om.type == SPB_DTYPE_F32 && os.type == SPB_DTYPE_F32 &&
-             !overlap(&o, &x) && !overlap(&o, &ow) && !overlap(&o, &ob) && !overlap(&o, &om) && !overlap(&o, &os) &&
-             !overlap(&om, &os) && !overlap(&om, &x) && !overlap(&os, &x);
+    int ok = DIRECT(SPB_DIRECT_LAYERNORM) && rows > 0 && C > 0 && output_operand(out, n, &o) &&
+             operand_of(inp, n, &x) && operand_of(w, C, &ow) && operand_of(b, C, &ob) &&
+             output_operand(mean, rows, &om) && output_operand(rstd, rows, &os) && om.type == SPB_DTYPE_F32 &&
+             os.type == SPB_DTYPE_F32 && !overlap(&o, &x) && !overlap(&o, &ow) && !overlap(&o, &ob) &&
+             !overlap(&o, &om) && !overlap(&o, &os) && !overlap(&om, &os) && !overlap(&om, &x) && !overlap(&os, &x);
     if (!ok) {
         counts.rowwise_frames++;
         return 0;
@@ -214,15 +262,16 @@ int spb_bf16_direct_layernorm_backward(float *dinp, float *dw, float *db, const 
 {
     long n = (long)rows * C;
     operand gi, gw, gb, go, x, ow, om, os;
-    int ok = in_use && rows > 0 && C > 0 && output_operand(dinp, n, &gi) && output_operand(dw, C, &gw) &&
-             output_operand(db, C, &gb) && operand_of(dout, n, &go) && operand_of(inp, n, &x) &&
-             operand_of(w, C, &ow) && operand_of(mean, rows, &om) && operand_of(rstd, rows, &os) &&
-             om.type == SPB_DTYPE_F32 && os.type == SPB_DTYPE_F32;
+    int ok = DIRECT(SPB_DIRECT_LAYERNORM) && rows > 0 && C > 0 && output_operand(dinp, n, &gi) &&
+             output_operand(dw, C, &gw) && output_operand(db, C, &gb) && operand_of(dout, n, &go) &&
+             operand_of(inp, n, &x) && operand_of(w, C, &ow) && operand_of(mean, rows, &om) &&
+             operand_of(rstd, rows, &os) && om.type == SPB_DTYPE_F32 && os.type == SPB_DTYPE_F32;
     /* outputs apart from each other and from the inputs; dinp may be dout */
     const operand *outs[] = {&gi, &gw, &gb}, *ins[] = {&go, &x, &ow, &om, &os};
     for (int a = 0; ok && a < 3; a++) {
         for (int b2 = a + 1; ok && b2 < 3; b2++) ok = !overlap(outs[a], outs[b2]);
-        for (int c = 0; ok && c < 5; c++) ok = (a == 0 && c == 0) ? elementwise_ok(outs[a], ins[c]) : !overlap(outs[a], ins[c]);
+        for (int c = 0; ok && c < 5; c++)
+            ok = (a == 0 && c == 0) ? elementwise_ok(outs[a], ins[c]) : !overlap(outs[a], ins[c]);
     }
     if (!ok) {
         counts.rowwise_frames++;
@@ -237,7 +286,8 @@ int spb_bf16_direct_layernorm_backward(float *dinp, float *dw, float *db, const 
 int spb_bf16_direct_add_inplace(float *a, const float *b, long n)
 {
     operand oa, ob;
-    int ok = in_use && n > 0 && output_operand(a, n, &oa) && operand_of(b, n, &ob) && elementwise_ok(&oa, &ob);
+    int ok = DIRECT(SPB_DIRECT_RESIDUAL) && n > 0 && output_operand(a, n, &oa) && operand_of(b, n, &ob) &&
+             elementwise_ok(&oa, &ob);
     if (!ok) {
         counts.rowwise_frames++;
         return 0;
@@ -250,7 +300,7 @@ int spb_bf16_direct_add_inplace(float *a, const float *b, long n)
 int spb_bf16_direct_fill(float *x, long n, float value)
 {
     operand o;
-    int ok = in_use && n > 0 && output_operand(x, n, &o);
+    int ok = DIRECT(SPB_DIRECT_MEMORY) && n > 0 && output_operand(x, n, &o);
     if (!ok) {
         counts.memory_frames++;
         return 0;
@@ -264,7 +314,8 @@ int spb_bf16_direct_copy_rows(float *dst, long dst_stride, const float *src, lon
 {
     operand d, s;
     long dn = spb_strided_extent(rows, dst_stride, width), sn = spb_strided_extent(rows, src_stride, width);
-    int ok = in_use && dn > 0 && output_operand(dst, dn, &d) && operand_of(src, sn, &s) && !overlap(&d, &s);
+    int ok = DIRECT(SPB_DIRECT_MEMORY) && dn > 0 && output_operand(dst, dn, &d) && operand_of(src, sn, &s) &&
+             !overlap(&d, &s);
     if (!ok) {
         counts.memory_frames++;
         return 0;
@@ -279,7 +330,7 @@ int spb_bf16_direct_adamw(float *masters, float *p, const float *grad, float *m,
 {
     /* p carries the masters (that is the point): an operand, not an output */
     operand op, og, om, ov;
-    int ok = in_use && masters && n > 0 && operand_of(p, n, &op) && operand_of(grad, n, &og) &&
+    int ok = DIRECT(SPB_DIRECT_OPTIMIZER) && masters && n > 0 && operand_of(p, n, &op) && operand_of(grad, n, &og) &&
              output_operand(m, n, &om) && output_operand(v, n, &ov) && !overlap(&om, &ov) && !overlap(&om, &og) &&
              !overlap(&ov, &og) && !overlap(&op, &og) && !overlap(&op, &om) && !overlap(&op, &ov);
     if (!ok) {
@@ -295,7 +346,7 @@ int spb_bf16_direct_adamw(float *masters, float *p, const float *grad, float *m,
 int spb_bf16_direct_sum_squares(const float *x, long n, double *sum)
 {
     operand o;
-    int ok = in_use && n > 0 && operand_of(x, n, &o);
+    int ok = DIRECT(SPB_DIRECT_OPTIMIZER) && n > 0 && operand_of(x, n, &o);
     if (!ok) {
         counts.optimizer_frames++;
         return 0;
@@ -308,7 +359,7 @@ int spb_bf16_direct_sum_squares(const float *x, long n, double *sum)
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss)
 {
     operand op;
-    int ok = in_use && rows > 0 && V > 0 && output_operand(probs, (long)rows * V, &op);
+    int ok = DIRECT(SPB_DIRECT_CROSS_ENTROPY) && rows > 0 && V > 0 && output_operand(probs, (long)rows * V, &op);
     if (!ok) {
         counts.rowwise_frames++;
         return 0;
@@ -322,7 +373,7 @@ int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int r
 int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale)
 {
     operand op;
-    int ok = in_use && rows > 0 && V > 0 && output_operand(probs, (long)rows * V, &op);
+    int ok = DIRECT(SPB_DIRECT_CROSS_ENTROPY) && rows > 0 && V > 0 && output_operand(probs, (long)rows * V, &op);
     if (!ok) {
         counts.rowwise_frames++;
         return 0;
@@ -348,9 +399,9 @@ int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, co
     operand oq, ok_, ov, oo, ol;
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     long lx = (long)d->batch * d->heads * d->q_len;
-    int ok = in_use && spb_bf16_direct_attention_supported(d) && attention_inputs(d, q, k, v, &oq, &ok_, &ov) &&
-             output_operand(o, ox, &oo) && oo.type == SPB_DTYPE_HALF && !overlap(&oo, &oq) && !overlap(&oo, &ok_) &&
-             !overlap(&oo, &ov) && operand_of(lse, 1, &ol);
+    int ok = DIRECT(SPB_DIRECT_ATTENTION) && spb_bf16_direct_attention_supported(d) &&
+             attention_inputs(d, q, k, v, &oq, &ok_, &ov) && output_operand(o, ox, &oo) && oo.type == SPB_DTYPE_HALF &&
+             !overlap(&oo, &oq) && !overlap(&oo, &ok_) && !overlap(&oo, &ov) && operand_of(lse, 1, &ol);
     if (ok) {
         /* The log-sum-exp is fp32 by contract: its buffer's tail turns fp32
          * here as the frames' spb_frame_out_f32 would turn it; that moves
@@ -379,8 +430,8 @@ int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, c
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
     long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
-    int ok = in_use && spb_bf16_direct_attention_supported(d) && attention_inputs(d, q, k, v, &oq, &ok_, &ov) &&
-             bf16_operand(o, ox, &oo) && bf16_operand(dout, ox, &og) &&
+    int ok = DIRECT(SPB_DIRECT_ATTENTION) && spb_bf16_direct_attention_supported(d) &&
+             attention_inputs(d, q, k, v, &oq, &ok_, &ov) && bf16_operand(o, ox, &oo) && bf16_operand(dout, ox, &og) &&
              operand_of(lse, (long)d->batch * d->heads * d->q_len, &ol) && ol.type == SPB_DTYPE_F32;
     if (!ok) {
         counts.attention_frames++;

@@ -89,6 +89,26 @@ typedef struct spb_bf16_direct {
                                float *dv);
 } spb_bf16_direct;
 
+/* Kinds of call the direct path takes (--bf16-direct, default all): a
+ * first GPU run that fails under fast can turn them on one at a time and
+ * tell which kernel is wrong. */
+enum {
+    SPB_DIRECT_PRODUCTS = 1 << 0,
+    SPB_DIRECT_ATTENTION = 1 << 1,
+    SPB_DIRECT_GELU = 1 << 2,
+    SPB_DIRECT_LAYERNORM = 1 << 3,
+    SPB_DIRECT_RESIDUAL = 1 << 4,
+    SPB_DIRECT_CROSS_ENTROPY = 1 << 5,
+    SPB_DIRECT_MEMORY = 1 << 6,    /* fill, zero, copy, copy_rows */
+    SPB_DIRECT_OPTIMIZER = 1 << 7, /* AdamW, sums of squares */
+    SPB_DIRECT_ALL = (1 << 8) - 1,
+};
+/* "all", "none" or a comma-separated list of products, attention, gelu,
+ * layernorm, residual, cross-entropy, memory, optimizer: the mask, or -1
+ * with a message naming the unknown word. */
+int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen);
+void spb_bf16_direct_set_kinds(int mask);
+
 /* The kernels of the instance in use, or NULL: every operation through the
  * frames (the default). */
 void spb_bf16_use_direct(const spb_bf16_direct *direct);

@@ -22,6 +22,9 @@ void spb_bf16_configure(const spb_config *cfg)
     spb_handles_set_half_format(fp16 ? SPB_HALF_FP16 : SPB_HALF_BF16);
     /* the direct kernels are bf16's: fp16 runs on the frames */
     spb_bf16_select_kernels(fp16 ? "reference" : cfg->bf16_kernels);
+    char err[256];
+    int kinds = spb_bf16_direct_parse_kinds(cfg->bf16_direct, err, sizeof err);
+    spb_bf16_direct_set_kinds(kinds < 0 ? SPB_DIRECT_ALL : kinds); /* config.c refused a bad list */
 }
 
 float *spb_bf16_alloc_role(spb_mem_category cat, long n, spb_buffer_role role)

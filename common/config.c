@@ -13,6 +13,7 @@
 #include "../strategies/strategy.h"
 #include "attention.h"
 #include "backend.h"
+#include "bf16_direct.h"
 #include "memory_model.h"
 
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_U64, OPT_STRING, OPT_FLAG } opt_kind;
@@ -72,6 +73,9 @@ static const option_spec options[] = {
     OPT("precision", OPT_STRING, precision,
         "fp32 | bf16 | fp16 (mixed precision: 16-bit parameters, activations and gradients, fp32 arithmetic, "
         "masters and AdamW moments; fp16 with loss scaling; --device cpu emulates it)"),
+    OPT("bf16-direct", OPT_STRING, bf16_direct,
+        "with --bf16-kernels fast: which calls go direct: all (default), none, or a comma list of products, "
+        "attention, gelu, layernorm, residual, cross-entropy, memory, optimizer (to tell a wrong kernel)"),
     OPT("loss-scale", OPT_DOUBLE, loss_scale, "fp16: a static loss scale (0 = dynamic, the default)"),
     OPT("initial-loss-scale", OPT_DOUBLE, initial_loss_scale, "fp16, dynamic: the first loss scale (65536)"),
     OPT("min-loss-scale", OPT_DOUBLE, min_loss_scale, "fp16, dynamic: the scale is never halved below this (1)"),
@@ -303,6 +307,11 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
                                  "path: the direct kernels are bf16)", c->bf16_kernels);
     if (c->bf16_kernels[0] && strcmp(c->bf16_kernels, "fast") && strcmp(c->bf16_kernels, "reference"))
         return fail(err, errlen, "unknown --bf16-kernels '%s' (fast, reference)", c->bf16_kernels);
+    if (c->bf16_direct[0]) {
+        if (strcmp(c->bf16_kernels, "fast"))
+            return fail(err, errlen, "--bf16-direct %s: needs --bf16-kernels fast", c->bf16_direct);
+        if (spb_bf16_direct_parse_kinds(c->bf16_direct, err, errlen) < 0) return -1;
+    }
     /* The 16-bit tables' buffers are handles that only their own operations
      * and staging resolve; NCCL would be given the handles. */
     if (half && !strcmp(c->comm, "nccl"))

@@ -51,6 +51,7 @@ typedef struct spb_config {
     char comm[SPB_NAME_MAX];    /* mpi (host-staged for device buffers) | nccl (device buffers, --device cuda) */
     char precision[SPB_NAME_MAX]; /* fp32 | bf16 | fp16 (mixed: 16-bit storage, fp32 arithmetic, masters, moments) */
     char bf16_kernels[SPB_NAME_MAX]; /* bf16: fast (direct products, attention) | reference (fp32 frames) */
+    char bf16_direct[128];           /* fast: which kinds of call go direct (all; bf16_direct.h) */
     /* fp16 loss scaling: static (loss_scale > 0) or dynamic (0): halve on
      * overflow (the step is skipped), double after loss_scale_window clean
      * steps, never below min_loss_scale */

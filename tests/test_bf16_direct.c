@@ -685,6 +685,23 @@ START_TEST(bf16_kernels_option)
     ck_assert_int_eq(spb_config_parse(3, fp32, &c, err, sizeof err), 0);
     ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "applies to --precision bf16 only"), "%s", err);
+    /* --bf16-direct: kinds, with fast only */
+    spb_config_defaults(&c);
+    char *kinds[] = {"spbench", "--precision", "bf16", "--bf16-kernels", "fast", "--bf16-direct", "products,gelu", NULL};
+    ck_assert_int_eq(spb_config_parse(7, kinds, &c, err, sizeof err), 0);
+    ck_assert_msg(spb_config_finalize(&c, 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(spb_bf16_direct_parse_kinds(c.bf16_direct, err, sizeof err),
+                     SPB_DIRECT_PRODUCTS | SPB_DIRECT_GELU);
+    ck_assert_int_eq(spb_bf16_direct_parse_kinds("none", err, sizeof err), 0);
+    ck_assert_int_eq(spb_bf16_direct_parse_kinds("", err, sizeof err), SPB_DIRECT_ALL);
+    snprintf(c.bf16_direct, sizeof c.bf16_direct, "products,softmax");
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "unknown kind 'softmax' in --bf16-direct"), "%s", err);
+    spb_config_defaults(&c);
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    snprintf(c.bf16_direct, sizeof c.bf16_direct, "attention");
+    ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1); /* the CPU's default is reference */
+    ck_assert_msg(strstr(err, "--bf16-direct attention: needs --bf16-kernels fast"), "%s", err);
     /* The table takes the choice when a model is configured on it. */
     spb_config_defaults(&c);
     snprintf(c.precision, sizeof c.precision, "bf16");
@@ -694,6 +711,44 @@ START_TEST(bf16_kernels_option)
     snprintf(c.bf16_kernels, sizeof c.bf16_kernels, "reference");
     bf->configure(&c);
     ck_assert_ptr_null(spb_bf16_direct_in_use());
+}
+END_TEST
+
+/* --bf16-direct picks the kinds: with attention and layernorm only, those go
+ * direct and every other call through the frames, with the same gradients
+ * (on the CPU the paths agree to fp32 rounding). */
+START_TEST(direct_kinds_choose_what_goes_direct)
+{
+    train_case k = {"ulysses", "contiguous", 2, 1, 0};
+    double lref, lpart;
+    const spb_gpt *shape;
+    spb_trainer *tref, *tpart;
+    spb_bf16_direct_counts cref, cpart;
+    float *gref = train(&k, "bf16", "reference", &lref, &shape, &tref, &cref);
+    drop(tref);
+    spb_config c;
+    train_config(&c, &k, "bf16", "fast");
+    snprintf(c.bf16_direct, sizeof c.bf16_direct, "attention,layernorm");
+    spb_grid *g = malloc(sizeof *g);
+    tpart = make(&c, MPI_COMM_WORLD, g);
+    spb_bf16_direct_reset_counts();
+    lpart = spb_trainer_gradients(tpart);
+    cpart = spb_bf16_direct_get_counts();
+    float *gpart = global_grads(tpart);
+    const char *where = "";
+    double err = worst_tensor_error(tpart->gpt, gpart, gref, &where);
+    if (!world_rank)
+        printf("--bf16-direct attention,layernorm: direct %ld products, %ld attention, %ld row-wise; frames %ld, %ld, "
+               "%ld; against the reference path: loss %.2e, gradient %.2e\n",
+               cpart.matmul_direct, cpart.attention_direct, cpart.rowwise_direct, cpart.matmul_frames,
+               cpart.attention_frames, cpart.rowwise_frames, fabs(lpart - lref) / lref, err);
+    ck_assert(cpart.matmul_direct == 0 && cpart.matmul_frames > 0);
+    ck_assert(cpart.attention_direct > 0 && cpart.attention_frames == 0);
+    ck_assert(cpart.rowwise_direct > 0 && cpart.rowwise_frames > 0); /* LayerNorm direct, GELU and the rest not */
+    ck_assert(cpart.memory_direct == 0);
+    ck_assert_double_le(err, gradient_bound(2));
+    drop(tpart);
+    free(gref), free(gpart);
 }
 END_TEST
 
@@ -709,6 +764,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, a_direct_table_that_loses_the_bias_is_caught);
     tcase_add_test(tc, attention_matches_the_frames);
     tcase_add_test(tc, training_goes_direct_and_tracks_fp32);
+    tcase_add_test(tc, direct_kinds_choose_what_goes_direct);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }
