@@ -113,7 +113,6 @@ static int overlap(const operand *a, const operand *b)
 }
 
 static void *storage(const operand *o) { return spb_handle_resolve(o->p, NULL); }
-static spb_dtype type_now(const operand *o) { return spb_handle_dtype(o->h, o->index); }
 
 /* A product on the direct kernels, timed and counted like ops_cpu.c's. */
 static void product(int transA, int transB, int m, int n, int k, const operand *A, int lda, const operand *B, int ldb,
@@ -222,11 +221,13 @@ int spb_bf16_direct_gelu_backward(float *dinp, const float *inp, const float *do
     return 1;
 }
 
-static spb_stored stored(const operand *o) { return (spb_stored){storage(o), type_now(o)}; }
+static spb_stored stored(const operand *o) { return (spb_stored){storage(o), o->type}; }
 
-/* An fp32 output by contract (LayerNorm statistics): its buffer's tail turns
- * fp32 from it on, as the frames' spb_frame_out_f32 would turn it.  Before
- * any operand is looked at: retyping moves the handle's storage. */
+/* An fp32 output by contract (LayerNorm statistics, attention's
+ * log-sum-exp): its buffer's tail turns fp32 from it on, as the frames'
+ * spb_frame_out_f32 would turn it (so it makes no difference which path then
+ * runs the call).  Before any operand is looked at: retyping moves the
+ * handle's storage. */
 static void make_fp32_tail(float *p, long len)
 {
     long i = 0;
@@ -396,23 +397,15 @@ static int attention_inputs(const spb_attn_desc *d, const float *q, const float 
 int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
                                       float *o, float *lse)
 {
-    operand oq, ok_, ov, oo, ol;
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     long lx = (long)d->batch * d->heads * d->q_len;
-    int ok = DIRECT(SPB_DIRECT_ATTENTION) && spb_bf16_direct_attention_supported(d) &&
-             attention_inputs(d, q, k, v, &oq, &ok_, &ov) && output_operand(o, ox, &oo) && oo.type == SPB_DTYPE_HALF &&
-             !overlap(&oo, &oq) && !overlap(&oo, &ok_) && !overlap(&oo, &ov) && operand_of(lse, 1, &ol);
-    if (ok) {
-        /* The log-sum-exp is fp32 by contract: its buffer's tail turns fp32
-         * here as the frames' spb_frame_out_f32 would turn it; that moves
-         * the handle's storage, so every operand is looked at again. */
-        long li = 0;
-        spb_handle *lh = spb_handle_at(lse, lx, &li, "attention (lse)");
-        spb_handle_retype_tail(lh, li);
-        ok = output_operand(lse, lx, &ol) && ol.type == SPB_DTYPE_F32 && !overlap(&ol, &oo) && !overlap(&ol, &oq) &&
-             !overlap(&ol, &ok_) && !overlap(&ol, &ov) && type_now(&oq) == SPB_DTYPE_HALF &&
-             type_now(&ok_) == SPB_DTYPE_HALF && type_now(&ov) == SPB_DTYPE_HALF && type_now(&oo) == SPB_DTYPE_HALF;
-    }
+    int ok = DIRECT(SPB_DIRECT_ATTENTION) && spb_bf16_direct_attention_supported(d);
+    if (ok) make_fp32_tail(lse, lx); /* the log-sum-exp is fp32 by contract */
+    operand oq, ok_, ov, oo, ol;
+    ok = ok && attention_inputs(d, q, k, v, &oq, &ok_, &ov) && output_operand(o, ox, &oo) &&
+         oo.type == SPB_DTYPE_HALF && output_operand(lse, lx, &ol) && ol.type == SPB_DTYPE_F32 && !overlap(&oo, &oq) &&
+         !overlap(&oo, &ok_) && !overlap(&oo, &ov) && !overlap(&ol, &oo) && !overlap(&ol, &oq) && !overlap(&ol, &ok_) &&
+         !overlap(&ol, &ov);
     if (!ok) {
         counts.attention_frames++;
         return 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bf16_direct.h"
+#include "bf16_frame.h"
 #include "checks.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -20,14 +21,13 @@ static float *widened(const spb_bf16 *x, long n)
     return w;
 }
 
-static long extent(long rows, long ld, long width) { return rows > 0 && width > 0 ? (rows - 1) * ld + width : 0; }
 
 static void cpu_gemm(int transA, int transB, int m, int n, int k, const spb_bf16 *A, int lda, const spb_bf16 *B,
                      int ldb, float beta, void *C, spb_dtype c_type, int ldc)
 {
-    float *a = widened(A, transA ? extent(k, lda, m) : extent(m, lda, k));
-    float *b = widened(B, transB ? extent(n, ldb, k) : extent(k, ldb, n));
-    long cx = extent(m, ldc, n);
+    float *a = widened(A, transA ? spb_strided_extent(k, lda, m) : spb_strided_extent(m, lda, k));
+    float *b = widened(B, transB ? spb_strided_extent(n, ldb, k) : spb_strided_extent(k, ldb, n));
+    long cx = spb_strided_extent(m, ldc, n);
     float *c = c_type == SPB_DTYPE_HALF ? widened(C, cx) : C;
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
                 a, lda, b, ldb, beta, c, ldc);

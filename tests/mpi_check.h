@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "check_run.h"
 #include "checks.h"
 
 #define say(...)                                                                                                       \
@@ -18,13 +19,9 @@
 /* Runs the suite (no fork), finalizes MPI, returns the process exit code. */
 static inline int spb_run_suite_and_finalize(Suite *s)
 {
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = spb_run_suite(s, CK_NOFORK);
     MPI_Finalize();
-    return failed ? 1 : 0;
+    return rc;
 }
 
 #endif

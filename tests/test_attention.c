@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "check_run.h"
 
 #define REL_TOL 1e-5
 #define SENTINEL 1234.5f
@@ -1046,9 +1047,5 @@ static Suite *attention_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(attention_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed != 0;
+    return spb_run_suite(attention_suite(), CK_FORK_GETENV);
 }

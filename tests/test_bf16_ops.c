@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "bf16_frame.h"
 #include "bf16_ops.h"
+#include "check_run.h"
 #include "config.h"
 #include "device_handles.h"
 #include "ops.h"
@@ -397,10 +398,5 @@ int main(void)
     tcase_add_test(tc, a_truncating_table_is_caught);
     tcase_add_test(tc, a_device_like_storage_gives_the_same);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return spb_run_suite(s, CK_NOFORK);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bf16.h"
+#include "check_run.h"
 #include "device_handles.h"
 #include "memory.h"
 
@@ -255,9 +256,5 @@ int main(void)
     tcase_add_test(tc, retyping_keeps_values_and_moves_bytes);
     tcase_add_test(tc, masters_bind_and_unbind);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return spb_run_suite(s, CK_FORK_GETENV); /* its death and fault checks fork */
 }

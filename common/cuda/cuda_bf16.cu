@@ -3,6 +3,7 @@
 
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
+#include "cuda_launch.cuh"
 #include "spb_cuda.h"
 
 #define SPB_LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
@@ -10,12 +11,7 @@
 namespace {
 
 const int kThreads = 256;
-
-unsigned blocks_for(long n)
-{
-    long b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535); /* grid-stride loops cover the rest */
-}
+unsigned blocks_for(long n) { return spb_grid_stride_blocks(n, kThreads); }
 
 /* Rounding: common/bf16.h's and fp16.h's own functions (host and device
  * under nvcc), so the device rounds exactly as the CPU instance does. */

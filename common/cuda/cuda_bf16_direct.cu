@@ -17,6 +17,7 @@
 
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
+#include "cuda_launch.cuh"
 #include "spb_cuda.h"
 
 #define SPB_LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
@@ -25,12 +26,7 @@ namespace {
 
 const cudaStream_t kStream = 0; /* the legacy default stream */
 const int kThreads = 256;
-
-unsigned blocks_for(long n)
-{
-    long b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535); /* grid-stride loops cover the rest */
-}
+unsigned blocks_for(long n) { return spb_grid_stride_blocks(n, kThreads); }
 
 /* One cuBLASLt handle and workspace for the process (32 MiB: the
  * heuristics' preferred size for large bf16 products on Hopper). */
@@ -92,11 +88,6 @@ __device__ __forceinline__ void store(spb_stored s, long i, float v)
     else
         ((float *)s.p)[i] = v;
 }
-__device__ __forceinline__ float warp_sum(float x)
-{
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
 
 const int kRowsPerBlock = 8; /* warps of 32 per block of 256: a warp per row */
 
@@ -108,13 +99,13 @@ __global__ void k_layernorm_forward(spb_stored out, float *mean, float *rstd, sp
     const long o = (long)r * C;
     float m = 0.0f;
     for (int i = lane; i < C; i += 32) m += load(inp, o + i);
-    m = warp_sum(m) / (float)C;
+    m = spb_warp_sum(m) / (float)C;
     float v = 0.0f;
     for (int i = lane; i < C; i += 32) {
         float d = load(inp, o + i) - m;
         v += d * d;
     }
-    v = warp_sum(v) / (float)C;
+    v = spb_warp_sum(v) / (float)C;
     float sd = 1.0f / sqrtf(v + 1e-5f);
     for (int i = lane; i < C; i += 32) store(out, o + i, (load(inp, o + i) - m) * sd * load(w, i) + load(b, i));
     if (lane == 0) mean[r] = m, rstd[r] = sd;
@@ -134,8 +125,8 @@ __global__ void k_layernorm_backward_dx(spb_stored dinp, spb_stored dout, spb_st
         sum_g += g;
         sum_gx += g * (load(inp, o + i) - m) * sd;
     }
-    sum_g = warp_sum(sum_g) / (float)C;
-    sum_gx = warp_sum(sum_gx) / (float)C;
+    sum_g = spb_warp_sum(sum_g) / (float)C;
+    sum_gx = spb_warp_sum(sum_gx) / (float)C;
     for (int i = lane; i < C; i += 32) {
         float xhat = (load(inp, o + i) - m) * sd;
         store(dinp, o + i, load(dinp, o + i) + sd * (load(dout, o + i) * load(w, i) - sum_g - xhat * sum_gx));
@@ -317,10 +308,7 @@ const int kXentThreads = 256;
 /* The block's reduction of x (sum or max), returned to every thread. */
 __device__ float block_reduce(float x, bool is_max, float *shared)
 {
-    for (int o = 16; o > 0; o >>= 1) {
-        float y = __shfl_xor_sync(0xffffffffu, x, o);
-        x = is_max ? fmaxf(x, y) : x + y;
-    }
+    x = is_max ? spb_warp_max(x) : spb_warp_sum(x);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __syncthreads(); /* shared may still be read from the last call */
     if (lane == 0) shared[warp] = x;

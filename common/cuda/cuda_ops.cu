@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "cuda_check.h"
+#include "cuda_launch.cuh"
 #include "spb_cuda.h"
 #include "ulysses_layout.h"
 
@@ -23,16 +24,6 @@ static inline unsigned blocks_for(long n, int threads)
 __device__ __forceinline__ float ld(const spb_bf16 *p, long i) { return __bfloat162float(((const bf16 *)p)[i]); }
 __device__ __forceinline__ void st(spb_bf16 *p, long i, float x) { ((bf16 *)p)[i] = __float2bfloat16_rn(x); }
 
-__device__ __forceinline__ float warp_sum(float x)
-{
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-__device__ __forceinline__ float warp_max(float x)
-{
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
 
 /* ---- conversions ---------------------------------------------------------- */
 __global__ void k_f32_to_bf16(spb_bf16 *out, const float *in, long n)
@@ -169,10 +160,10 @@ __global__ void k_ln_fwd_fast(spb_bf16 *out, float *mean, float *rstd, const flo
     const float *x = inp + (long)r * C;
     float m = 0.0f;
     for (int i = lane; i < C; i += 32) m += x[i];
-    m = warp_sum(m) / (float)C;
+    m = spb_warp_sum(m) / (float)C;
     float v = 0.0f;
     for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
-    v = warp_sum(v) / (float)C;
+    v = spb_warp_sum(v) / (float)C;
     float sd = rsqrtf(v + 1e-5f);
     for (int i = lane; i < C; i += 32) st(out, (long)r * C + i, (x[i] - m) * sd * w[i] + b[i]);
     if (lane == 0) {
@@ -238,8 +229,8 @@ __global__ void k_ln_bwd_dx_fast(float *dinp, const spb_bf16 *dout, const float 
         sum_g += g;
         sum_gx += g * (x[i] - m) * sd;
     }
-    sum_g = warp_sum(sum_g) / (float)C;
-    sum_gx = warp_sum(sum_gx) / (float)C;
+    sum_g = spb_warp_sum(sum_g) / (float)C;
+    sum_gx = spb_warp_sum(sum_gx) / (float)C;
     for (int i = lane; i < C; i += 32) {
         float xhat = (x[i] - m) * sd;
         dinp[o + i] += sd * (ld(dout, o + i) * w[i] - sum_g - xhat * sum_gx);

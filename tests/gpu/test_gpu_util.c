@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../check_run.h"
 #include "gpu_util.h"
 #include "ulysses_layout.h"
 
@@ -207,10 +208,5 @@ int main(void)
     tcase_add_test(tc, test_median);
     tcase_add_test(tc, test_csv);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return spb_run_suite(s, CK_NOFORK);
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../check_run.h"
 #include "attention.h"
 #include "layer_plan.h"
 
@@ -135,10 +136,5 @@ int main(void)
     tcase_add_test(tc, test_per_rank_work_adds_up);
     tcase_add_test(tc, test_peak_table);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return spb_run_suite(s, CK_NOFORK);
 }
