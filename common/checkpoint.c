@@ -32,6 +32,25 @@ static void header_start(unsigned char *h, const char magic[8])
     memcpy(h + 12, &hb, 4);
 }
 
+/* The first HEADER_BYTES of f, checked: the magic, this version and header
+ * size.  0, or -1 with a message. */
+static int read_header(FILE *f, const char magic[8], unsigned char *h, const char *path, char *err, size_t errlen)
+{
+    uint32_t version = 0, hb = 0;
+    if (read_all(f, h, HEADER_BYTES) || memcmp(h, magic, 8)) {
+        snprintf(err, errlen, "'%s' is not an spbench %s file", path, !strcmp(magic, "SPBDUMP") ? "dump" : "checkpoint");
+        return -1;
+    }
+    memcpy(&version, h + 8, 4);
+    memcpy(&hb, h + 12, 4);
+    if (version != FORMAT_VERSION || hb != HEADER_BYTES) {
+        snprintf(err, errlen, "'%s': version %u (header %u bytes), this build reads %d (%d)", path, version, hb,
+                 FORMAT_VERSION, HEADER_BYTES);
+        return -1;
+    }
+    return 0;
+}
+
 /* Writes to path.tmp and renames, so a reader never sees half a file. */
 static FILE *open_tmp(const char *path, char *tmp, size_t tmplen)
 {
@@ -102,17 +121,8 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *
     unsigned char h[HEADER_BYTES];
     int rc = -1;
     float *global = NULL;
-    uint32_t version = 0;
     int64_t f[NUM_CKPT_FIELDS];
-    if (read_all(fp, h, sizeof h) || memcmp(h, "SPBCKPT", 8)) {
-        snprintf(err, errlen, "'%s' is not an spbench checkpoint", path);
-        goto out;
-    }
-    memcpy(&version, h + 8, 4);
-    if (version != FORMAT_VERSION) {
-        snprintf(err, errlen, "'%s': checkpoint version %u, this build reads %d", path, version, FORMAT_VERSION);
-        goto out;
-    }
+    if (read_header(fp, "SPBCKPT", h, path, err, errlen)) goto out;
     memcpy(f, h + 16, sizeof f);
     int64_t want[7] = {g->L, g->C, g->H, g->F, g->V, g->maxpos, g->num_global_params};
     int64_t got[7] = {f[0], f[1], f[2], f[3], f[4], f[5], f[8]};
@@ -176,4 +186,68 @@ int spb_dump_write(const char *path, int B, int T, int V, const int *inputs, con
     int bad = write_all(fp, h, sizeof h) || write_all(fp, inputs, bt * 4) || write_all(fp, targets, bt * 4) ||
               write_all(fp, grads, (size_t)num_params * sizeof(float));
     return finish_tmp(fp, tmp, path, bad, err, errlen);
+}
+
+int spb_dump_read(const char *path, spb_dump *d, char *err, size_t errlen)
+{
+    *d = (spb_dump){0};
+    errno = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return failf(err, errlen, "cannot open", path);
+    unsigned char h[HEADER_BYTES];
+    int rc = read_header(fp, "SPBDUMP", h, path, err, errlen);
+    if (!rc) {
+        int64_t v[4];
+        memcpy(v, h + 16, sizeof v);
+        memcpy(&d->loss, h + 48, 8);
+        d->B = v[0], d->T = v[1], d->V = v[2], d->num_params = v[3];
+        if (d->B <= 0 || d->T <= 0 || d->V <= 0 || d->num_params <= 0 || d->B * d->T > (1L << 34) ||
+            d->num_params > (1L << 36)) {
+            snprintf(err, errlen, "'%s': implausible sizes in the header", path);
+            rc = -1;
+        }
+    }
+    if (!rc) {
+        size_t bt = (size_t)(2 * d->B * d->T), n = (size_t)d->num_params;
+        d->tokens = SPB_CHECK_PTR(malloc(bt * sizeof(int)));
+        d->grads = SPB_CHECK_PTR(malloc(n * sizeof(float)));
+        if (read_all(fp, d->tokens, bt * sizeof(int)) || read_all(fp, d->grads, n * sizeof(float)) ||
+            fgetc(fp) != EOF) {
+            snprintf(err, errlen, "'%s': size does not match its header", path);
+            rc = -1;
+        }
+    }
+    fclose(fp);
+    if (rc) spb_dump_free(d);
+    return rc;
+}
+
+void spb_dump_free(spb_dump *d)
+{
+    free(d->tokens);
+    free(d->grads);
+    d->tokens = NULL, d->grads = NULL;
+}
+
+int spb_checkpoint_read_model(const char *path, spb_config *cfg, char *err, size_t errlen)
+{
+    errno = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return failf(err, errlen, "cannot open", path);
+    unsigned char h[HEADER_BYTES];
+    int rc = read_header(fp, "SPBCKPT", h, path, err, errlen);
+    fclose(fp);
+    if (rc) return rc;
+    int64_t f[NUM_CKPT_FIELDS];
+    memcpy(f, h + 16, sizeof f);
+    for (int i = 0; i < 7; i++)
+        if (f[i] <= 0 || f[i] > (1 << 24)) {
+            snprintf(err, errlen, "'%s': implausible model sizes in the header", path);
+            return -1;
+        }
+    spb_config_defaults(cfg);
+    cfg->num_layers = (int)f[0], cfg->hidden_size = (int)f[1], cfg->num_heads = (int)f[2];
+    cfg->ffn_hidden_size = (int)f[3], cfg->vocab_size = (int)f[4], cfg->max_position_embeddings = (int)f[5];
+    cfg->seq_length = (int)f[6];
+    return 0;
 }

@@ -39,4 +39,18 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *
 int spb_dump_write(const char *path, int B, int T, int V, const int *inputs, const int *targets, double loss,
                    const float *grads, long num_params, char *err, size_t errlen);
 
+/* Readers for tools (spbench-dump-compare): 0, or -1 with a message.
+ * A dump's contents: tokens holds the inputs then the targets. */
+typedef struct spb_dump {
+    long B, T, V, num_params;
+    double loss;
+    int *tokens; /* 2·B·T */
+    float *grads;
+} spb_dump;
+int spb_dump_read(const char *path, spb_dump *d, char *err, size_t errlen);
+void spb_dump_free(spb_dump *d);
+/* The model's shape in a checkpoint's header into cfg's model fields
+ * (num_layers ... seq_length; everything else spb_config_defaults'). */
+int spb_checkpoint_read_model(const char *path, spb_config *cfg, char *err, size_t errlen);
+
 #endif

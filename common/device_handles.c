@@ -258,7 +258,6 @@ void spb_handle_add_shadow(spb_handle *h, spb_mem_category cat)
 {
     SPB_CHECK(!h->ints && !h->shadow);
     h->shadow = store_alloc(cat, 4 * (size_t)h->n);
-    h->shadow_cat = cat;
 }
 
 void spb_handle_bind_masters(spb_handle *h, long first, long n, spb_handle *owner, long owner_first)

@@ -53,7 +53,6 @@ typedef struct spb_handle {
     spb_bf16 *lo;
     void *hi;          /* float *, or int32_t * for ints */
     float *shadow;     /* n fp32 masters, or NULL */
-    spb_mem_category shadow_cat;
     spb_master_ref *masters; /* sorted by first, disjoint */
     int num_masters, cap_masters;
 } spb_handle;

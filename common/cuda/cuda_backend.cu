@@ -286,10 +286,15 @@ void dev_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 
 /* --------------------------------------------------------- embedding -- */
 /* The positions array is the core's HOST array of length T: copied to a
- * device buffer of this call (freed at its end). */
+ * device buffer (kept for the next call). */
 long *positions_to_device(const long *positions, int T)
 {
-    long *d = (long *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(long) * (size_t)T);
+    /* A buffer that only grows (a cudaFree per call would synchronise the
+     * device); the copy on the legacy stream waits for the kernels that
+     * read it last. */
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    long *d = (long *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(long) * (size_t)T);
     SPB_CUDA_CHECK(cudaMemcpy(d, positions, sizeof(long) * (size_t)T, cudaMemcpyHostToDevice));
     return d;
 }
@@ -321,7 +326,6 @@ void dev_embedding_forward(float *out, const int *tokens, const float *wte, cons
     long *pos = positions_to_device(positions, T);
     k_embedding_forward<<<blocks_for((long)rows * C), kThreads>>>(out, tokens, wte, wpe, pos, rows, T, C);
     SPB_LAUNCH_CHECK();
-    spb_cuda_free(pos); /* cudaFree waits for the kernel */
 }
 
 void dev_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, const long *positions,
@@ -331,7 +335,6 @@ void dev_embedding_backward(float *dwte, float *dwpe, const float *dout, const i
     long *pos = positions_to_device(positions, T);
     k_embedding_backward<<<blocks_for((long)rows * C), kThreads>>>(dwte, dwpe, dout, tokens, pos, rows, T, C);
     SPB_LAUNCH_CHECK();
-    spb_cuda_free(pos);
 }
 
 /* -------------------------------------------- softmax, cross-entropy -- */

@@ -26,7 +26,6 @@ struct spb_nccl_comm {
     cudaEvent_t joined;             /* the comm stream's work so far, for spb_nccl_join (same) */
     std::deque<pending> pend;       /* in issue order, so they finish in this order */
     std::vector<cudaEvent_t> spare; /* timing events free for reuse */
-    spb_nccl_stats stats[SPB_NCCL_NUM_OPS];
     spb_nccl_time_sink sink;
     void *sink_ctx;
 };
@@ -109,7 +108,6 @@ static void read_times(spb_nccl_comm *c, int all_done)
         float ms = 0.0f;
         SPB_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
         double s = ms * 1e-3;
-        c->stats[p.op].seconds += s;
         c->spare.push_back(p.start);
         c->spare.push_back(p.stop);
         if (c->sink) c->sink(c->sink_ctx, p.op, p.tag, s);
@@ -119,7 +117,7 @@ static void read_times(spb_nccl_comm *c, int all_done)
 /* Start of a timed call: wait for the producer, record the start event.
  * The finished calls' times are read first, so the pending list (and the
  * event pool) stay as long as the calls in flight, without a wait. */
-static pending begin(spb_nccl_comm *c, spb_nccl_op op, double bytes, cudaStream_t after, long tag)
+static pending begin(spb_nccl_comm *c, spb_nccl_op op, cudaStream_t after, long tag)
 {
     read_times(c, 0);
     if (after) {
@@ -131,8 +129,6 @@ static pending begin(spb_nccl_comm *c, spb_nccl_op op, double bytes, cudaStream_
     p.stop = timing_event(c);
     p.op = op;
     p.tag = tag;
-    c->stats[op].calls++;
-    c->stats[op].bytes += bytes;
     /* Recorded after the wait: the time starts when the inputs are ready. */
     SPB_CUDA_CHECK(cudaEventRecord(p.start, c->stream));
     return p;
@@ -148,7 +144,7 @@ extern "C" void spb_nccl_alltoall(spb_nccl_comm *c, const void *send, void *recv
                                   cudaStream_t after, long tag)
 {
     size_t eb = type_bytes(t);
-    pending p = begin(c, SPB_NCCL_ALLTOALL, (double)count * eb * (c->size - 1), after, tag);
+    pending p = begin(c, SPB_NCCL_ALLTOALL, after, tag);
     SPB_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < c->size; r++) {
         SPB_NCCL_CHECK(ncclSend((const char *)send + r * count * eb, count, nccl_type(t), r, c->comm, c->stream));
@@ -161,7 +157,7 @@ extern "C" void spb_nccl_alltoall(spb_nccl_comm *c, const void *send, void *recv
 extern "C" void spb_nccl_allgather(spb_nccl_comm *c, const void *send, void *recv, size_t count, spb_nccl_dtype t,
                                    cudaStream_t after, long tag)
 {
-    pending p = begin(c, SPB_NCCL_ALLGATHER, (double)count * type_bytes(t), after, tag);
+    pending p = begin(c, SPB_NCCL_ALLGATHER, after, tag);
     SPB_NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(t), c->comm, c->stream));
     end(c, p);
 }
@@ -169,7 +165,7 @@ extern "C" void spb_nccl_allgather(spb_nccl_comm *c, const void *send, void *rec
 extern "C" void spb_nccl_reduce_scatter(spb_nccl_comm *c, const void *send, void *recv, size_t recv_count,
                                         spb_nccl_dtype t, cudaStream_t after, long tag)
 {
-    pending p = begin(c, SPB_NCCL_REDUCE_SCATTER, (double)recv_count * c->size * type_bytes(t), after, tag);
+    pending p = begin(c, SPB_NCCL_REDUCE_SCATTER, after, tag);
     SPB_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(t), ncclSum, c->comm, c->stream));
     end(c, p);
 }
@@ -177,7 +173,7 @@ extern "C" void spb_nccl_reduce_scatter(spb_nccl_comm *c, const void *send, void
 extern "C" void spb_nccl_allreduce(spb_nccl_comm *c, void *buf, size_t count, spb_nccl_dtype t, cudaStream_t after,
                                    long tag)
 {
-    pending p = begin(c, SPB_NCCL_ALLREDUCE, (double)count * type_bytes(t), after, tag);
+    pending p = begin(c, SPB_NCCL_ALLREDUCE, after, tag);
     SPB_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, c->stream));
     end(c, p);
 }
@@ -185,7 +181,7 @@ extern "C" void spb_nccl_allreduce(spb_nccl_comm *c, void *buf, size_t count, sp
 extern "C" void spb_nccl_sendrecv(spb_nccl_comm *c, const void *send, int dst, void *recv, int src, size_t count,
                                   spb_nccl_dtype t, cudaStream_t after, long tag)
 {
-    pending p = begin(c, SPB_NCCL_SENDRECV, (double)count * type_bytes(t), after, tag);
+    pending p = begin(c, SPB_NCCL_SENDRECV, after, tag);
     SPB_NCCL_CHECK(ncclGroupStart());
     SPB_NCCL_CHECK(ncclSend(send, count, nccl_type(t), dst, c->comm, c->stream));
     SPB_NCCL_CHECK(ncclRecv(recv, count, nccl_type(t), src, c->comm, c->stream));
@@ -199,18 +195,10 @@ extern "C" void spb_nccl_join(spb_nccl_comm *c, cudaStream_t stream)
     SPB_CUDA_CHECK(cudaStreamWaitEvent(stream, c->joined, 0));
 }
 
-extern "C" void spb_nccl_poll(spb_nccl_comm *c) { read_times(c, 0); }
-
 extern "C" void spb_nccl_sync(spb_nccl_comm *c)
 {
     SPB_CUDA_CHECK(cudaStreamSynchronize(c->stream));
     read_times(c, 1);
-}
-
-extern "C" const spb_nccl_stats *spb_nccl_get_stats(spb_nccl_comm *c, spb_nccl_op op)
-{
-    spb_nccl_sync(c);
-    return &c->stats[op];
 }
 
 extern "C" const char *spb_nccl_op_name(spb_nccl_op op)

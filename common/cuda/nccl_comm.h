@@ -2,9 +2,9 @@
  * the communicator is bootstrapped over MPI (ncclGetUniqueId on group rank 0,
  * MPI_Bcast over the group), collectives run on a dedicated non-blocking
  * stream, each call is timed with a pair of CUDA events on it, and the
- * times are read back without blocking as calls finish (spb_nccl_poll,
- * also done at each new call) or by waiting (spb_nccl_sync): into the
- * per-operation stats and, per call, to a time sink with the caller's tag.
+ * times are read back without blocking as calls finish (at each new call)
+ * or by waiting (spb_nccl_sync), per call to a time sink with the caller's
+ * tag.
  * Buffers are device pointers; counts are elements (per peer for the
  * all-to-all, per rank for allgather/reduce-scatter).  NCCL wants one GPU
  * per rank of a group: ranks sharing a GPU fail at creation. */
@@ -32,12 +32,6 @@ typedef enum spb_nccl_op {
     SPB_NCCL_SENDRECV,
     SPB_NCCL_NUM_OPS
 } spb_nccl_op;
-
-typedef struct spb_nccl_stats {
-    long calls;
-    double bytes;   /* payload: what this rank sends (all-to-all: all blocks but its own) */
-    double seconds; /* CUDA-event time on the communication stream */
-} spb_nccl_stats;
 
 typedef struct spb_nccl_comm spb_nccl_comm;
 
@@ -78,12 +72,9 @@ void spb_nccl_sendrecv(spb_nccl_comm *c, const void *send, int dst, void *recv, 
 /* Make `stream` wait for everything issued so far on the comm stream
  * (cudaStreamLegacy for the legacy default stream). */
 void spb_nccl_join(spb_nccl_comm *c, cudaStream_t stream);
-/* Read the times of the calls finished so far, in issue order, without
- * blocking: into the stats and the sink. */
-void spb_nccl_poll(spb_nccl_comm *c);
-/* Wait for the comm stream, then read every pending time (as poll). */
+/* Wait for the comm stream, then read every pending time into the sink (the
+ * calls finished earlier are read at each new call, without blocking). */
 void spb_nccl_sync(spb_nccl_comm *c);
-const spb_nccl_stats *spb_nccl_get_stats(spb_nccl_comm *c, spb_nccl_op op); /* syncs first */
 const char *spb_nccl_op_name(spb_nccl_op op);
 
 /* comm.h's device-collective table on NCCL (nccl_device_comm.cu): one
