@@ -104,19 +104,6 @@ enum { SPB_ZERO_MAX_ITEMS = 8 };
  * be finalized for world_size ranks. */
 int spb_zero_comm_items(const spb_config *cfg, int world_size, spb_comm_item *items);
 
-/* The formulas' view of one iteration's traffic, per rank: the strategy's
- * comm_volume of one layer and micro-batch, that times layers, micro-steps
- * and passes (the recompute repeats the forward), and spb_zero_comm_items.
- * spbench writes them beside what it measured, spbench-model beside what
- * it predicts, under the same column names (spb_row_add_predicted_bytes). */
-typedef struct spb_predicted_bytes {
-    double layer_forward, layer_backward; /* bytes per link, one layer, one micro-batch */
-    double strategy, zero_and_reduce;     /* bytes per link, one iteration */
-} spb_predicted_bytes;
-void spb_predicted_link_bytes(const spb_config *cfg, int world_size, spb_predicted_bytes *out);
-struct spb_row;
-void spb_row_add_predicted_bytes(struct spb_row *r, const spb_predicted_bytes *p);
-
 /* Padded elements a rank owns per class and the padded sizes of the unit
  * buffers, from the configuration alone (the memory model's view). */
 typedef struct spb_zero_sizes {

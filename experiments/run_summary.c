@@ -12,6 +12,7 @@
 #include "../common/flops.h"
 #include "../common/memory_model.h"
 #include "../common/ops.h"
+#include "../common/predicted_bytes.h"
 #include "../common/report.h"
 #include "../common/zero.h"
 #include "spb_version.h"

@@ -23,6 +23,7 @@
 #include "../common/memory.h"
 #include "../common/memory_model.h"
 #include "../common/perf_model.h"
+#include "../common/predicted_bytes.h"
 #include "../common/report.h"
 #include "../common/zero.h"
 #include "spb_version.h"

@@ -27,6 +27,7 @@
 #include "device_handles.h"
 #include "memory_model.h"
 #include "mpi_check.h"
+#include "predicted_bytes.h"
 #include "strategy_check.h"
 #include "train.h"
 #include "zero.h"
