@@ -30,6 +30,35 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
     message(STATUS "spbench NCCL: not found, common/cuda/nccl_comm.cu and nccl_device_comm.cu left out")
   endif()
 
+  # cuDNN (optional): the second attention backend, --attention cudnn.  In the
+  # toolkit, under SPB_CUDNN_ROOT, or in a Python install's nvidia-cudnn
+  # wheel (which ships libcudnn.so.9 without the unversioned link).
+  set(SPB_CUDNN_ROOT "" CACHE PATH "Where cuDNN 9 is (include/, lib/), if not in the CUDA toolkit")
+  set(spb_cudnn_hints ${SPB_CUDNN_ROOT})
+  find_program(SPB_PYTHON3 python3)
+  if(SPB_PYTHON3)
+    # the folder above include/cudnn_graph.h in an installed nvidia package
+    execute_process(COMMAND ${SPB_PYTHON3} -c
+                    "import glob, os, nvidia; h = [p for r in nvidia.__path__ for p in glob.glob(os.path.join(r, '**', 'include', 'cudnn_graph.h'), recursive=True)]; print(os.path.dirname(os.path.dirname(h[0])) if h else '')"
+                    OUTPUT_VARIABLE spb_py_cudnn OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(spb_py_cudnn)
+      list(APPEND spb_cudnn_hints ${spb_py_cudnn})
+    endif()
+  endif()
+  find_path(SPB_CUDNN_INCLUDE_DIR cudnn_graph.h HINTS ${spb_cudnn_hints} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(SPB_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${spb_cudnn_hints} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  target_sources(spbcuda PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/cudnn_attention.c)
+  if(SPB_CUDNN_INCLUDE_DIR AND SPB_CUDNN_LIBRARY)
+    message(STATUS "spbench cuDNN: ${SPB_CUDNN_LIBRARY}")
+    target_include_directories(spbcuda PUBLIC ${SPB_CUDNN_INCLUDE_DIR})
+    target_link_libraries(spbcuda PUBLIC ${SPB_CUDNN_LIBRARY})
+    target_compile_definitions(spbcuda PUBLIC SPB_HAVE_CUDNN=1)
+  else()
+    message(STATUS "spbench cuDNN: not found, --attention cudnn left out (SPB_CUDNN_ROOT=<dir> to point at one)")
+  endif()
+
   # spbench-gpu-check: every kernel against the CPU reference, the 7B-shape
   # timings.  spbench-gpu-layer: the device transformer layer
   # (common/cuda/cuda_layer.cu) against the CPU layer, a 2-layer GPT step
@@ -65,6 +94,17 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
       target_link_libraries(test_gpu_util PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
       add_test(NAME gpu_util COMMAND test_gpu_util)
       set_tests_properties(gpu_util PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
+      if(SPB_CUDNN_INCLUDE_DIR AND SPB_CUDNN_LIBRARY)
+        # cuDNN attention's graphs: every descriptor finalizes in cuDNN (no GPU needed).
+        add_executable(test_cudnn_graph ${CMAKE_SOURCE_DIR}/tests/gpu/test_cudnn_graph.c
+                                        ${CMAKE_SOURCE_DIR}/common/cuda/cudnn_attention.c)
+        target_include_directories(test_cudnn_graph PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${CMAKE_SOURCE_DIR}/common
+                                                            ${SPB_CUDNN_INCLUDE_DIR})
+        target_compile_definitions(test_cudnn_graph PRIVATE SPB_HAVE_CUDNN=1)
+        target_link_libraries(test_cudnn_graph PRIVATE PkgConfig::CHECK ${SPB_CUDNN_LIBRARY} CUDA::cudart ${MATH_LIBRARY})
+        add_test(NAME cudnn_graph COMMAND test_cudnn_graph)
+        set_tests_properties(cudnn_graph PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
+      endif()
     else()
       spb_left_out(test_layer_plan test_gpu_util) # Check-based
     endif()

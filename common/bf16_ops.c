@@ -331,6 +331,7 @@ static void attention_backward(const spb_attn_backend *kernel, const spb_attn_de
 
 SPB_BF16_ATTENTION(naive, 0)
 SPB_BF16_ATTENTION(flash, 1)
+SPB_BF16_ATTENTION(cudnn, 0) /* the device table narrows the frames' copies for cuDNN */
 #undef SPB_BF16_ATTENTION
 
 const spb_attn_backend *spb_bf16_attention(const char *name)
@@ -338,5 +339,6 @@ const spb_attn_backend *spb_bf16_attention(const char *name)
     if (!name || !inner->attention || !inner->attention(name)) return NULL;
     if (!strcmp(name, "naive")) return &naive;
     if (!strcmp(name, "flash")) return &flash;
+    if (!strcmp(name, "cudnn")) return &cudnn;
     return NULL;
 }

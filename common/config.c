@@ -55,7 +55,7 @@ static const option_spec options[] = {
     OPT("zero-stage", OPT_INT, zero_stage, "ZeRO stage 0-3"),
     OPT("checkpoint-activations", OPT_FLAG, checkpoint_activations,
         "keep each layer's input only and recompute the layer in backward"),
-    OPT("attention", OPT_STRING, attention, "attention backend: flash | naive"),
+    OPT("attention", OPT_STRING, attention, "attention backend: flash | naive | cudnn (--device cuda, bf16)"),
     OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
     OPT("sparse-block", OPT_INT, sparse_block,
         "blocked-sparse attention: tokens per block (0 = dense; must divide --seq-length; docs/SPARSE.md)"),
@@ -347,8 +347,25 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
     if (strcmp(c->ulysses_comm, "alltoall") && strcmp(c->ulysses_comm, "allgather"))
         return fail(err, errlen, "unknown --ulysses-comm '%s' (alltoall, allgather)", c->ulysses_comm);
-    if (!spb_attn_backend_by_name(c->attention))
-        return fail(err, errlen, "unknown --attention '%s' (flash, naive)", c->attention);
+    if (!strcmp(c->attention, "cudnn")) {
+        /* cuDNN's fused attention (common/cuda/cudnn_attention.h) */
+        if (strcmp(c->device, "cuda"))
+            return fail(err, errlen, "--attention cudnn needs --device cuda (cuDNN's fused attention runs on the GPU)");
+        if (strcmp(c->precision, "bf16"))
+            return fail(err, errlen, "--attention cudnn needs --precision bf16 (cuDNN's fused attention takes bf16 "
+                                     "operands; got %s)", c->precision);
+        const spb_backend *cuda = spb_backend_for("cuda", "fp32");
+        if (!cuda || !cuda->attention("cudnn"))
+            return fail(err, errlen, "--attention cudnn: this build has no cuDNN (it was not found when spbench was "
+                                     "configured; docs/GPU.md)");
+        if (c->sparse_block > 0)
+            return fail(err, errlen, "--attention cudnn with --sparse-block: the cuDNN graph has dense masks only");
+        int head_dim = c->num_heads > 0 ? c->hidden_size / c->num_heads : 0;
+        if (head_dim % 8 || head_dim > 128)
+            return fail(err, errlen, "--attention cudnn: head dim %d (hidden / heads) must be a multiple of 8 up to "
+                                     "128", head_dim);
+    } else if (!spb_attn_backend_by_name(c->attention))
+        return fail(err, errlen, "unknown --attention '%s' (flash, naive, cudnn)", c->attention);
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return fail(err, errlen, "--zero-stage must be 0, 1, 2 or 3 (got %d)", c->zero_stage);
 

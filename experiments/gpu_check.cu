@@ -15,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <chrono>
 #include <vector>
 
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "cudnn_attention.h"
 #include "gpu_env.h"
 #include "gpu_util.h"
 #include "spb_cuda.h"
@@ -333,32 +335,42 @@ static void check_ulysses(spb_cuda_impl impl)
     spb_cuda_free(dx), spb_cuda_free(d1), spb_cuda_free(d2);
 }
 
+/* Self-attention of T tokens on a fused QKV buffer [B][T][3][H][D] (the
+ * core's layout), O and dO [B][T][H][D]. */
+static spb_attn_desc fused_qkv_desc(int B, int H, int D, int T, int causal, long q_offset, long k_offset)
+{
+    spb_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = B, d.heads = H, d.head_dim = D, d.q_len = T, d.k_len = T;
+    d.q_offset = q_offset, d.k_offset = k_offset, d.causal = causal, d.scale = 1.0f / sqrtf((float)D);
+    d.q_token_stride = d.k_token_stride = 3L * H * D;
+    d.q_batch_stride = d.k_batch_stride = 3L * H * D * T;
+    d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+    return d;
+}
+
+/* One attention case: T tokens, causal or not, the blocks' global offsets. */
+struct attn_case {
+    const char *name;
+    int len, causal;
+    long qoff, koff;
+};
+#define ATTN_SHARED_CASES                                                                                              \
+    {"self causal", 200, 1, 0, 0}, {"self full", 200, 0, 0, 0}, { "ring block q>k", 192, 1, 256, 128 }
+
 /* Attention on a fused QKV buffer [B][T][3][H][D] (the core's layout), O and
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
  * (offsets, partly masked), and a block above it where early rows see no key. */
 static void check_attention(spb_cuda_impl impl, int D)
 {
-    struct tc {
-        const char *name;
-        int len, causal;
-        long qoff, koff;
-    } cases[] = {{"self causal", 200, 1, 0, 0},
-                 {"self full", 200, 0, 0, 0},
-                 {"ring block q>k", 192, 1, 256, 128},
-                 {"ring block rows w/o keys", 160, 1, 0, 100}};
+    const attn_case cases[] = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     const int B = 2, H = 3;
-    for (const tc &c : cases) {
+    for (const attn_case &c : cases) {
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), dqkv0 = randv(nq, 0.1f, false);
-        spb_attn_desc d;
-        memset(&d, 0, sizeof d);
-        d.batch = B, d.heads = H, d.head_dim = D, d.q_len = T, d.k_len = T;
-        d.q_offset = c.qoff, d.k_offset = c.koff, d.causal = c.causal, d.scale = 1.0f / sqrtf((float)D);
-        d.q_token_stride = d.k_token_stride = 3L * H * D;
-        d.q_batch_stride = d.k_batch_stride = 3L * H * D * T;
-        d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+        spb_attn_desc d = fused_qkv_desc(B, H, D, T, c.causal, c.qoff, c.koff);
         const long qo = 0, ko = (long)H * D, vo = 2L * H * D;
         std::vector<float> ro((size_t)no), rl((size_t)nl);
         spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
@@ -385,6 +397,65 @@ static void check_attention(spb_cuda_impl impl, int D)
         spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
         spb_cuda_free(glr), spb_cuda_free(gd), spb_cuda_free(ws);
     }
+}
+
+/* cuDNN's fused attention (--attention cudnn) on the same layouts and cases
+ * as the flash kernel; its dQ, dK, dV are bf16 and overwritten, so the
+ * reference starts from zero.  A query block behind its key block (rows
+ * with no key) must be refused, not computed. */
+static void check_cudnn_attention(int D)
+{
+    if (!spb_cudnn_attention_built()) {
+        printf("%-28s %-6s skipped: %s\n", "cudnn attention", "-", spb_cudnn_attention_version());
+        return;
+    }
+    const attn_case cases[] = {ATTN_SHARED_CASES, {"shifted diagonal", 192, 1, 64, 0}};
+    const int B = 2, H = 3;
+    char why[512], shape[96];
+    for (const attn_case &c : cases) {
+        const int T = c.len;
+        long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
+        auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true);
+        spb_attn_desc d = fused_qkv_desc(B, H, D, T, c.causal, c.qoff, c.koff);
+        const long qo = 0, ko = (long)H * D, vo = 2L * H * D;
+        snprintf(shape, sizeof shape, "%s D=%d B=%d H=%d T=%d", c.name, D, B, H, T);
+        std::vector<float> ro((size_t)no), rl((size_t)nl);
+        spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+        spb_bf16 *gqkv = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+        float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
+        if (spb_cudnn_attention_forward(&d, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, 0, why, sizeof why)) {
+            printf("  cudnn fwd: %s\n", why);
+            report("cudnn fwd ran", SPB_CUDA_FAST, shape, 1.0, 0.0);
+        } else {
+            check("cudnn fwd O", SPB_CUDA_FAST, shape, host_bf16(go, no), ro, spb_tol_attn_forward());
+            check("cudnn fwd lse", SPB_CUDA_FAST, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
+        }
+        std::vector<float> ob = ro, rd((size_t)nq, 0.0f);
+        rnd(ob);
+        spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
+                                dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+        spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout), *gd = dev_bf16(std::vector<float>((size_t)nq, 0.0f));
+        float *glr = dev(rl);
+        if (spb_cudnn_attention_backward(&d, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo,
+                                         0, why, sizeof why)) {
+            printf("  cudnn bwd: %s\n", why);
+            report("cudnn bwd ran", SPB_CUDA_FAST, shape, 1.0, 0.0);
+        } else {
+            /* the flash bound plus one rounding of the bf16 outputs */
+            check("cudnn bwd dQ,dK,dV", SPB_CUDA_FAST, shape, host_bf16(gd, nq), rd,
+                  spb_tol_attn_backward() + spb_tol_bf16_out());
+        }
+        spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
+        spb_cuda_free(gd), spb_cuda_free(glr);
+    }
+    spb_attn_desc behind;
+    memset(&behind, 0, sizeof behind);
+    behind.batch = 1, behind.heads = 1, behind.head_dim = D, behind.q_len = behind.k_len = 64, behind.causal = 1;
+    behind.k_offset = 32, behind.q_token_stride = behind.k_token_stride = behind.o_token_stride = D;
+    behind.q_batch_stride = behind.k_batch_stride = behind.o_batch_stride = 64L * D;
+    snprintf(shape, sizeof shape, "rows w/o keys D=%d", D);
+    report("cudnn refuses", SPB_CUDA_FAST, shape, spb_cudnn_attention_supported(&behind, why, sizeof why) ? 1.0 : 0.0,
+           0.0);
 }
 
 /* ------------------------------------------------------------ the timings -- */
@@ -489,6 +560,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq));
     SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
     SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    double cudnn_setup_s = 0.0;
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
             spb_attn_desc d;
@@ -504,6 +576,28 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
                                                            0); }, reps);
             timing_row("attention", "flash bwd (mma)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
+            /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
+             * The first calls of a shape build its plans (heuristics and
+             * run-time compilation): past a minute of that, the rest of
+             * the cuDNN rows are left out so the script keeps its budget. */
+            char why[512];
+            spb_bf16 *dqb = (spb_bf16 *)dq, *dkb = (spb_bf16 *)dk, *dvb = (spb_bf16 *)dv;
+            std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+            int rc = spb_cudnn_attention_forward(&d, q, k, v, o, lse, 0, why, sizeof why) ||
+                     spb_cudnn_attention_backward(&d, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why, sizeof why);
+            SPB_CUDA_CHECK(cudaDeviceSynchronize());
+            cudnn_setup_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (rc) {
+                printf("attention  cudnn: %s\n", why);
+                continue;
+            }
+            if (cudnn_setup_s > 60.0) printf("attention  cudnn: plans took %.0f s, later sizes left out\n", cudnn_setup_s);
+            ms = time_ms([&] { spb_cudnn_attention_forward(&d, q, k, v, o, lse, 0, why, sizeof why); }, reps);
+            timing_row("attention", "cudnn fwd", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
+            ms = time_ms([&] { spb_cudnn_attention_backward(&d, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why,
+                                                            sizeof why); }, reps);
+            timing_row("attention", "cudnn bwd", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
         }
     spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
     spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
@@ -553,6 +647,9 @@ int main(int argc, char **argv)
         check_attention(im, 64);
         check_attention(im, 128);
     }
+    printf("%s\n", spb_cudnn_attention_version());
+    check_cudnn_attention(64);
+    check_cudnn_attention(128);
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
     const spb_mem_stats *ms = spb_cuda_mem_stats();

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Torch companion of spbench-gpu-check: the same shapes through
-torch.matmul (bf16) and torch.nn.functional.scaled_dot_product_attention, timed
+torch.matmul (bf16) and torch.nn.functional.scaled_dot_product_attention (as
+dispatched, and pinned to FlashAttention-2 and to cuDNN's fused attention), timed
 with CUDA events (median of several runs after a warm-up), printed side by
 side with spbench-gpu-check's own timings.csv rows (ratio = ours / torch);
 then a torch eager transformer layer (nn.LayerNorm, nn.Linear in bf16,
@@ -124,23 +125,42 @@ def main():
             ms = timed(lambda: torch.matmul(dY.t(), X), a.reps)  # bf16 out (ours: fp32 accumulate into dW)
             row("gemm", f"{name} bwd dW", f"{name} bwd dW", n, o, i, n, None, ms, fl)
             del X, W, dY
+    # SDPA as torch dispatches it, then pinned to each backend that takes
+    # the shape: FlashAttention-2 beside our flash kernel, cuDNN's fused
+    # attention beside ours through cuDNN's graph API (--attention cudnn).
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        pinned = [("sdpa[flash]", SDPBackend.FLASH_ATTENTION, "flash"),
+                  ("sdpa[cudnn]", SDPBackend.CUDNN_ATTENTION, "cudnn")]
+    except ImportError:
+        sdpa_kernel, pinned = None, []
+    import contextlib
+    variants = [("sdpa", contextlib.nullcontext, "flash")]
+    variants += [(label, (lambda b=b: sdpa_kernel(b)), ours) for label, b, ours in pinned]
+    ours_names = {"flash": ("flash fwd (mma)", "flash bwd (mma)"), "cudnn": ("cudnn fwd", "cudnn bwd")}
     for n in tokens:
         q = torch.randn(1, H, n, D, device=dev, dtype=bf, requires_grad=True)
         k = torch.randn(1, H, n, D, device=dev, dtype=bf, requires_grad=True)
         v = torch.randn(1, H, n, D, device=dev, dtype=bf, requires_grad=True)
         for causal in (1, 0):
             pairs = H * (n * (n + 1) / 2 if causal else float(n) * n)
-            ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)), a.reps)
-            row("attention", "sdpa fwd", "flash fwd (mma)", n, n, n, D, causal, ms, 4.0 * D * pairs)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-            g = torch.randn_like(o)
+            for label, ctx, ours_kind in variants:
+                fwd_name, bwd_name = ours_names[ours_kind]
+                try:
+                    with ctx():
+                        ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)), a.reps)
+                        row("attention", f"{label} fwd", fwd_name, n, n, n, D, causal, ms, 4.0 * D * pairs)
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                        g = torch.randn_like(o)
 
-            def bwd():
-                torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
+                        def bwd():
+                            torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
 
-            ms = timed(bwd, a.reps)
-            row("attention", "sdpa bwd", "flash bwd (mma)", n, n, n, D, causal, ms, 10.0 * D * pairs)
-            del o, g
+                        ms = timed(bwd, a.reps)
+                        row("attention", f"{label} bwd", bwd_name, n, n, n, D, causal, ms, 10.0 * D * pairs)
+                        del o, g
+                except RuntimeError as e:  # a pinned backend that refuses the shape
+                    print(f"attention  {label}: not run ({str(e).splitlines()[0][:120]})")
         del q, k, v
     if not a.no_layer:
         layer_rows(torch, F, dev, tokens, a, timed, row)

@@ -34,6 +34,9 @@ cases=(
   "--comm nccl"  # NCCL moves device buffers: needs --device cuda
   "--device cuda --comm nccl --precision bf16"  # bf16 stages through MPI only: refused with or without a GPU
   "--attention magic"
+  "--attention cudnn"                          # cuDNN runs on the GPU: needs --device cuda
+  "--device cuda --attention cudnn"            # ... and bf16 operands
+  "--device cuda --precision bf16 --attention cudnn --hidden-size 144 --num-attention-heads 4"  # head dim 36
   "--load /nonexistent/model.ckpt"
   "--load $tmp/garbage.ckpt"
   "stray-argument"

@@ -569,6 +569,7 @@ const spb_attn_backend *dev_attention(const char *name)
 {
     if (!name) return nullptr;
     if (!strcmp(name, "naive") || !strcmp(name, "flash")) return &spb_attn_cuda_simple;
+    if (!strcmp(name, "cudnn")) return spb_cuda_cudnn_attention();
     return nullptr;
 }
 

@@ -35,6 +35,10 @@ extern const spb_backend spb_backend_cuda_fp16; /* the same with fp16 storage */
  * per query row and per key row backward; no atomics): both "naive" and
  * "flash" name the same kernels here. */
 extern const spb_attn_backend spb_attn_cuda_simple;
+/* "cudnn": cuDNN's fused attention (cudnn_attention.h) on bf16 copies of the
+ * operands, dQ/dK/dV added back in fp32 (cuda_attention_cudnn.cu); NULL
+ * where the build has no cuDNN. */
+const spb_attn_backend *spb_cuda_cudnn_attention(void);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,109 @@
+/* --attention cudnn on the CUDA tables: attention.h's fp32 contract over
+ * cuDNN's fused attention (cudnn_attention.h), which takes bf16.
+ *
+ * The core hands this table fp32 buffers; with --precision bf16 (the only
+ * precision config.c allows with cudnn) they are the frames' fp32 copies of
+ * bf16 values, so narrowing them again is exact.  Each operand's span (its
+ * first to its last element at its strides, gaps included) is narrowed into
+ * its own scratch buffer at the same strides: every scratch operand starts
+ * 16-byte aligned whatever the core's offsets are.  O is written back and
+ * dQ, dK, dV are ADDED back row by row at their strides (the gaps belong to
+ * other tensors of the fused QKV buffer and are never touched).  The lse
+ * goes through an aligned scratch copy too.  Calls cuDNN cannot take end
+ * the run with its reason (the user asked for this backend by name). */
+#define OMPI_SKIP_MPICXX 1 /* backend.h -> comm.h -> mpi.h: the C API only */
+#define MPICH_SKIP_MPICXX 1
+#include <cuda_runtime.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "cuda_check.h"
+#include "cuda_launch.cuh"
+#include "cudnn_attention.h"
+#include "spb_cuda.h"
+
+namespace {
+
+enum { Q, K, V, O, DOUT, DQ, DK, DV, N_SCRATCH };
+void *scratch[N_SCRATCH], *lse_scratch;
+size_t scratch_cap[N_SCRATCH], lse_cap;
+
+spb_bf16 *narrowed(int slot, const float *x, long extent)
+{
+    spb_bf16 *b = (spb_bf16 *)spb_cuda_grow(&scratch[slot], &scratch_cap[slot], SPB_MEM_WORKSPACE,
+                                            sizeof(spb_bf16) * (size_t)extent);
+    if (x) spb_cuda_f32_to_bf16(b, x, extent, 0);
+    return b;
+}
+
+float *lse_copy(const spb_attn_desc *d, const float *lse)
+{
+    size_t bytes = sizeof(float) * (size_t)d->batch * d->heads * d->q_len;
+    float *l = (float *)spb_cuda_grow(&lse_scratch, &lse_cap, SPB_MEM_WORKSPACE, bytes);
+    if (lse) SPB_CUDA_CHECK(cudaMemcpyAsync(l, lse, bytes, cudaMemcpyDeviceToDevice, 0));
+    return l;
+}
+
+/* dst[b][t][0..width) (=, or += when accumulate) src at the same strides. */
+__global__ void k_widen_rows(float *dst, const spb_bf16 *src, int batch, int tokens, int width, long token_stride,
+                             long batch_stride, int accumulate)
+{
+    long n = (long)batch * tokens * width;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long c = i % width, t = i / width % tokens, b = i / width / tokens;
+        long at = b * batch_stride + t * token_stride + c;
+        float x = __uint_as_float((unsigned)src[at] << 16);
+        dst[at] = accumulate ? dst[at] + x : x;
+    }
+}
+
+void widen_rows(float *dst, const spb_bf16 *src, const spb_attn_desc *d, int tokens, long token_stride,
+                long batch_stride, int accumulate)
+{
+    int width = d->heads * d->head_dim;
+    long n = (long)d->batch * tokens * width;
+    k_widen_rows<<<spb_grid_stride_blocks(n, 256), 256>>>(dst, src, d->batch, tokens, width, token_stride,
+                                                         batch_stride, accumulate);
+    SPB_CUDA_CHECK(cudaGetLastError());
+}
+
+void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, float *lse)
+{
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    spb_bf16 *bq = narrowed(Q, q, qx), *bk = narrowed(K, k, kx), *bv = narrowed(V, v, kx), *bo = narrowed(O, NULL, ox);
+    float *l = lse_copy(d, NULL);
+    char why[512];
+    if (spb_cudnn_attention_forward(d, bq, bk, bv, bo, l, 0, why, sizeof why))
+        SPB_DIE("--attention cudnn, forward: %s", why);
+    widen_rows(o, bo, d, d->q_len, d->o_token_stride, d->o_batch_stride, 0);
+    SPB_CUDA_CHECK(cudaMemcpyAsync(lse, l, sizeof(float) * (size_t)d->batch * d->heads * d->q_len,
+                                   cudaMemcpyDeviceToDevice, 0));
+}
+
+void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
+                    const float *lse, const float *dout, float *dq, float *dk, float *dv)
+{
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
+    spb_bf16 *bq = narrowed(Q, q, qx), *bk = narrowed(K, k, kx), *bv = narrowed(V, v, kx), *bo = narrowed(O, o, ox),
+             *bdo = narrowed(DOUT, dout, ox), *bdq = narrowed(DQ, NULL, qx), *bdk = narrowed(DK, NULL, kx),
+             *bdv = narrowed(DV, NULL, kx);
+    char why[512];
+    if (spb_cudnn_attention_backward(d, bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why, sizeof why))
+        SPB_DIE("--attention cudnn, backward: %s", why);
+    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
+    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+}
+
+const spb_attn_backend cudnn_backend = {"cudnn", cudnn_forward, cudnn_backward};
+
+} // namespace
+
+extern "C" const spb_attn_backend *spb_cuda_cudnn_attention(void)
+{
+    return spb_cudnn_attention_built() ? &cudnn_backend : nullptr;
+}
