@@ -55,7 +55,7 @@ static const option_spec options[] = {
     OPT("zero-stage", OPT_INT, zero_stage, "ZeRO stage 0-3"),
     OPT("checkpoint-activations", OPT_FLAG, checkpoint_activations,
         "keep each layer's input only and recompute the layer in backward"),
-    OPT("attention", OPT_STRING, attention, "attention backend: flash | naive | cudnn (--device cuda, bf16)"),
+    OPT("attention", OPT_STRING, attention, "attention backend: flash | naive | cudnn (--device cuda, bf16 or fp16)"),
     OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
     OPT("sparse-block", OPT_INT, sparse_block,
         "blocked-sparse attention: tokens per block (0 = dense; must divide --seq-length; docs/SPARSE.md)"),
@@ -351,9 +351,9 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         /* cuDNN's fused attention (common/cuda/cudnn_attention.h) */
         if (strcmp(c->device, "cuda"))
             return fail(err, errlen, "--attention cudnn needs --device cuda (cuDNN's fused attention runs on the GPU)");
-        if (strcmp(c->precision, "bf16"))
-            return fail(err, errlen, "--attention cudnn needs --precision bf16 (cuDNN's fused attention takes bf16 "
-                                     "operands; got %s)", c->precision);
+        if (strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
+            return fail(err, errlen, "--attention cudnn needs --precision bf16 or fp16 (cuDNN's fused attention "
+                                     "takes 16-bit operands; got %s)", c->precision);
         const spb_backend *cuda = spb_backend_for("cuda", "fp32");
         if (!cuda || !cuda->attention("cudnn"))
             return fail(err, errlen, "--attention cudnn: this build has no cuDNN (it was not found when spbench was "

@@ -29,6 +29,7 @@
 extern "C" {
 #include "attention.h"
 #include "config.h"
+#include "fp16.h"
 #include "ops.h"
 }
 
@@ -400,15 +401,39 @@ static void check_attention(spb_cuda_impl impl, int D)
 }
 
 /* cuDNN's fused attention (--attention cudnn) on the same layouts and cases
- * as the flash kernel; its dQ, dK, dV are bf16 and overwritten, so the
+ * as the flash kernel, bf16 and fp16 (at the bf16 bounds); its dQ, dK, dV are 16-bit and overwritten, so the
  * reference starts from zero.  A query block behind its key block (rows
  * with no key) must be refused, not computed. */
-static void check_cudnn_attention(int D)
+/* 16-bit operands of either format (cuDNN takes both): upload, read back,
+ * round on the host. */
+static float half_round(spb_cudnn_half type, float x)
+{
+    return type == SPB_CUDNN_FP16 ? spb_fp16_to_float(spb_fp16_from_float(x)) : spb_bf16_round(x);
+}
+static spb_bf16 *dev_half(spb_cudnn_half type, const std::vector<float> &h)
+{
+    if (type == SPB_CUDNN_BF16) return dev_bf16(h);
+    std::vector<spb_bf16> b(h.size());
+    for (size_t i = 0; i < h.size(); i++) b[i] = spb_fp16_from_float(h[i]);
+    return dev(b);
+}
+static std::vector<float> host_half(spb_cudnn_half type, const spb_bf16 *d, long n)
+{
+    if (type == SPB_CUDNN_BF16) return host_bf16(d, n);
+    std::vector<spb_bf16> b((size_t)n);
+    SPB_CUDA_CHECK(cudaMemcpy(b.data(), d, sizeof(spb_bf16) * n, cudaMemcpyDeviceToHost));
+    std::vector<float> h((size_t)n);
+    for (long i = 0; i < n; i++) h[i] = spb_fp16_to_float(b[i]);
+    return h;
+}
+
+static void check_cudnn_attention(int D, spb_cudnn_half type)
 {
     if (!spb_cudnn_attention_built()) {
         printf("%-28s %-6s skipped: %s\n", "cudnn attention", "-", spb_cudnn_attention_version());
         return;
     }
+    const char *fmt_name = type == SPB_CUDNN_FP16 ? "fp16" : "bf16";
     const attn_case cases[] = {ATTN_SHARED_CASES, {"shifted diagonal", 192, 1, 64, 0}};
     const int B = 2, H = 3;
     char why[512], shape[96];
@@ -416,33 +441,35 @@ static void check_cudnn_attention(int D)
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true);
+        for (auto *v : {&qkv, &dout})
+            for (auto &x : *v) x = half_round(type, x); /* exact in either format */
         spb_attn_desc d = fused_qkv_desc(B, H, D, T, c.causal, c.qoff, c.koff);
         const long qo = 0, ko = (long)H * D, vo = 2L * H * D;
-        snprintf(shape, sizeof shape, "%s D=%d B=%d H=%d T=%d", c.name, D, B, H, T);
+        snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d T=%d", c.name, fmt_name, D, B, H, T);
         std::vector<float> ro((size_t)no), rl((size_t)nl);
         spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
-        spb_bf16 *gqkv = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+        spb_bf16 *gqkv = dev_half(type, qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
         float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
-        if (spb_cudnn_attention_forward(&d, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, 0, why, sizeof why)) {
+        if (spb_cudnn_attention_forward(&d, type, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, 0, why, sizeof why)) {
             printf("  cudnn fwd: %s\n", why);
             report("cudnn fwd ran", SPB_CUDA_FAST, shape, 1.0, 0.0);
         } else {
-            check("cudnn fwd O", SPB_CUDA_FAST, shape, host_bf16(go, no), ro, spb_tol_attn_forward());
+            check("cudnn fwd O", SPB_CUDA_FAST, shape, host_half(type, go, no), ro, spb_tol_attn_forward());
             check("cudnn fwd lse", SPB_CUDA_FAST, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
         }
         std::vector<float> ob = ro, rd((size_t)nq, 0.0f);
-        rnd(ob);
+        for (auto &x : ob) x = half_round(type, x);
         spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
                                 dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
-        spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout), *gd = dev_bf16(std::vector<float>((size_t)nq, 0.0f));
+        spb_bf16 *gob = dev_half(type, ob), *gdo = dev_half(type, dout), *gd = dev_half(type, std::vector<float>((size_t)nq, 0.0f));
         float *glr = dev(rl);
-        if (spb_cudnn_attention_backward(&d, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo,
+        if (spb_cudnn_attention_backward(&d, type, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo,
                                          0, why, sizeof why)) {
             printf("  cudnn bwd: %s\n", why);
             report("cudnn bwd ran", SPB_CUDA_FAST, shape, 1.0, 0.0);
         } else {
             /* the flash bound plus one rounding of the bf16 outputs */
-            check("cudnn bwd dQ,dK,dV", SPB_CUDA_FAST, shape, host_bf16(gd, nq), rd,
+            check("cudnn bwd dQ,dK,dV", SPB_CUDA_FAST, shape, host_half(type, gd, nq), rd,
                   spb_tol_attn_backward() + spb_tol_bf16_out());
         }
         spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
@@ -584,8 +611,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             char why[512];
             spb_bf16 *dqb = (spb_bf16 *)dq, *dkb = (spb_bf16 *)dk, *dvb = (spb_bf16 *)dv;
             std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-            int rc = spb_cudnn_attention_forward(&d, q, k, v, o, lse, 0, why, sizeof why) ||
-                     spb_cudnn_attention_backward(&d, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why, sizeof why);
+            int rc = spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why) ||
+                     spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why, sizeof why);
             SPB_CUDA_CHECK(cudaDeviceSynchronize());
             cudnn_setup_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (rc) {
@@ -593,9 +620,9 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 continue;
             }
             if (cudnn_setup_s > 60.0) printf("attention  cudnn: plans took %.0f s, later sizes left out\n", cudnn_setup_s);
-            ms = time_ms([&] { spb_cudnn_attention_forward(&d, q, k, v, o, lse, 0, why, sizeof why); }, reps);
+            ms = time_ms([&] { spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why); }, reps);
             timing_row("attention", "cudnn fwd", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-            ms = time_ms([&] { spb_cudnn_attention_backward(&d, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why,
+            ms = time_ms([&] { spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why,
                                                             sizeof why); }, reps);
             timing_row("attention", "cudnn bwd", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
         }
@@ -648,8 +675,10 @@ int main(int argc, char **argv)
         check_attention(im, 128);
     }
     printf("%s\n", spb_cudnn_attention_version());
-    check_cudnn_attention(64);
-    check_cudnn_attention(128);
+    for (int t = 0; t < 2; t++) {
+        check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
+        check_cudnn_attention(128, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
+    }
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
     const spb_mem_stats *ms = spb_cuda_mem_stats();

@@ -35,7 +35,7 @@ cases=(
   "--device cuda --comm nccl --precision bf16"  # bf16 stages through MPI only: refused with or without a GPU
   "--attention magic"
   "--attention cudnn"                          # cuDNN runs on the GPU: needs --device cuda
-  "--device cuda --attention cudnn"            # ... and bf16 operands
+  "--device cuda --attention cudnn"            # ... and 16-bit operands (bf16, fp16)
   "--device cuda --precision bf16 --attention cudnn --hidden-size 144 --num-attention-heads 4"  # head dim 36
   "--load /nonexistent/model.ckpt"
   "--load $tmp/garbage.ckpt"

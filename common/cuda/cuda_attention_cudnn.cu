@@ -1,9 +1,10 @@
 /* --attention cudnn on the CUDA tables: attention.h's fp32 contract over
- * cuDNN's fused attention (cudnn_attention.h), which takes bf16.
+ * cuDNN's fused attention (cudnn_attention.h), which takes bf16 or fp16.
  *
- * The core hands this table fp32 buffers; with --precision bf16 (the only
- * precision config.c allows with cudnn) they are the frames' fp32 copies of
- * bf16 values, so narrowing them again is exact.  Each operand's span (its
+ * The core hands this table fp32 buffers; with --precision bf16 or fp16 (the
+ * precisions config.c allows with cudnn) they are the frames' fp32 copies of
+ * values of the run's 16-bit format, so narrowing them to that format again
+ * is exact.  Each operand's span (its
  * first to its last element at its strides, gaps included) is narrowed into
  * its own scratch buffer at the same strides: every scratch operand starts
  * 16-byte aligned whatever the core's offsets are.  O is written back and
@@ -18,6 +19,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_check.h"
+#include "cuda_bf16_storage.h"
 #include "cuda_launch.cuh"
 #include "cudnn_attention.h"
 #include "spb_cuda.h"
@@ -28,11 +30,15 @@ enum { Q, K, V, O, DOUT, DQ, DK, DV, N_SCRATCH };
 void *scratch[N_SCRATCH], *lse_scratch;
 size_t scratch_cap[N_SCRATCH], lse_cap;
 
+/* The run's 16-bit format (device_handles.h: one per process). */
+spb_half_format run_format() { return spb_handles_half_format(); }
+spb_cudnn_half cudnn_half() { return run_format() == SPB_HALF_FP16 ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16; }
+
 spb_bf16 *narrowed(int slot, const float *x, long extent)
 {
     spb_bf16 *b = (spb_bf16 *)spb_cuda_grow(&scratch[slot], &scratch_cap[slot], SPB_MEM_WORKSPACE,
                                             sizeof(spb_bf16) * (size_t)extent);
-    if (x) spb_cuda_f32_to_bf16(b, x, extent, 0);
+    if (x) spb_cuda_bf16_storage()->narrow(b, x, extent, NULL, 0, run_format());
     return b;
 }
 
@@ -46,13 +52,13 @@ float *lse_copy(const spb_attn_desc *d, const float *lse)
 
 /* dst[b][t][0..width) (=, or += when accumulate) src at the same strides. */
 __global__ void k_widen_rows(float *dst, const spb_bf16 *src, int batch, int tokens, int width, long token_stride,
-                             long batch_stride, int accumulate)
+                             long batch_stride, int accumulate, int fp16)
 {
     long n = (long)batch * tokens * width;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         long c = i % width, t = i / width % tokens, b = i / width / tokens;
         long at = b * batch_stride + t * token_stride + c;
-        float x = __uint_as_float((unsigned)src[at] << 16);
+        float x = fp16 ? spb_fp16_to_float(src[at]) : __uint_as_float((unsigned)src[at] << 16);
         dst[at] = accumulate ? dst[at] + x : x;
     }
 }
@@ -63,7 +69,7 @@ void widen_rows(float *dst, const spb_bf16 *src, const spb_attn_desc *d, int tok
     int width = d->heads * d->head_dim;
     long n = (long)d->batch * tokens * width;
     k_widen_rows<<<spb_grid_stride_blocks(n, 256), 256>>>(dst, src, d->batch, tokens, width, token_stride,
-                                                         batch_stride, accumulate);
+                                                         batch_stride, accumulate, run_format() == SPB_HALF_FP16);
     SPB_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -75,7 +81,7 @@ void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const
     spb_bf16 *bq = narrowed(Q, q, qx), *bk = narrowed(K, k, kx), *bv = narrowed(V, v, kx), *bo = narrowed(O, NULL, ox);
     float *l = lse_copy(d, NULL);
     char why[512];
-    if (spb_cudnn_attention_forward(d, bq, bk, bv, bo, l, 0, why, sizeof why))
+    if (spb_cudnn_attention_forward(d, cudnn_half(), bq, bk, bv, bo, l, 0, why, sizeof why))
         SPB_DIE("--attention cudnn, forward: %s", why);
     widen_rows(o, bo, d, d->q_len, d->o_token_stride, d->o_batch_stride, 0);
     SPB_CUDA_CHECK(cudaMemcpyAsync(lse, l, sizeof(float) * (size_t)d->batch * d->heads * d->q_len,
@@ -92,7 +98,7 @@ void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, cons
              *bdo = narrowed(DOUT, dout, ox), *bdq = narrowed(DQ, NULL, qx), *bdk = narrowed(DK, NULL, kx),
              *bdv = narrowed(DV, NULL, kx);
     char why[512];
-    if (spb_cudnn_attention_backward(d, bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why, sizeof why))
+    if (spb_cudnn_attention_backward(d, cudnn_half(), bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why, sizeof why))
         SPB_DIE("--attention cudnn, backward: %s", why);
     widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
     widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);

@@ -6,14 +6,14 @@
  *
  * forward   S = Q·Kᵀ; S *= scale; [mask: S = row + shift >= col ? S : -inf]
  *           M = max_row S; E = exp(S - M); Z = sum_row E;
- *           Stats = M + log Z (fp32 out); P = E / Z (bf16); O = P·V
+ *           Stats = M + log Z (fp32 out); P = E / Z (16-bit); O = P·V
  * backward  Dsum = sum_row(dO ∘ O) (fp32, in our workspace);
  *           S = Q·Kᵀ; S *= scale; [mask]; P = exp(S - Stats);
  *           dV = Pᵀ·dO; dP = dO·Vᵀ; dS = P ∘ (dP - Dsum) · scale;
  *           dK = dSᵀ·Q; dQacc = dS·K (fp32, in our workspace); dQ = dQacc
  *
- * Virtual tensors (never in memory) are fp32 unless an operand of a bf16
- * product (P, Pᵀ, dSᵀ).  Scalars (scale, -inf, 1, the diagonal's shift) are
+ * Virtual tensors (never in memory) are fp32 unless an operand of a 16-bit
+ * product (P, Pᵀ, dSᵀ, K), which take the operands' type (bf16 or fp16).  Scalars (scale, -inf, 1, the diagonal's shift) are
  * passed by value from host memory at execution. */
 #include <math.h>
 #include <stdbool.h>
@@ -51,24 +51,24 @@ static int not_built(char *why, size_t n)
     return -1;
 }
 
-int spb_cudnn_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
-                                spb_bf16 *o, float *lse, cudaStream_t s, char *why, size_t n)
+int spb_cudnn_attention_forward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k,
+                                const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s, char *why, size_t n)
 {
-    (void)d, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)s;
+    (void)d, (void)type, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)s;
     return not_built(why, n);
 }
 
-int spb_cudnn_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
-                                 const spb_bf16 *o, const float *lse, const spb_bf16 *dout, spb_bf16 *dq, spb_bf16 *dk,
-                                 spb_bf16 *dv, cudaStream_t s, char *why, size_t n)
+int spb_cudnn_attention_backward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k,
+                                 const spb_bf16 *v, const spb_bf16 *o, const float *lse, const spb_bf16 *dout,
+                                 spb_bf16 *dq, spb_bf16 *dk, spb_bf16 *dv, cudaStream_t s, char *why, size_t n)
 {
-    (void)d, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout, (void)dq, (void)dk, (void)dv, (void)s;
+    (void)d, (void)type, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout, (void)dq, (void)dk, (void)dv, (void)s;
     return not_built(why, n);
 }
 
-int spb_cudnn_attention_describe(const spb_attn_desc *d, int backward, char *why, size_t n)
+int spb_cudnn_attention_describe(const spb_attn_desc *d, spb_cudnn_half type, int backward, char *why, size_t n)
 {
-    (void)d, (void)backward;
+    (void)d, (void)type, (void)backward;
     return not_built(why, n);
 }
 
@@ -97,6 +97,7 @@ typedef struct graph {
     cudnnBackendDescriptor_t ops[MAX_OPS];
     int nops;
     int64_t next_virtual;
+    cudnnDataType_t half; /* the operands' 16-bit type */
     int failed;
     char why[256];
 } graph;
@@ -328,15 +329,15 @@ static cudnnBackendDescriptor_t scores(graph *g, const spb_attn_desc *d, const s
 static void forward_graph(graph *g, const spb_attn_desc *d)
 {
     shapes sh = shapes_of(d);
-    cudnnBackendDescriptor_t q = in_memory(g, CUDNN_DATA_BFLOAT16, sh.q, UID_Q),
-                             kt = in_memory(g, CUDNN_DATA_BFLOAT16, sh.kt, UID_K),
-                             v = in_memory(g, CUDNN_DATA_BFLOAT16, sh.v, UID_V),
-                             o = in_memory(g, CUDNN_DATA_BFLOAT16, sh.o, UID_O),
+    cudnnBackendDescriptor_t q = in_memory(g, g->half, sh.q, UID_Q),
+                             kt = in_memory(g, g->half, sh.kt, UID_K),
+                             v = in_memory(g, g->half, sh.v, UID_V),
+                             o = in_memory(g, g->half, sh.o, UID_O),
                              stats = in_memory(g, CUDNN_DATA_FLOAT, sh.stats, UID_STATS);
     cudnnBackendDescriptor_t s = scores(g, d, &sh, q, kt);
     cudnnBackendDescriptor_t m = virt(g, CUDNN_DATA_FLOAT, sh.stats), centred = virt(g, CUDNN_DATA_FLOAT, sh.score),
                              e = virt(g, CUDNN_DATA_FLOAT, sh.score), z = virt(g, CUDNN_DATA_FLOAT, sh.stats),
-                             log_z = virt(g, CUDNN_DATA_FLOAT, sh.stats), p = virt(g, CUDNN_DATA_BFLOAT16, sh.score);
+                             log_z = virt(g, CUDNN_DATA_FLOAT, sh.stats), p = virt(g, g->half, sh.score);
     reduce_rows(g, CUDNN_REDUCE_TENSOR_MAX, s, m);
     binary(g, CUDNN_POINTWISE_SUB, s, m, centred);
     unary(g, CUDNN_POINTWISE_EXP, centred, e);
@@ -350,15 +351,15 @@ static void forward_graph(graph *g, const spb_attn_desc *d)
 static void backward_graph(graph *g, const spb_attn_desc *d)
 {
     shapes sh = shapes_of(d);
-    cudnnBackendDescriptor_t q = in_memory(g, CUDNN_DATA_BFLOAT16, sh.q, UID_Q),
-                             kt = in_memory(g, CUDNN_DATA_BFLOAT16, sh.kt, UID_K),
-                             vt = in_memory(g, CUDNN_DATA_BFLOAT16, sh.vt, UID_V),
-                             o = in_memory(g, CUDNN_DATA_BFLOAT16, sh.o, UID_O),
-                             dout = in_memory(g, CUDNN_DATA_BFLOAT16, sh.o, UID_DO),
+    cudnnBackendDescriptor_t q = in_memory(g, g->half, sh.q, UID_Q),
+                             kt = in_memory(g, g->half, sh.kt, UID_K),
+                             vt = in_memory(g, g->half, sh.vt, UID_V),
+                             o = in_memory(g, g->half, sh.o, UID_O),
+                             dout = in_memory(g, g->half, sh.o, UID_DO),
                              stats = in_memory(g, CUDNN_DATA_FLOAT, sh.stats, UID_STATS),
-                             dq = in_memory(g, CUDNN_DATA_BFLOAT16, sh.q, UID_DQ),
-                             dk = in_memory(g, CUDNN_DATA_BFLOAT16, sh.k, UID_DK),
-                             dv = in_memory(g, CUDNN_DATA_BFLOAT16, sh.v, UID_DV),
+                             dq = in_memory(g, g->half, sh.q, UID_DQ),
+                             dk = in_memory(g, g->half, sh.k, UID_DK),
+                             dv = in_memory(g, g->half, sh.v, UID_DV),
                              dsum = in_memory(g, CUDNN_DATA_FLOAT, sh.stats, UID_DSUM),
                              dq_acc = in_memory(g, CUDNN_DATA_FLOAT, sh.qacc, UID_DQ_ACCUM);
     /* Dsum = rowsum(dO ∘ O) */
@@ -371,7 +372,7 @@ static void backward_graph(graph *g, const spb_attn_desc *d)
     /* P = exp(scores - Stats); dV = Pᵀ·dO */
     cudnnBackendDescriptor_t s = scores(g, d, &sh, q, kt);
     cudnnBackendDescriptor_t centred = virt(g, CUDNN_DATA_FLOAT, sh.score), p = virt(g, CUDNN_DATA_FLOAT, sh.score),
-                             pt = virt(g, CUDNN_DATA_BFLOAT16, sh.score_t);
+                             pt = virt(g, g->half, sh.score_t);
     binary(g, CUDNN_POINTWISE_SUB, s, stats, centred);
     unary(g, CUDNN_POINTWISE_EXP, centred, p);
     reshape(g, p, pt);
@@ -379,7 +380,7 @@ static void backward_graph(graph *g, const spb_attn_desc *d)
     /* dS = P ∘ (dO·Vᵀ - Dsum) · scale; dK = dSᵀ·Q; dQ = dS·K */
     cudnnBackendDescriptor_t dp = virt(g, CUDNN_DATA_FLOAT, sh.score), dp_c = virt(g, CUDNN_DATA_FLOAT, sh.score),
                              dp_p = virt(g, CUDNN_DATA_FLOAT, sh.score), ds = virt(g, CUDNN_DATA_FLOAT, sh.score),
-                             dst = virt(g, CUDNN_DATA_BFLOAT16, sh.score_t), k = virt(g, CUDNN_DATA_BFLOAT16, sh.k);
+                             dst = virt(g, g->half, sh.score_t), k = virt(g, g->half, sh.k);
     matmul(g, dout, vt, dp);
     binary(g, CUDNN_POINTWISE_SUB, dp, dsum, dp_c);
     binary(g, CUDNN_POINTWISE_MUL, dp_c, p, dp_p);
@@ -397,10 +398,15 @@ static void graph_free(graph *g)
     g->nall = g->nops = 0;
 }
 
-int spb_cudnn_attention_describe(const spb_attn_desc *d, int backward, char *why, size_t n)
+static cudnnDataType_t cudnn_type(spb_cudnn_half type)
+{
+    return type == SPB_CUDNN_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+}
+
+int spb_cudnn_attention_describe(const spb_attn_desc *d, spb_cudnn_half type, int backward, char *why, size_t n)
 {
     if (!spb_cudnn_attention_supported(d, why, n)) return -1;
-    graph g = {0};
+    graph g = {.half = cudnn_type(type)};
     if (backward)
         backward_graph(&g, d);
     else
@@ -413,7 +419,7 @@ int spb_cudnn_attention_describe(const spb_attn_desc *d, int backward, char *why
 
 /* ------------------------------------------------------- plans and calls -- */
 typedef struct plan_key {
-    int backward, batch, heads, head_dim, q_len, k_len, mask;
+    int type, backward, batch, heads, head_dim, q_len, k_len, mask;
     int32_t shift;
     long strides[6];
 } plan_key;
@@ -433,11 +439,11 @@ static cudnnHandle_t handle;
 static void *workspace, *dsum_buf, *dq_acc_buf;
 static size_t workspace_cap, dsum_cap, dq_acc_cap;
 
-static plan_key key_of(const spb_attn_desc *d, int backward)
+static plan_key key_of(const spb_attn_desc *d, spb_cudnn_half type, int backward)
 {
     plan_key k;
     memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
-    k.backward = backward, k.batch = d->batch, k.heads = d->heads, k.head_dim = d->head_dim;
+    k.type = type, k.backward = backward, k.batch = d->batch, k.heads = d->heads, k.head_dim = d->head_dim;
     k.q_len = d->q_len, k.k_len = d->k_len, k.mask = mask_needed(d), k.shift = k.mask ? mask_shift(d) : 0;
     long s[6] = {d->q_token_stride, d->q_batch_stride, d->k_token_stride,
                  d->k_batch_stride, d->o_token_stride, d->o_batch_stride};
@@ -537,9 +543,9 @@ static int build_plan(graph *g, plan *out, char *why, size_t n)
     return -1;
 }
 
-static plan *plan_for(const spb_attn_desc *d, int backward, char *why, size_t n)
+static plan *plan_for(const spb_attn_desc *d, spb_cudnn_half type, int backward, char *why, size_t n)
 {
-    plan_key k = key_of(d, backward);
+    plan_key k = key_of(d, type, backward);
     for (int i = 0; i < nplans; i++)
         if (!memcmp(&plans[i].key, &k, sizeof k)) return &plans[i];
     if (open_handle(why, n)) return NULL;
@@ -550,6 +556,7 @@ static plan *plan_for(const spb_attn_desc *d, int backward, char *why, size_t n)
     plan *p = &plans[nplans];
     memset(p, 0, sizeof *p);
     p->key = k;
+    p->g.half = cudnn_type(type);
     if (backward)
         backward_graph(&p->g, d);
     else
@@ -610,11 +617,11 @@ static int add_scalars(const spb_attn_desc *d, scalars *sc, int backward, int64_
     return nvar;
 }
 
-int spb_cudnn_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
-                                spb_bf16 *o, float *lse, cudaStream_t s, char *why, size_t n)
+int spb_cudnn_attention_forward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k,
+                                const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s, char *why, size_t n)
 {
     if (!spb_cudnn_attention_supported(d, why, n)) return -1;
-    plan *p = plan_for(d, 0, why, n);
+    plan *p = plan_for(d, type, 0, why, n);
     if (!p) return -1;
     int64_t uids[12] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS};
     void *ptrs[12] = {(void *)q, (void *)k, (void *)v, o, lse};
@@ -623,12 +630,12 @@ int spb_cudnn_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const
     return execute(p, nvar, uids, ptrs, s, why, n);
 }
 
-int spb_cudnn_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
-                                 const spb_bf16 *o, const float *lse, const spb_bf16 *dout, spb_bf16 *dq, spb_bf16 *dk,
-                                 spb_bf16 *dv, cudaStream_t s, char *why, size_t n)
+int spb_cudnn_attention_backward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k,
+                                 const spb_bf16 *v, const spb_bf16 *o, const float *lse, const spb_bf16 *dout,
+                                 spb_bf16 *dq, spb_bf16 *dk, spb_bf16 *dv, cudaStream_t s, char *why, size_t n)
 {
     if (!spb_cudnn_attention_supported(d, why, n)) return -1;
-    plan *p = plan_for(d, 1, why, n);
+    plan *p = plan_for(d, type, 1, why, n);
     if (!p) return -1;
     size_t rows = (size_t)d->batch * d->heads * d->q_len;
     spb_cuda_grow(&dsum_buf, &dsum_cap, SPB_MEM_WORKSPACE, sizeof(float) * rows);

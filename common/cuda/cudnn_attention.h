@@ -5,11 +5,12 @@
  * recognise: Q·Kᵀ, scale, causal mask, softmax with its statistics, ·V
  * forward; the recomputing backward with an fp32 dQ accumulator.
  *
- * Contract: attention.h's descriptor and strides, on bf16 storage:
- *   q k v o dout  bf16 at the descriptor's strides;
+ * Contract: attention.h's descriptor and strides, on 16-bit storage (bf16,
+ * or fp16 for --precision fp16 runs: one type per call):
+ *   q k v o dout  bf16/fp16 at the descriptor's strides;
  *   lse           fp32 [B][H][q_len], natural log of the scaled scores
  *                 (cuDNN's "Stats" are exactly that);
- *   dq dk dv      bf16, OVERWRITTEN (cuDNN writes, it does not add), at Q's
+ *   dq dk dv      bf16/fp16, OVERWRITTEN (cuDNN writes, it does not add), at Q's
  *                 and K's strides.  Callers that accumulate add them.
  * The backward takes O and lse as given, so ring attention's merged O and
  * lse work as with the flash kernel.
@@ -38,14 +39,17 @@
 extern "C" {
 #endif
 
+/* The 16-bit type of a call's operands. */
+typedef enum spb_cudnn_half { SPB_CUDNN_BF16 = 0, SPB_CUDNN_FP16 = 1 } spb_cudnn_half;
+
 /* Whether this build has cuDNN (SPB_HAVE_CUDNN at configure time). */
 int spb_cudnn_attention_built(void);
 /* Host-only: 1 if the graph covers d, else 0 with the reason in why. */
 int spb_cudnn_attention_supported(const spb_attn_desc *d, char *why, size_t n);
 
-int spb_cudnn_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+int spb_cudnn_attention_forward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                 spb_bf16 *o, float *lse, cudaStream_t s, char *why, size_t n);
-int spb_cudnn_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+int spb_cudnn_attention_backward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                  const spb_bf16 *o, const float *lse, const spb_bf16 *dout, spb_bf16 *dq, spb_bf16 *dk,
                                  spb_bf16 *dv, cudaStream_t s, char *why, size_t n);
 
@@ -53,7 +57,7 @@ int spb_cudnn_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, cons
  * forward (backward = 0) or backward graph of d, without a handle or a GPU
  * (the operation graph, the engine and the plan need one).  Returns the
  * number of operations, or -1 with why.  The CPU tests' hold on the graph. */
-int spb_cudnn_attention_describe(const spb_attn_desc *d, int backward, char *why, size_t n);
+int spb_cudnn_attention_describe(const spb_attn_desc *d, spb_cudnn_half type, int backward, char *why, size_t n);
 
 /* "cuDNN 9.19.0 (headers 9.19.0)", or why it is not available. */
 const char *spb_cudnn_attention_version(void);

@@ -4,7 +4,7 @@
  * types, attribute kinds and the products' dimensions there: a product whose
  * inner dimensions disagree is refused), for the descriptors the strategies
  * produce (fused QKV strides, ring's blocks on and below the diagonal, a
- * shifted diagonal, full masks, head dims 64 and 128); the graphs have the
+ * shifted diagonal, full masks, head dims 64 and 128; bf16 and fp16); the graphs have the
  * operations the mask calls for; what the graph does not cover is refused
  * with its reason.  The operation graph, engine and plan need a GPU:
  * spbench-gpu-check runs them against the CPU reference. */
@@ -63,14 +63,16 @@ START_TEST(test_graphs_finalize)
         /* Non-square blocks: a product with its operands the wrong way round
          * or untransposed has mismatched inner dimensions and is refused. */
         for (int c = 6; c < 8; c++) cases[c].d.k_len = 64;
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            int fwd = spb_cudnn_attention_describe(&cases[c].d, 0, why, sizeof why);
-            ck_assert_msg(fwd == FWD_PLAIN + cases[c].extra, "D=%d case %zu forward: %d (%s)", D, c, fwd,
-                          fwd < 0 ? why : "");
-            int bwd = spb_cudnn_attention_describe(&cases[c].d, 1, why, sizeof why);
-            ck_assert_msg(bwd == BWD_PLAIN + cases[c].extra, "D=%d case %zu backward: %d (%s)", D, c, bwd,
-                          bwd < 0 ? why : "");
-        }
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int t = 0; t < 2; t++) { /* bf16, fp16 */
+                spb_cudnn_half type = t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16;
+                int fwd = spb_cudnn_attention_describe(&cases[c].d, type, 0, why, sizeof why);
+                ck_assert_msg(fwd == FWD_PLAIN + cases[c].extra, "D=%d case %zu type %d forward: %d (%s)", D, c, t,
+                              fwd, fwd < 0 ? why : "");
+                int bwd = spb_cudnn_attention_describe(&cases[c].d, type, 1, why, sizeof why);
+                ck_assert_msg(bwd == BWD_PLAIN + cases[c].extra, "D=%d case %zu type %d backward: %d (%s)", D, c, t,
+                              bwd, bwd < 0 ? why : "");
+            }
     }
 }
 END_TEST
@@ -89,8 +91,8 @@ START_TEST(test_refusals_say_why)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         ck_assert_int_eq(spb_cudnn_attention_supported(&cases[c].d, why, sizeof why), 0);
         ck_assert_msg(strstr(why, cases[c].word), "case %zu: '%s' lacks '%s'", c, why, cases[c].word);
-        ck_assert_int_eq(spb_cudnn_attention_describe(&cases[c].d, 0, why, sizeof why), -1);
-        ck_assert_int_eq(spb_cudnn_attention_describe(&cases[c].d, 1, why, sizeof why), -1);
+        ck_assert_int_eq(spb_cudnn_attention_describe(&cases[c].d, SPB_CUDNN_BF16, 0, why, sizeof why), -1);
+        ck_assert_int_eq(spb_cudnn_attention_describe(&cases[c].d, SPB_CUDNN_BF16, 1, why, sizeof why), -1);
     }
     /* the causal block below the diagonal is accepted */
     spb_attn_desc ok = fused(64, 64, 1, 64, 0);
