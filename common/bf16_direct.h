@@ -1,4 +1,5 @@
-/* The bf16 tables' direct path (--bf16-kernels fast): matrix products,
+/* The 16-bit tables' direct path (--bf16-kernels fast; bf16 and fp16 runs,
+ * 16-bit storage in the process's format): matrix products,
  * attention, GELU, LayerNorm, residual adds, the softmax cross-entropy,
  * fills, copies and AdamW computed straight from their
  * storage (bf16, or fp32 where a buffer is), with no fp32 frame around
@@ -115,8 +116,8 @@ void spb_bf16_use_direct(const spb_bf16_direct *direct);
 const spb_bf16_direct *spb_bf16_direct_in_use(void);
 extern const spb_bf16_direct spb_bf16_direct_cpu;
 
-/* The shapes the device's flash kernel takes (spb_cuda.h): head dim 64 or
- * 128, dense masks (no blocked-sparse pattern).  Every instance applies it,
+/* The shapes the device's flash kernel takes (spb_cuda.h): bf16 (not fp16)
+ * storage, head dim 64 or 128, dense masks (no blocked-sparse pattern).  Every instance applies it,
  * so a CPU run falls back exactly where a GPU run would. */
 int spb_bf16_direct_attention_supported(const spb_attn_desc *d);
 

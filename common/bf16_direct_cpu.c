@@ -1,5 +1,5 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
- * CUDA instance computes with cuBLASLt and its bf16 kernels, computed here
+ * CUDA instance computes with cuBLASLt and its 16-bit kernels, computed here
  * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm, adds and cross-entropy and optimizer.c's AdamW
  * on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
  * that the dispatch, the mapping of every product onto one gemm and the
@@ -14,10 +14,21 @@
 #include "ops.h"
 #include "optimizer.h"
 
+/* 16-bit storage in the process's format (bf16, or fp16 for --precision
+ * fp16), rounded to nearest even as the frames round. */
+static float half_to_float(spb_bf16 x)
+{
+    return spb_handles_half_format() == SPB_HALF_FP16 ? spb_fp16_to_float(x) : spb_bf16_to_float(x);
+}
+static spb_bf16 half_from_float(float v)
+{
+    return spb_handles_half_format() == SPB_HALF_FP16 ? spb_fp16_from_float(v) : spb_bf16_from_float(v);
+}
+
 static float *widened(const spb_bf16 *x, long n)
 {
     float *w = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)));
-    for (long i = 0; i < n; i++) w[i] = spb_bf16_to_float(x[i]);
+    for (long i = 0; i < n; i++) w[i] = half_to_float(x[i]);
     return w;
 }
 
@@ -34,7 +45,7 @@ static void cpu_gemm(int transA, int transB, int m, int n, int k, const spb_bf16
     if (c_type == SPB_DTYPE_HALF) {
         spb_bf16 *out = C;
         for (long r = 0; r < m; r++)
-            for (long j = 0; j < n; j++) out[r * ldc + j] = spb_bf16_from_float(c[r * ldc + j]);
+            for (long j = 0; j < n; j++) out[r * ldc + j] = half_from_float(c[r * ldc + j]);
         free(c);
     }
     free(a);
@@ -48,13 +59,13 @@ static void cpu_broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf1
             if (c_type == SPB_DTYPE_HALF)
                 ((spb_bf16 *)C)[r * ldc + j] = b[j];
             else
-                ((float *)C)[r * ldc + j] = spb_bf16_to_float(b[j]);
+                ((float *)C)[r * ldc + j] = half_to_float(b[j]);
         }
 }
 
 static void narrowed(spb_bf16 *out, const float *x, long n)
 {
-    for (long i = 0; i < n; i++) out[i] = spb_bf16_from_float(x[i]);
+    for (long i = 0; i < n; i++) out[i] = half_from_float(x[i]);
 }
 
 static void cpu_gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n)

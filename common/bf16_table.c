@@ -20,8 +20,8 @@ void spb_bf16_configure(const spb_config *cfg)
     zero_stage = cfg->zero_stage;
     const int fp16 = !strcmp(cfg->precision, "fp16");
     spb_handles_set_half_format(fp16 ? SPB_HALF_FP16 : SPB_HALF_BF16);
-    /* the direct kernels are bf16's: fp16 runs on the frames */
-    spb_bf16_select_kernels(fp16 ? "reference" : cfg->bf16_kernels);
+    /* fp16 takes the direct kernels too, except attention (bf16_direct.h) */
+    spb_bf16_select_kernels(cfg->bf16_kernels[0] ? cfg->bf16_kernels : "reference");
     char err[256];
     int kinds = spb_bf16_direct_parse_kinds(cfg->bf16_direct, err, sizeof err);
     spb_bf16_direct_set_kinds(kinds < 0 ? SPB_DIRECT_ALL : kinds); /* config.c refused a bad list */

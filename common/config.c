@@ -82,9 +82,9 @@ static const option_spec options[] = {
     OPT("loss-scale-window", OPT_INT, loss_scale_window,
         "fp16, dynamic: the scale doubles after this many steps without overflow (1000)"),
     OPT("bf16-kernels", OPT_STRING, bf16_kernels,
-        "bf16's kernels: fast (products and flash attention straight from bf16 storage: cuBLASLt tensor cores on "
-        "the GPU) | reference (every operation on fp32 copies through the fp32 table); default fast on cuda, "
-        "reference on cpu (docs/BF16.md)"),
+        "the 16-bit storage's kernels (bf16 and fp16): fast (products, and in bf16 flash attention, straight from "
+        "the storage: cuBLASLt tensor cores on the GPU) | reference (every operation on fp32 copies through the "
+        "fp32 table); default fast on cuda, reference on cpu (docs/BF16.md)"),
     OPT("data", OPT_STRING, data, "byte-level text file (vocabulary 256); default synthetic tokens"),
     OPT("results", OPT_STRING, results, "append a summary row to this CSV file"),
     OPT("dump", OPT_STRING, dump, "write inputs, loss, gradients of iteration 1 to FILE (and FILE.ckpt)"),
@@ -300,11 +300,10 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "--precision %s with --device %s: not implemented (the %s table is fp32; --device "
                                  "cpu --precision %s emulates mixed precision)", c->precision, c->device, c->device,
                     c->precision);
-    if (!strcmp(c->precision, "bf16") && !c->bf16_kernels[0])
-        strcpy(c->bf16_kernels, strcmp(c->device, "cpu") ? "fast" : "reference");
-    if (c->bf16_kernels[0] && strcmp(c->precision, "bf16"))
-        return fail(err, errlen, "--bf16-kernels %s: applies to --precision bf16 only (fp16 runs on the reference "
-                                 "path: the direct kernels are bf16)", c->bf16_kernels);
+    if (half && !c->bf16_kernels[0]) strcpy(c->bf16_kernels, strcmp(c->device, "cpu") ? "fast" : "reference");
+    if (c->bf16_kernels[0] && !half)
+        return fail(err, errlen, "--bf16-kernels %s: applies to --precision bf16 and fp16 only (the 16-bit "
+                                 "storage's kernels)", c->bf16_kernels);
     if (c->bf16_kernels[0] && strcmp(c->bf16_kernels, "fast") && strcmp(c->bf16_kernels, "reference"))
         return fail(err, errlen, "unknown --bf16-kernels '%s' (fast, reference)", c->bf16_kernels);
     if (c->bf16_direct[0]) {

@@ -655,6 +655,71 @@ START_TEST(training_goes_direct_and_tracks_fp32)
 }
 END_TEST
 
+/* --precision fp16 on the same kernels: the direct table reads and writes
+ * the process's 16-bit format, so fp16 runs go direct too, except attention
+ * (the device's flash kernel is bf16's: fp16 attention stays on the
+ * frames).  On the CPU the emulation computes what the frames compute, from
+ * the same fp16 values, so fast and reference differ only by the order of
+ * some fp32 sums: a few fp32 ulps, far under one fp16 ulp (2^-11 = 4.9e-4);
+ * the bound below is 1e-5 per tensor.  A kernel that read fp16 storage as
+ * bf16 (or rounded to bf16) would be off by 1e-2 or more.  Its own case
+ * and process (ctest bf16_direct_fp16_mpi4: CK_RUN_CASE=fp16): the 16-bit
+ * format is one per process, and the strategies keep 16-bit buffers from
+ * the bf16 runs of the other case until the process ends. */
+START_TEST(fp16_training_goes_direct_except_attention)
+{
+    static const train_case cases[] = {
+        {"none", "contiguous", 1, 0, 0},
+        {"ulysses", "contiguous", 2, 2, 1},
+        {"megatron", "contiguous", 2, 3, 0},
+        {"ring", "zigzag", 4, 1, 0},
+    };
+    const double bound = 1e-5;
+    double worst = 0, worst_loss = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const train_case *k = &cases[i];
+        double lref, lfast;
+        const spb_gpt *shape;
+        spb_trainer *tref, *tfast;
+        spb_bf16_direct_counts cref, cfast;
+        float *gref = train(k, "fp16", "reference", &lref, &shape, &tref, &cref);
+        double lref2 = later_loss(tref);
+        drop(tref);
+        float *gfast = train(k, "fp16", "fast", &lfast, &shape, &tfast, &cfast);
+        const char *w = "";
+        double e = worst_tensor_error(shape, gfast, gref, &w), le = fabs(lfast - lref) / fabs(lref);
+        spb_bf16_direct_reset_counts();
+        double lfast2 = later_loss(tfast);
+        spb_bf16_direct_counts cupd = spb_bf16_direct_get_counts();
+        double le2 = fabs(lfast2 - lref2) / fabs(lref2);
+        if (!world_rank)
+            printf("fp16 %-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld row-wise; frames: %ld, "
+                   "%ld, %ld | fast vs reference: loss %.2e, grad %.2e (%s), step-2 loss %.2e\n",
+                   k->strategy, k->P, k->zero, k->checkpoint, cfast.matmul_direct, cfast.attention_direct,
+                   cfast.rowwise_direct, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames, le, e, w,
+                   le2);
+        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct + cref.memory_direct, 0);
+        ck_assert_msg(cfast.matmul_frames == 0 && cfast.rowwise_frames == 0 && cfast.matmul_direct > 0 &&
+                          cfast.rowwise_direct > 0,
+                      "fp16 %s P=%d: %ld products and %ld row-wise calls went through the frames", k->strategy, k->P,
+                      cfast.matmul_frames, cfast.rowwise_frames);
+        ck_assert_msg(cfast.attention_direct == 0 && cfast.attention_frames > 0,
+                      "fp16 %s P=%d: attention went direct %ld times (the flash kernel is bf16's)", k->strategy, k->P,
+                      cfast.attention_direct);
+        ck_assert_msg(cupd.optimizer_direct > 0 && cupd.optimizer_frames == 0,
+                      "fp16 %s P=%d: %ld AdamW or norm calls went through the frames", k->strategy, k->P,
+                      cupd.optimizer_frames);
+        ck_assert_msg(e <= bound && le <= bound && le2 <= bound, "fp16 %s P=%d ZeRO-%d: %s off by %.2e, loss %.2e/%.2e",
+                      k->strategy, k->P, k->zero, w, e, le, le2);
+        worst = fmax(worst, e), worst_loss = fmax(worst_loss, fmax(le, le2));
+        drop(tfast);
+        free(gref), free(gfast);
+    }
+    if (!world_rank)
+        printf("fp16 worst: gradient tensor %.2e, loss %.2e (bound %.0e)\n", worst, worst_loss, bound);
+}
+END_TEST
+
 START_TEST(bf16_kernels_option)
 {
     spb_config c;
@@ -684,7 +749,7 @@ START_TEST(bf16_kernels_option)
     char *fp32[] = {"spbench", "--bf16-kernels", "fast", NULL};
     ck_assert_int_eq(spb_config_parse(3, fp32, &c, err, sizeof err), 0);
     ck_assert_int_eq(spb_config_finalize(&c, 1, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "applies to --precision bf16 only"), "%s", err);
+    ck_assert_msg(strstr(err, "applies to --precision bf16 and fp16 only"), "%s", err);
     /* --bf16-direct: kinds, with fast only */
     spb_config_defaults(&c);
     char *kinds[] = {"spbench", "--precision", "bf16", "--bf16-kernels", "fast", "--bf16-direct", "products,gelu", NULL};
@@ -766,5 +831,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, training_goes_direct_and_tracks_fp32);
     tcase_add_test(tc, direct_kinds_choose_what_goes_direct);
     suite_add_tcase(s, tc);
+    TCase *fp16 = tcase_create("fp16"); /* a process of its own: CK_RUN_CASE=fp16 */
+    tcase_set_timeout(fp16, 900);
+    tcase_add_test(fp16, fp16_training_goes_direct_except_attention);
+    suite_add_tcase(s, fp16);
     return spb_run_suite_and_finalize(s);
 }

@@ -427,7 +427,7 @@ START_TEST(option_errors)
         {"fp16", "negative", "--loss-scale must be >= 0"},
         {"fp16", "window", "--loss-scale-window must be >= 1"},
         {"fp16", "min", "min <= initial"},
-        {"fp16", "kernels", "--bf16-kernels fast: applies to --precision bf16 only"},
+        {"fp32", "kernels", "--bf16-kernels fast: applies to --precision bf16 and fp16 only"},
         {"fp16", "nccl", "not implemented"}, /* whichever check comes first, in any build */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -25,6 +25,7 @@
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "gelu.cuh"
 #include "spb_cuda.h"
 
 extern "C" {
@@ -247,27 +248,18 @@ void dev_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 }
 
 /* -------------------------------------------------------------- GELU -- */
-#define SPB_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi), as ops_cpu.c */
-
 __global__ void k_gelu_forward(float *out, const float *inp, long n)
 {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    float u = SPB_GELU_SCALE * (x + 0.044715f * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanhf(u));
+    out[i] = spb_gelu_value(inp[i]);
 }
 
 __global__ void k_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    float u = SPB_GELU_SCALE * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
-    float du = SPB_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    dinp[i] = dout[i] * g; /* dinp may alias dout: each thread reads then writes its own element */
+    dinp[i] = dout[i] * spb_gelu_slope(inp[i]); /* dinp may alias dout: each thread reads then writes its own element */
 }
 
 void dev_gelu_forward(float *out, const float *inp, long n)

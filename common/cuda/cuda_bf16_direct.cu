@@ -1,11 +1,14 @@
-/* The CUDA bf16 table's direct kernels (bf16_direct.h, --bf16-kernels
- * fast): products through cuBLASLt on the bf16 storage (tensor cores, fp32
- * accumulation, C rounded once: spb_cuda_gemm_bf16), attention through the
- * bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where the strides
- * allow, else its simple version), GELU through the bf16 GELU kernels
- * (vector loads where aligned), and LayerNorm, residual adds, the softmax
- * cross-entropy, fills, copies and AdamW through kernels here that load and
- * store every operand in its own type (bf16 or fp32, per buffer).
+/* The CUDA 16-bit tables' direct kernels (bf16_direct.h, --bf16-kernels
+ * fast): products through cuBLASLt on the 16-bit storage (tensor cores, fp32
+ * accumulation, C rounded once: spb_cuda_gemm_half, bf16 or fp16), attention
+ * through the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where
+ * the strides allow, else its simple version; bf16 runs only: the dispatch
+ * keeps fp16 attention on the frames), GELU through the bf16 GELU kernels
+ * (vector loads where aligned) or, in fp16, a typed kernel here, and
+ * LayerNorm, residual adds, the softmax cross-entropy, fills, copies and
+ * AdamW through kernels here that load and store every operand in its own
+ * type (16-bit or fp32, per buffer).  The 16-bit format is the process's
+ * (device_handles.h): a constant the kernels read, set when it changes.
  * Everything on the legacy default stream, where the storage's
  * widen/narrow and the fp32 CUDA table run, so the direct calls stay
  * ordered with the frames around them.  Never run on a GPU yet:
@@ -18,6 +21,7 @@
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
+#include "gelu.cuh"
 #include "spb_cuda.h"
 
 #define SPB_LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
@@ -37,10 +41,35 @@ spb_cuda_gemm *products(void)
     return g;
 }
 
+/* The 16-bit format on the device: every kernel's load and store read it
+ * (uniform across a launch, so the branch never diverges).  Set before
+ * the first launch of each entry whenever the process's format differs
+ * from what the device holds (a copy on the legacy stream: ordered). */
+__constant__ int c_half_fp16;
+int fp16_run() { return spb_handles_half_format() == SPB_HALF_FP16; }
+void sync_format()
+{
+    static int on_device = -1;
+    int want = fp16_run();
+    if (want != on_device) {
+        SPB_CUDA_CHECK(cudaMemcpyToSymbol(c_half_fp16, &want, sizeof want));
+        on_device = want;
+    }
+}
+
+__device__ __forceinline__ float half_to_float(spb_bf16 x)
+{
+    return c_half_fp16 ? spb_fp16_to_float(x) : spb_bf16_to_float(x);
+}
+__device__ __forceinline__ spb_bf16 half_from_float(float v)
+{
+    return c_half_fp16 ? spb_fp16_from_float(v) : spb_bf16_from_float(v);
+}
+
 void gemm(int transA, int transB, int m, int n, int k, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb,
           float beta, void *C, spb_dtype c_type, int ldc)
 {
-    spb_cuda_gemm_bf16(products(), transA, transB, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc,
+    spb_cuda_gemm_half(products(), fp16_run(), transA, transB, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc,
                        c_type == SPB_DTYPE_F32, kStream);
 }
 
@@ -50,7 +79,7 @@ __global__ void k_broadcast_rows(void *C, int c_f32, int ldc, const spb_bf16 *b,
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         long r = i / n, j = i % n;
         if (c_f32)
-            ((float *)C)[r * ldc + j] = spb_bf16_to_float(b[j]);
+            ((float *)C)[r * ldc + j] = half_to_float(b[j]);
         else
             ((spb_bf16 *)C)[r * ldc + j] = b[j];
     }
@@ -59,19 +88,10 @@ __global__ void k_broadcast_rows(void *C, int c_f32, int ldc, const spb_bf16 *b,
 void broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int rows, int n)
 {
     if (rows <= 0 || n <= 0) return;
+    sync_format();
     k_broadcast_rows<<<blocks_for((long)rows * n), kThreads, 0, kStream>>>(C, c_type == SPB_DTYPE_F32, ldc, b, rows,
                                                                             n);
     SPB_LAUNCH_CHECK();
-}
-
-void gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n)
-{
-    spb_cuda_gelu_forward(out, inp, n, SPB_CUDA_FAST, kStream);
-}
-
-void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
-{
-    spb_cuda_gelu_backward(dinp, inp, dout, n, SPB_CUDA_FAST, kStream);
 }
 
 /* ---- LayerNorm and residual adds: each operand in its own type ---------- */
@@ -79,14 +99,45 @@ void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, lo
  * in a load never diverges.)  The math is ops_cpu.c's, in fp32. */
 __device__ __forceinline__ float load(spb_stored s, long i)
 {
-    return s.type == SPB_DTYPE_HALF ? spb_bf16_to_float(((const spb_bf16 *)s.p)[i]) : ((const float *)s.p)[i];
+    return s.type == SPB_DTYPE_HALF ? half_to_float(((const spb_bf16 *)s.p)[i]) : ((const float *)s.p)[i];
 }
 __device__ __forceinline__ void store(spb_stored s, long i, float v)
 {
     if (s.type == SPB_DTYPE_HALF)
-        ((spb_bf16 *)s.p)[i] = spb_bf16_from_float(v);
+        ((spb_bf16 *)s.p)[i] = half_from_float(v);
     else
         ((float *)s.p)[i] = v;
+}
+
+/* GELU: bf16 through the vectorised bf16 kernels (cuda_ops.cu), fp16 here
+ * (elementwise: out may be inp, dinp may be dout). */
+__global__ void k_gelu_forward_fp16(spb_bf16 *out, const spb_bf16 *inp, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        out[i] = half_from_float(spb_gelu_value(half_to_float(inp[i])));
+}
+__global__ void k_gelu_backward_fp16(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        dinp[i] = half_from_float(half_to_float(dout[i]) * spb_gelu_slope(half_to_float(inp[i])));
+}
+
+void gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n)
+{
+    if (!fp16_run()) return spb_cuda_gelu_forward(out, inp, n, SPB_CUDA_FAST, kStream);
+    if (n <= 0) return;
+    sync_format();
+    k_gelu_forward_fp16<<<blocks_for(n), kThreads, 0, kStream>>>(out, inp, n);
+    SPB_LAUNCH_CHECK();
+}
+
+void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
+{
+    if (!fp16_run()) return spb_cuda_gelu_backward(dinp, inp, dout, n, SPB_CUDA_FAST, kStream);
+    if (n <= 0) return;
+    sync_format();
+    k_gelu_backward_fp16<<<blocks_for(n), kThreads, 0, kStream>>>(dinp, inp, dout, n);
+    SPB_LAUNCH_CHECK();
 }
 
 const int kRowsPerBlock = 8; /* warps of 32 per block of 256: a warp per row */
@@ -175,6 +226,7 @@ float *strip_workspace(long n)
 void layernorm_forward(spb_stored out, float *mean, float *rstd, spb_stored inp, spb_stored w, spb_stored b, int rows,
                        int C)
 {
+    sync_format();
     unsigned blocks = (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     k_layernorm_forward<<<blocks, 32 * kRowsPerBlock, 0, kStream>>>(out, mean, rstd, inp, w, b, rows, C);
     SPB_LAUNCH_CHECK();
@@ -183,6 +235,7 @@ void layernorm_forward(spb_stored out, float *mean, float *rstd, spb_stored inp,
 void layernorm_backward(spb_stored dinp, spb_stored dw, spb_stored db, spb_stored dout, spb_stored inp, spb_stored w,
                         const float *mean, const float *rstd, int rows, int C)
 {
+    sync_format();
     /* dw and db first: they read dout, which dinp may be. */
     int strips = (rows + kStripRows - 1) / kStripRows;
     float *part = strip_workspace(2L * strips * C);
@@ -206,6 +259,7 @@ __global__ void k_add_inplace(spb_stored a, spb_stored b, long n)
 
 void add_inplace(spb_stored a, spb_stored b, long n)
 {
+    sync_format();
     k_add_inplace<<<blocks_for(n), kThreads, 0, kStream>>>(a, b, n);
     SPB_LAUNCH_CHECK();
 }
@@ -222,6 +276,7 @@ __global__ void k_copy_rows(spb_stored dst, long dst_stride, spb_stored src, lon
 
 void copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
 {
+    sync_format();
     k_copy_rows<<<blocks_for(rows * width), kThreads, 0, kStream>>>(dst, dst_stride, src, src_stride, rows, width);
     SPB_LAUNCH_CHECK();
 }
@@ -234,6 +289,7 @@ __global__ void k_fill(spb_stored x, long n, float value)
 
 void fill(spb_stored x, long n, float value)
 {
+    sync_format();
     k_fill<<<blocks_for(n), kThreads, 0, kStream>>>(x, n, value);
     SPB_LAUNCH_CHECK();
 }
@@ -262,6 +318,7 @@ __global__ void k_adamw(float *masters, spb_stored p, spb_stored grad, spb_store
 void adamw_apply(float *masters, spb_stored p, spb_stored grad, spb_stored m, spb_stored v, long n, float grad_scale,
                  float weight_decay, const spb_config *cfg, long step, double lr)
 {
+    sync_format();
     const float b1 = (float)cfg->adam_beta1, b2 = (float)cfg->adam_beta2, eps = (float)cfg->adam_eps;
     const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
     k_adamw<<<blocks_for(n), kThreads, 0, kStream>>>(masters, p, grad, m, v, n, grad_scale, weight_decay, b1, b2, eps,
@@ -287,6 +344,7 @@ __global__ void k_sum_squares(double *part, spb_stored x, long n, long chunks)
 
 double sum_squares(spb_stored x, long n)
 {
+    sync_format();
     static void *buf = nullptr;
     static size_t cap = 0;
     long chunks = (n + kSumChunk - 1) / kSumChunk;
@@ -350,6 +408,7 @@ __global__ void k_softmax_xent_backward(spb_stored probs, const int *targets, in
 
 double softmax_xent_forward(spb_stored probs, const int *targets, int rows, int V)
 {
+    sync_format();
     static void *buf = nullptr;
     static size_t cap = 0;
     double *loss = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)rows);
@@ -366,6 +425,7 @@ double softmax_xent_forward(spb_stored probs, const int *targets, int rows, int 
 
 void softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V, float scale)
 {
+    sync_format();
     k_softmax_xent_backward<<<blocks_for((long)rows * V), kThreads, 0, kStream>>>(probs, targets, rows, V, scale);
     SPB_LAUNCH_CHECK();
 }
@@ -389,7 +449,7 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
 spb_bf16_direct make_direct(void)
 {
     spb_bf16_direct d = {};
-    d.name = "cuda (cuBLASLt, bf16 flash attention and GELU, typed row-wise kernels)";
+    d.name = "cuda (cuBLASLt bf16/fp16, bf16 flash attention, GELU, typed row-wise kernels)";
     d.gemm = gemm;
     d.broadcast_rows = broadcast_rows;
     d.gelu_forward = gelu_forward;

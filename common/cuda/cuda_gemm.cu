@@ -1,4 +1,4 @@
-/* Matrix products: cuBLASLt, bf16 inputs, fp32 compute, bf16 or fp32 output,
+/* Matrix products: cuBLASLt, bf16 (or fp16) inputs, fp32 compute, 16-bit or fp32 output,
  * the heuristic's first algorithm cached per (shape, strides, types, beta).
  * Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt gets
  * B as its "A" and A as its "B", with m and n swapped. */
@@ -19,9 +19,10 @@ namespace {
 struct plan_key {
     int ta, tb, m, n, k, lda, ldb, ldc, c_f32, beta_zero;
     unsigned align_a, align_b, align_c; /* bytes the pointers are aligned to (<= 256) */
+    int fp16;                           /* the 16-bit operands: fp16, else bf16 */
     bool operator==(const plan_key &o) const
     {
-        return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb &&
+        return fp16 == o.fp16 && ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb &&
                ldc == o.ldc && c_f32 == o.c_f32 && beta_zero == o.beta_zero && align_a == o.align_a &&
                align_b == o.align_b && align_c == o.align_c;
     }
@@ -90,9 +91,10 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     SPB_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
     /* Lt-A = row-major B: stored column-major as [cols of B row][rows]: if
      * row-major B is [k][n] (tb = 0) it is column-major n x k with ld ldb. */
-    SPB_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k.tb ? k.k : k.n, k.tb ? k.n : k.k, k.ldb));
-    SPB_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k.ta ? k.m : k.k, k.ta ? k.k : k.m, k.lda));
-    SPB_LT_CHECK(cublasLtMatrixLayoutCreate(&p.c, k.c_f32 ? CUDA_R_32F : CUDA_R_16BF, k.n, k.m, k.ldc));
+    const cudaDataType_t half = k.fp16 ? CUDA_R_16F : CUDA_R_16BF;
+    SPB_LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, half, k.tb ? k.k : k.n, k.tb ? k.n : k.k, k.ldb));
+    SPB_LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, half, k.ta ? k.m : k.k, k.ta ? k.k : k.m, k.lda));
+    SPB_LT_CHECK(cublasLtMatrixLayoutCreate(&p.c, k.c_f32 ? CUDA_R_32F : half, k.n, k.m, k.ldc));
     cublasLtMatmulPreference_t pref;
     SPB_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = g->workspace_bytes;
@@ -109,23 +111,30 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     SPB_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (found < 1)
-        SPB_DIE("cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d c_f32=%d (alignment %u/%u/%u bytes)", k.m, k.n,
-                k.k, k.ta, k.tb, k.c_f32, k.align_a, k.align_b, k.align_c);
+        SPB_DIE("cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d c_f32=%d fp16=%d (alignment %u/%u/%u bytes)",
+                k.m, k.n, k.k, k.ta, k.tb, k.c_f32, k.fp16, k.align_a, k.align_b, k.align_c);
     p.algo = res.algo;
     g->plans.push_back(p);
     return g->plans.back();
+}
+
+extern "C" void spb_cuda_gemm_half(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k,
+                                   float alpha, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta,
+                                   void *C, int ldc, int c_f32, cudaStream_t s)
+{
+    if (m <= 0 || n <= 0) return;
+    plan_key key = {transA ? 1 : 0,  transB ? 1 : 0,  m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f,
+                    alignment_of(A), alignment_of(B), alignment_of(C), fp16 ? 1 : 0};
+    const plan &p = get_plan(g, key);
+    SPB_LT_CHECK(cublasLtMatmul(g->lt, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, g->workspace,
+                                g->workspace_bytes, s));
 }
 
 extern "C" void spb_cuda_gemm_bf16(spb_cuda_gemm *g, int transA, int transB, int m, int n, int k, float alpha,
                                    const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta, void *C,
                                    int ldc, int c_f32, cudaStream_t s)
 {
-    if (m <= 0 || n <= 0) return;
-    plan_key key = {transA ? 1 : 0, transB ? 1 : 0, m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f,
-                    alignment_of(A), alignment_of(B), alignment_of(C)};
-    const plan &p = get_plan(g, key);
-    SPB_LT_CHECK(cublasLtMatmul(g->lt, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, g->workspace,
-                                g->workspace_bytes, s));
+    spb_cuda_gemm_half(g, 0, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, s);
 }
 
 /* ---- fp32 reference product: one thread per output, a plain loop over k ---- */

@@ -7,10 +7,10 @@
 
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
+#include "gelu.cuh"
 #include "spb_cuda.h"
 #include "ulysses_layout.h"
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
 typedef __nv_bfloat16 bf16;
 
@@ -270,27 +270,15 @@ extern "C" void spb_cuda_layernorm_backward(float *dinp, float *dw, float *db, c
 }
 
 /* ---- GELU, residual add (elementwise; FAST = 8 bf16 per 16-byte access) ---- */
-__device__ __forceinline__ float gelu_f(float x)
-{
-    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
-}
-__device__ __forceinline__ float gelu_grad(float x)
-{
-    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
-    float du = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-}
 __global__ void k_gelu_fwd_simple(spb_bf16 *out, const spb_bf16 *inp, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) st(out, i, gelu_f(ld(inp, i)));
+    if (i < n) st(out, i, spb_gelu_value(ld(inp, i)));
 }
 __global__ void k_gelu_bwd_simple(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) st(dinp, i, ld(dout, i) * gelu_grad(ld(inp, i)));
+    if (i < n) st(dinp, i, ld(dout, i) * spb_gelu_slope(ld(inp, i)));
 }
 __global__ void k_gelu_fwd_fast(uint4 *out, const uint4 *inp, long n8)
 {
@@ -298,7 +286,7 @@ __global__ void k_gelu_fwd_fast(uint4 *out, const uint4 *inp, long n8)
         uint4 a = inp[i], y;
         const bf16 *ah = (const bf16 *)&a;
         bf16 *yh = (bf16 *)&y;
-        for (int j = 0; j < 8; j++) yh[j] = __float2bfloat16_rn(gelu_f(__bfloat162float(ah[j])));
+        for (int j = 0; j < 8; j++) yh[j] = __float2bfloat16_rn(spb_gelu_value(__bfloat162float(ah[j])));
         out[i] = y;
     }
 }
@@ -309,7 +297,7 @@ __global__ void k_gelu_bwd_fast(uint4 *dinp, const uint4 *inp, const uint4 *dout
         const bf16 *ah = (const bf16 *)&a, *gh = (const bf16 *)&g;
         bf16 *yh = (bf16 *)&y;
         for (int j = 0; j < 8; j++)
-            yh[j] = __float2bfloat16_rn(__bfloat162float(gh[j]) * gelu_grad(__bfloat162float(ah[j])));
+            yh[j] = __float2bfloat16_rn(__bfloat162float(gh[j]) * spb_gelu_slope(__bfloat162float(ah[j])));
         dinp[i] = y;
     }
 }

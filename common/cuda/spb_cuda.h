@@ -64,6 +64,11 @@ void spb_cuda_gemm_destroy(spb_cuda_gemm *g);
 void spb_cuda_gemm_bf16(spb_cuda_gemm *g, int transA, int transB, int m, int n, int k, float alpha,
                         const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta, void *C, int ldc,
                         int c_f32, cudaStream_t s);
+/* The same with fp16 operands (and fp16 C when !c_f32) where fp16 != 0:
+ * --precision fp16's products (CUDA_R_16F, fp32 compute). */
+void spb_cuda_gemm_half(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k, float alpha,
+                        const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta, void *C, int ldc,
+                        int c_f32, cudaStream_t s);
 /* The fp32 reference product (simple kernel, one thread per output, fp32
  * everything); same row-major convention. */
 void spb_cuda_sgemm_simple(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
