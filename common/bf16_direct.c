@@ -61,8 +61,7 @@ void spb_bf16_direct_reset_counts(void) { counts = (spb_bf16_direct_counts){0}; 
 
 int spb_bf16_direct_attention_supported(const spb_attn_desc *d)
 {
-    /* the flash kernel is bf16's: fp16 runs keep attention on the frames */
-    return spb_handles_half_format() == SPB_HALF_BF16 && (d->head_dim == 64 || d->head_dim == 128) && d->sparse_block <= 0 && d->batch > 0 && d->heads > 0 &&
+    return (d->head_dim == 64 || d->head_dim == 128) && d->sparse_block <= 0 && d->batch > 0 && d->heads > 0 &&
            d->q_len > 0 && d->k_len > 0;
 }
 

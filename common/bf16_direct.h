@@ -116,8 +116,8 @@ void spb_bf16_use_direct(const spb_bf16_direct *direct);
 const spb_bf16_direct *spb_bf16_direct_in_use(void);
 extern const spb_bf16_direct spb_bf16_direct_cpu;
 
-/* The shapes the device's flash kernel takes (spb_cuda.h): bf16 (not fp16)
- * storage, head dim 64 or 128, dense masks (no blocked-sparse pattern).  Every instance applies it,
+/* The shapes the device's flash kernel takes (spb_cuda.h, bf16 or fp16):
+ * head dim 64 or 128, dense masks (no blocked-sparse pattern).  Every instance applies it,
  * so a CPU run falls back exactly where a GPU run would. */
 int spb_bf16_direct_attention_supported(const spb_attn_desc *d);
 

@@ -350,6 +350,29 @@ static spb_attn_desc fused_qkv_desc(int B, int H, int D, int T, int causal, long
     return d;
 }
 
+/* 16-bit operands of either format (bf16, or fp16 where fp16 != 0): upload,
+ * read back, round on the host. */
+static float half_round(int fp16, float x)
+{
+    return fp16 ? spb_fp16_to_float(spb_fp16_from_float(x)) : spb_bf16_round(x);
+}
+static spb_bf16 *dev_half(int fp16, const std::vector<float> &h)
+{
+    if (!fp16) return dev_bf16(h);
+    std::vector<spb_bf16> b(h.size());
+    for (size_t i = 0; i < h.size(); i++) b[i] = spb_fp16_from_float(h[i]);
+    return dev(b);
+}
+static std::vector<float> host_half(int fp16, const spb_bf16 *d, long n)
+{
+    if (!fp16) return host_bf16(d, n);
+    std::vector<spb_bf16> b((size_t)n);
+    SPB_CUDA_CHECK(cudaMemcpy(b.data(), d, sizeof(spb_bf16) * n, cudaMemcpyDeviceToHost));
+    std::vector<float> h((size_t)n);
+    for (long i = 0; i < n; i++) h[i] = spb_fp16_to_float(b[i]);
+    return h;
+}
+
 /* One attention case: T tokens, causal or not, the blocks' global offsets. */
 struct attn_case {
     const char *name;
@@ -363,7 +386,7 @@ struct attn_case {
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
  * (offsets, partly masked), and a block above it where early rows see no key. */
-static void check_attention(spb_cuda_impl impl, int D)
+static void check_attention(spb_cuda_impl impl, int D, int fp16)
 {
     const attn_case cases[] = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     const int B = 2, H = 3;
@@ -371,29 +394,31 @@ static void check_attention(spb_cuda_impl impl, int D)
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), dqkv0 = randv(nq, 0.1f, false);
+        for (auto *v : {&qkv, &dout})
+            for (auto &x : *v) x = half_round(fp16, x); /* exact in either format */
         spb_attn_desc d = fused_qkv_desc(B, H, D, T, c.causal, c.qoff, c.koff);
         const long qo = 0, ko = (long)H * D, vo = 2L * H * D;
         std::vector<float> ro((size_t)no), rl((size_t)nl);
         spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
-        spb_bf16 *gqkv = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+        spb_bf16 *gqkv = dev_half(fp16, qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
         float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
-        int ran_fast = spb_cuda_attention_forward(&d, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, impl, 0);
+        int ran_fast = spb_cuda_attention_forward_half(&d, fp16, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, impl, 0);
         char shape[96], kname[64];
-        snprintf(shape, sizeof shape, "%s D=%d B=%d H=%d T=%d", c.name, D, B, H, T);
+        snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d T=%d", c.name, fp16 ? "fp16" : "bf16", D, B, H, T);
         if (impl == SPB_CUDA_FAST && !ran_fast) report("attention fast path taken", impl, shape, 1.0, 0.0);
         snprintf(kname, sizeof kname, "flash fwd O");
-        check(kname, impl, shape, host_bf16(go, no), ro, spb_tol_attn_forward());
+        check(kname, impl, shape, host_half(fp16, go, no), ro, spb_tol_attn_forward());
         check("flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
-        /* backward from the same O (rounded to bf16, as the GPU stores it) and lse */
+        /* backward from the same O (rounded to the 16-bit format, as the GPU stores it) and lse */
         std::vector<float> ob = ro;
-        rnd(ob);
+        for (auto &x : ob) x = half_round(fp16, x);
         std::vector<float> rd = dqkv0;
         spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
                                 dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
-        spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout);
+        spb_bf16 *gob = dev_half(fp16, ob), *gdo = dev_half(fp16, dout);
         float *glr = dev(rl), *gd = dev(dqkv0), *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * nl);
-        spb_cuda_attention_backward(&d, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo, ws,
-                                    impl, 0);
+        spb_cuda_attention_backward_half(&d, fp16, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko,
+                                         gd + vo, ws, impl, 0);
         check("flash bwd dQ,dK,dV (+=)", impl, shape, host_f32(gd, nq), rd, spb_tol_attn_backward());
         spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
         spb_cuda_free(glr), spb_cuda_free(gd), spb_cuda_free(ws);
@@ -404,29 +429,6 @@ static void check_attention(spb_cuda_impl impl, int D)
  * as the flash kernel, bf16 and fp16 (at the bf16 bounds); its dQ, dK, dV are 16-bit and overwritten, so the
  * reference starts from zero.  A query block behind its key block (rows
  * with no key) must be refused, not computed. */
-/* 16-bit operands of either format (cuDNN takes both): upload, read back,
- * round on the host. */
-static float half_round(spb_cudnn_half type, float x)
-{
-    return type == SPB_CUDNN_FP16 ? spb_fp16_to_float(spb_fp16_from_float(x)) : spb_bf16_round(x);
-}
-static spb_bf16 *dev_half(spb_cudnn_half type, const std::vector<float> &h)
-{
-    if (type == SPB_CUDNN_BF16) return dev_bf16(h);
-    std::vector<spb_bf16> b(h.size());
-    for (size_t i = 0; i < h.size(); i++) b[i] = spb_fp16_from_float(h[i]);
-    return dev(b);
-}
-static std::vector<float> host_half(spb_cudnn_half type, const spb_bf16 *d, long n)
-{
-    if (type == SPB_CUDNN_BF16) return host_bf16(d, n);
-    std::vector<spb_bf16> b((size_t)n);
-    SPB_CUDA_CHECK(cudaMemcpy(b.data(), d, sizeof(spb_bf16) * n, cudaMemcpyDeviceToHost));
-    std::vector<float> h((size_t)n);
-    for (long i = 0; i < n; i++) h[i] = spb_fp16_to_float(b[i]);
-    return h;
-}
-
 static void check_cudnn_attention(int D, spb_cudnn_half type)
 {
     if (!spb_cudnn_attention_built()) {
@@ -442,34 +444,37 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true);
         for (auto *v : {&qkv, &dout})
-            for (auto &x : *v) x = half_round(type, x); /* exact in either format */
+            for (auto &x : *v) x = half_round(type == SPB_CUDNN_FP16, x); /* exact in either format */
         spb_attn_desc d = fused_qkv_desc(B, H, D, T, c.causal, c.qoff, c.koff);
         const long qo = 0, ko = (long)H * D, vo = 2L * H * D;
         snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d T=%d", c.name, fmt_name, D, B, H, T);
         std::vector<float> ro((size_t)no), rl((size_t)nl);
         spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
-        spb_bf16 *gqkv = dev_half(type, qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+        spb_bf16 *gqkv = dev_half(type == SPB_CUDNN_FP16, qkv),
+                 *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
         float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
         if (spb_cudnn_attention_forward(&d, type, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, 0, why, sizeof why)) {
             printf("  cudnn fwd: %s\n", why);
             report("cudnn fwd ran", SPB_CUDA_FAST, shape, 1.0, 0.0);
         } else {
-            check("cudnn fwd O", SPB_CUDA_FAST, shape, host_half(type, go, no), ro, spb_tol_attn_forward());
+            check("cudnn fwd O", SPB_CUDA_FAST, shape, host_half(type == SPB_CUDNN_FP16, go, no), ro,
+                  spb_tol_attn_forward());
             check("cudnn fwd lse", SPB_CUDA_FAST, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
         }
         std::vector<float> ob = ro, rd((size_t)nq, 0.0f);
-        for (auto &x : ob) x = half_round(type, x);
+        for (auto &x : ob) x = half_round(type == SPB_CUDNN_FP16, x);
         spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
                                 dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
-        spb_bf16 *gob = dev_half(type, ob), *gdo = dev_half(type, dout), *gd = dev_half(type, std::vector<float>((size_t)nq, 0.0f));
+        spb_bf16 *gob = dev_half(type == SPB_CUDNN_FP16, ob), *gdo = dev_half(type == SPB_CUDNN_FP16, dout),
+                 *gd = dev_half(type == SPB_CUDNN_FP16, std::vector<float>((size_t)nq, 0.0f));
         float *glr = dev(rl);
-        if (spb_cudnn_attention_backward(&d, type, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo,
-                                         0, why, sizeof why)) {
+        if (spb_cudnn_attention_backward(&d, type, gqkv + qo, gqkv + ko, gqkv + vo, gob, glr, gdo, gd + qo, gd + ko,
+                                         gd + vo, 0, why, sizeof why)) {
             printf("  cudnn bwd: %s\n", why);
             report("cudnn bwd ran", SPB_CUDA_FAST, shape, 1.0, 0.0);
         } else {
             /* the flash bound plus one rounding of the bf16 outputs */
-            check("cudnn bwd dQ,dK,dV", SPB_CUDA_FAST, shape, host_half(type, gd, nq), rd,
+            check("cudnn bwd dQ,dK,dV", SPB_CUDA_FAST, shape, host_half(type == SPB_CUDNN_FP16, gd, nq), rd,
                   spb_tol_attn_backward() + spb_tol_bf16_out());
         }
         spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
@@ -671,8 +676,10 @@ int main(int argc, char **argv)
         check_rowwise(im);
         check_adamw(im);
         check_ulysses(im);
-        check_attention(im, 64);
-        check_attention(im, 128);
+        for (int fp16 = 0; fp16 < 2; fp16++) {
+            check_attention(im, 64, fp16);
+            check_attention(im, 128, fp16);
+        }
     }
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {

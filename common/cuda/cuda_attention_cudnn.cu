@@ -98,7 +98,8 @@ void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, cons
              *bdo = narrowed(DOUT, dout, ox), *bdq = narrowed(DQ, NULL, qx), *bdk = narrowed(DK, NULL, kx),
              *bdv = narrowed(DV, NULL, kx);
     char why[512];
-    if (spb_cudnn_attention_backward(d, cudnn_half(), bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why, sizeof why))
+    if (spb_cudnn_attention_backward(d, cudnn_half(), bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why,
+                                     sizeof why))
         SPB_DIE("--attention cudnn, backward: %s", why);
     widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
     widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);

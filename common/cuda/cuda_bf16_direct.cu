@@ -1,9 +1,9 @@
 /* The CUDA 16-bit tables' direct kernels (bf16_direct.h, --bf16-kernels
  * fast): products through cuBLASLt on the 16-bit storage (tensor cores, fp32
  * accumulation, C rounded once: spb_cuda_gemm_half, bf16 or fp16), attention
- * through the bf16 flash kernel (spb_cuda_attention_*, FAST: mma.sync where
- * the strides allow, else its simple version; bf16 runs only: the dispatch
- * keeps fp16 attention on the frames), GELU through the bf16 GELU kernels
+ * through the flash kernel of the run's format (spb_cuda_attention_*_half,
+ * FAST: mma.sync where the strides allow, else its simple version), GELU
+ * through the bf16 GELU kernels
  * (vector loads where aligned) or, in fp16, a typed kernel here, and
  * LayerNorm, residual adds, the softmax cross-entropy, fills, copies and
  * AdamW through kernels here that load and store every operand in its own
@@ -433,14 +433,14 @@ void softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V
 void attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
                        float *lse)
 {
-    spb_cuda_attention_forward(d, q, k, v, o, lse, SPB_CUDA_FAST, kStream);
+    spb_cuda_attention_forward_half(d, fp16_run(), q, k, v, o, lse, SPB_CUDA_FAST, kStream);
 }
 
 void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                         const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk, float *dv)
 {
     float *ws = spb_cuda_attention_workspace((long)d->batch * d->heads * d->q_len);
-    spb_cuda_attention_backward(d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, kStream);
+    spb_cuda_attention_backward_half(d, fp16_run(), q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, kStream);
 }
 
 /* Entries assigned by name (C++17 has no designated initialisers): a
@@ -449,7 +449,7 @@ void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf1
 spb_bf16_direct make_direct(void)
 {
     spb_bf16_direct d = {};
-    d.name = "cuda (cuBLASLt bf16/fp16, bf16 flash attention, GELU, typed row-wise kernels)";
+    d.name = "cuda (cuBLASLt, flash attention, GELU, typed row-wise kernels; bf16 or fp16)";
     d.gemm = gemm;
     d.broadcast_rows = broadcast_rows;
     d.gelu_forward = gelu_forward;

@@ -22,8 +22,8 @@ struct plan_key {
     int fp16;                           /* the 16-bit operands: fp16, else bf16 */
     bool operator==(const plan_key &o) const
     {
-        return fp16 == o.fp16 && ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb &&
-               ldc == o.ldc && c_f32 == o.c_f32 && beta_zero == o.beta_zero && align_a == o.align_a &&
+        return fp16 == o.fp16 && ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
+               ldb == o.ldb && ldc == o.ldc && c_f32 == o.c_f32 && beta_zero == o.beta_zero && align_a == o.align_a &&
                align_b == o.align_b && align_c == o.align_c;
     }
 };

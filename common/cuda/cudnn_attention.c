@@ -62,7 +62,8 @@ int spb_cudnn_attention_backward(const spb_attn_desc *d, spb_cudnn_half type, co
                                  const spb_bf16 *v, const spb_bf16 *o, const float *lse, const spb_bf16 *dout,
                                  spb_bf16 *dq, spb_bf16 *dk, spb_bf16 *dv, cudaStream_t s, char *why, size_t n)
 {
-    (void)d, (void)type, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout, (void)dq, (void)dk, (void)dv, (void)s;
+    (void)d, (void)type, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout, (void)dq, (void)dk, (void)dv,
+        (void)s;
     return not_built(why, n);
 }
 

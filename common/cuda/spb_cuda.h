@@ -145,6 +145,14 @@ int spb_cuda_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const 
 int spb_cuda_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                 const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
                                 float *dv, float *workspace, spb_cuda_impl impl, cudaStream_t s);
+/* The same kernels on fp16 storage where fp16 != 0 (q k v o dout fp16;
+ * the tensor-core instruction is mma.sync m16n8k16 f16). */
+int spb_cuda_attention_forward_half(const spb_attn_desc *d, int fp16, const spb_bf16 *q, const spb_bf16 *k,
+                                    const spb_bf16 *v, spb_bf16 *o, float *lse, spb_cuda_impl impl, cudaStream_t s);
+int spb_cuda_attention_backward_half(const spb_attn_desc *d, int fp16, const spb_bf16 *q, const spb_bf16 *k,
+                                     const spb_bf16 *v, const spb_bf16 *o, const float *lse, const spb_bf16 *dout,
+                                     float *dq, float *dk, float *dv, float *workspace, spb_cuda_impl impl,
+                                     cudaStream_t s);
 /* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
  * by the attention backward of every caller; grows, never shrinks. */
 float *spb_cuda_attention_workspace(long n);
