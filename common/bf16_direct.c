@@ -394,36 +394,43 @@ static int attention_inputs(const spb_attn_desc *d, const float *q, const float 
     return bf16_operand(q, qx, oq) && bf16_operand(k, kx, ok) && bf16_operand(v, kx, ov);
 }
 
-int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                      float *o, float *lse)
+/* The direct attention calls for either kernel: the flash kernel
+ * (cudnn = 0) or cuDNN's entries (cudnn = 1, which may decline a call). */
+static int attention_forward(int cudnn, const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                             float *o, float *lse)
 {
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     long lx = (long)d->batch * d->heads * d->q_len;
-    int ok = DIRECT(SPB_DIRECT_ATTENTION) && spb_bf16_direct_attention_supported(d);
+    int ok = DIRECT(SPB_DIRECT_ATTENTION) &&
+             (cudnn ? in_use->cudnn_attention_forward != NULL : spb_bf16_direct_attention_supported(d));
     if (ok) make_fp32_tail(lse, lx); /* the log-sum-exp is fp32 by contract */
     operand oq, ok_, ov, oo, ol;
     ok = ok && attention_inputs(d, q, k, v, &oq, &ok_, &ov) && output_operand(o, ox, &oo) &&
          oo.type == SPB_DTYPE_HALF && output_operand(lse, lx, &ol) && ol.type == SPB_DTYPE_F32 && !overlap(&oo, &oq) &&
          !overlap(&oo, &ok_) && !overlap(&oo, &ov) && !overlap(&ol, &oo) && !overlap(&ol, &oq) && !overlap(&ol, &ok_) &&
          !overlap(&ol, &ov);
+    if (ok && cudnn)
+        ok = in_use->cudnn_attention_forward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo),
+                                             storage(&ol)) == 0;
+    else if (ok)
+        in_use->attention_forward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo), storage(&ol));
     if (!ok) {
         counts.attention_frames++;
         return 0;
     }
-    in_use->attention_forward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo), storage(&ol));
     counts.attention_direct++;
     return 1;
 }
 
-int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                                       float *dv)
+static int attention_backward(int cudnn, const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                              const float *o, const float *lse, const float *dout, float *dq, float *dk, float *dv)
 {
     operand oq, ok_, ov, oo, ol, og;
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
     long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
-    int ok = DIRECT(SPB_DIRECT_ATTENTION) && spb_bf16_direct_attention_supported(d) &&
+    int ok = DIRECT(SPB_DIRECT_ATTENTION) &&
+             (cudnn ? in_use->cudnn_attention_backward != NULL : spb_bf16_direct_attention_supported(d)) &&
              attention_inputs(d, q, k, v, &oq, &ok_, &ov) && bf16_operand(o, ox, &oo) && bf16_operand(dout, ox, &og) &&
              operand_of(lse, (long)d->batch * d->heads * d->q_len, &ol) && ol.type == SPB_DTYPE_F32;
     if (!ok) {
@@ -437,9 +444,43 @@ int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, c
     spb_frame_out(&f, &dk, kx, "attention backward (dk)");
     spb_frame_out(&f, &dv, kx, "attention backward (dv)");
     spb_frame_load(&f);
-    in_use->attention_backward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo), storage(&ol),
-                               storage(&og), dq, dk, dv);
-    spb_frame_store(&f);
+    if (cudnn)
+        ok = in_use->cudnn_attention_backward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo),
+                                              storage(&ol), storage(&og), dq, dk, dv) == 0;
+    else
+        in_use->attention_backward(d, storage(&oq), storage(&ok_), storage(&ov), storage(&oo), storage(&ol),
+                                   storage(&og), dq, dk, dv);
+    spb_frame_store(&f); /* unchanged values when cuDNN declined: each rounds back to itself */
+    if (!ok) {
+        counts.attention_frames++;
+        return 0;
+    }
     counts.attention_direct++;
     return 1;
+}
+
+int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                      float *o, float *lse)
+{
+    return attention_forward(0, d, q, k, v, o, lse);
+}
+
+int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                                       float *dv)
+{
+    return attention_backward(0, d, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+int spb_bf16_direct_cudnn_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                            float *o, float *lse)
+{
+    return attention_forward(1, d, q, k, v, o, lse);
+}
+
+int spb_bf16_direct_cudnn_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                             const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                                             float *dv)
+{
+    return attention_backward(1, d, q, k, v, o, lse, dout, dq, dk, dv);
 }

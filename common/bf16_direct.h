@@ -88,6 +88,15 @@ typedef struct spb_bf16_direct {
     void (*attention_backward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
                                float *dv);
+    /* Optional (NULL where the instance has none): cuDNN's fused attention
+     * (--attention cudnn) on the same contracts; 0 when it ran, -1 when it
+     * could not take the call (then nothing was written and the caller
+     * takes the frames). */
+    int (*cudnn_attention_forward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                   spb_bf16 *o, float *lse);
+    int (*cudnn_attention_backward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                    const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
+                                    float *dv);
 } spb_bf16_direct;
 
 /* Kinds of call the direct path takes (--bf16-direct, default all): a
@@ -152,6 +161,13 @@ int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, co
 int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
                                        const float *o, const float *lse, const float *dout, float *dq, float *dk,
                                        float *dv);
+/* The same for --attention cudnn: direct where the instance has cuDNN's
+ * entries and they take the call. */
+int spb_bf16_direct_cudnn_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                            float *o, float *lse);
+int spb_bf16_direct_cudnn_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
+                                             const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                                             float *dv);
 
 /* Calls per path since the last reset (the process's). */
 typedef struct spb_bf16_direct_counts {

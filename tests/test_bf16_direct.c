@@ -528,6 +528,91 @@ START_TEST(attention_matches_the_frames)
 }
 END_TEST
 
+/* --attention cudnn's direct dispatch (bf16_direct.c), without cuDNN: a
+ * table whose cuDNN entries run the flash emulation (accepting every call)
+ * or decline every call.  Accepted calls go direct through the entries and
+ * equal the frames; declined ones leave nothing written (the backward's
+ * dQ/dK/dV frame is stored back unchanged) and the caller's fallback gives
+ * the frames' result; a table without the entries never goes direct. */
+static int decline_cudnn;
+static long cudnn_ran, cudnn_declined;
+static int fake_cudnn_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                              spb_bf16 *o, float *lse)
+{
+    if (decline_cudnn) return cudnn_declined++, -1;
+    cudnn_ran++;
+    spb_bf16_direct_cpu.attention_forward(d, q, k, v, o, lse);
+    return 0;
+}
+static int fake_cudnn_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                               const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
+                               float *dv)
+{
+    if (decline_cudnn) return cudnn_declined++, -1;
+    cudnn_ran++;
+    spb_bf16_direct_cpu.attention_backward(d, q, k, v, o, lse, dout, dq, dk, dv);
+    return 0;
+}
+
+/* The cudnn wrapper's order (bf16_ops.c): the direct entry, else the
+ * frames (here the flash kernel's, which the CPU table has). */
+static void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, float *lse)
+{
+    if (!spb_bf16_direct_cudnn_attention_forward(d, q, k, v, o, lse)) flash()->forward(d, q, k, v, o, lse);
+}
+static void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
+                           const float *lse, const float *dout, float *dq, float *dk, float *dv)
+{
+    if (!spb_bf16_direct_cudnn_attention_backward(d, q, k, v, o, lse, dout, dq, dk, dv))
+        flash()->backward(d, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+/* attention_ring_blocks' calls through the cudnn order: offsets, and dQKV
+ * accumulated over two blocks. */
+static void attention_cudnn_ring_blocks(twin_set *s)
+{
+    float **p = s->buf;
+    long W = (long)AH * head_dim, half = (long)(AT / 2) * 3 * W;
+    spb_attn_desc off = desc(AT / 2, AT / 2, AT / 2, 0), diag = desc(AT / 2, AT / 2, AT / 2, AT / 2);
+    float *q = p[QKV] + half, *o = p[AO] + (long)(AT / 2) * W, *dq = p[DQKV] + half;
+    cudnn_forward(&off, q, p[QKV] + W, p[QKV] + 2 * W, o, p[LSE]);
+    cudnn_backward(&off, q, p[QKV] + W, p[QKV] + 2 * W, o, p[LSE], p[DO], dq, p[DQKV] + W, p[DQKV] + 2 * W);
+    cudnn_backward(&diag, q, q + W, q + 2 * W, o, p[LSE], p[DO], dq, dq + W, dq + 2 * W);
+}
+
+START_TEST(cudnn_attention_dispatch)
+{
+    spb_bf16_direct with_cudnn = spb_bf16_direct_cpu;
+    with_cudnn.cudnn_attention_forward = fake_cudnn_forward;
+    with_cudnn.cudnn_attention_backward = fake_cudnn_backward;
+    static const struct {
+        const char *name;
+        int has_entries, decline;
+        long direct_calls, entry_calls, declines, frames_calls;
+    } cases[] = {
+        {"cudnn entries take every call", 1, 0, 3, 3, 0, 0},
+        {"cudnn entries decline every call", 1, 1, 3, 0, 3, 3}, /* the fallback's flash calls go direct */
+        {"no cudnn entries", 0, 0, 3, 0, 0, 3},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        decline_cudnn = cases[c].decline, cudnn_ran = cudnn_declined = 0;
+        long direct = 0;
+        distance d = run_twins(make_attention, attention_cudnn_ring_blocks,
+                               cases[c].has_entries ? &with_cudnn : &spb_bf16_direct_cpu, &direct);
+        spb_bf16_direct_counts n = spb_bf16_direct_get_counts();
+        if (!world_rank)
+            printf("attention %-34s direct %ld (entries %ld, declined %ld), frames %ld, worst %ld ulp\n",
+                   cases[c].name, direct, cudnn_ran, cudnn_declined, n.attention_frames, d.worst);
+        ck_assert_msg(direct == cases[c].direct_calls && cudnn_ran == cases[c].entry_calls &&
+                          cudnn_declined == cases[c].declines && n.attention_frames == cases[c].frames_calls,
+                      "%s: direct %ld, entries %ld, declined %ld, frames %ld", cases[c].name, direct, cudnn_ran,
+                      cudnn_declined, n.attention_frames);
+        ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", cases[c].name, d.worst);
+    }
+    ck_assert_int_eq(spb_handles_live(), 0);
+}
+END_TEST
+
 /* --- training ---------------------------------------------------------------------- */
 
 enum { GLOBAL_BATCH = 4 };
@@ -825,6 +910,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, products_match_the_frames);
     tcase_add_test(tc, a_direct_table_that_loses_the_bias_is_caught);
     tcase_add_test(tc, attention_matches_the_frames);
+    tcase_add_test(tc, cudnn_attention_dispatch);
     tcase_add_test(tc, training_goes_direct_and_tracks_fp32);
     tcase_add_test(tc, direct_kinds_choose_what_goes_direct);
     suite_add_tcase(s, tc);

@@ -11,10 +11,16 @@
  * dQ, dK, dV are ADDED back row by row at their strides (the gaps belong to
  * other tensors of the fused QKV buffer and are never touched).  The lse
  * goes through an aligned scratch copy too.  Calls cuDNN cannot take end
- * the run with its reason (the user asked for this backend by name). */
+ * the run with its reason (the user asked for this backend by name).
+ *
+ * Under --bf16-kernels fast the direct path calls cuDNN on the stored
+ * operands instead (spb_cuda_cudnn_direct_*, below): no narrowing; a call it
+ * cannot take there (an operand not 16-byte aligned, say) comes back here
+ * through the frames, and the first such call says why on stderr. */
 #define OMPI_SKIP_MPICXX 1 /* backend.h -> comm.h -> mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda_backend.h"
@@ -91,6 +97,7 @@ void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const
 void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
                     const float *lse, const float *dout, float *dq, float *dk, float *dv)
 {
+    if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0) return; /* no pairs: nothing to add */
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
     long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
@@ -108,7 +115,47 @@ void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, cons
 
 const spb_attn_backend cudnn_backend = {"cudnn", cudnn_forward, cudnn_backward};
 
+/* Why the direct path declined a call, said once per process (the call
+ * then takes the frames through cudnn_forward/backward above). */
+void declined(const char *why)
+{
+    static int said = 0;
+    if (!said) fprintf(stderr, "spbench: --attention cudnn: a direct call went through the frames: %s\n", why);
+    said = 1;
+}
+
 } // namespace
+
+/* The direct path's entries (bf16_direct.h): the operands in their own
+ * 16-bit storage, no narrowing; dQ, dK, dV into 16-bit scratch at Q's and
+ * K's strides, then added row by row to the fp32 frames the dispatch holds. */
+extern "C" int spb_cuda_cudnn_direct_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
+                                             const spb_bf16 *v, spb_bf16 *o, float *lse)
+{
+    char why[512];
+    if (!spb_cudnn_attention_forward(d, cudnn_half(), q, k, v, o, lse, 0, why, sizeof why)) return 0;
+    declined(why);
+    return -1;
+}
+
+extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
+                                              const spb_bf16 *v, const spb_bf16 *o, const float *lse,
+                                              const spb_bf16 *dout, float *dq, float *dk, float *dv)
+{
+    if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0) return 0; /* no pairs: nothing to add */
+    long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
+    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    spb_bf16 *bdq = narrowed(DQ, NULL, qx), *bdk = narrowed(DK, NULL, kx), *bdv = narrowed(DV, NULL, kx);
+    char why[512];
+    if (spb_cudnn_attention_backward(d, cudnn_half(), q, k, v, o, lse, dout, bdq, bdk, bdv, 0, why, sizeof why)) {
+        declined(why);
+        return -1;
+    }
+    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
+    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    return 0;
+}
 
 extern "C" const spb_attn_backend *spb_cuda_cudnn_attention(void)
 {

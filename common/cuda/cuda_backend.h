@@ -24,6 +24,8 @@
 extern "C" {
 #endif
 
+#include <stdint.h>
+
 #include "../backend.h" /* C header without its own extern "C" */
 
 extern const spb_backend spb_backend_cuda;
@@ -39,6 +41,14 @@ extern const spb_attn_backend spb_attn_cuda_simple;
  * operands, dQ/dK/dV added back in fp32 (cuda_attention_cudnn.cu); NULL
  * where the build has no cuDNN. */
 const spb_attn_backend *spb_cuda_cudnn_attention(void);
+/* The direct path's cuDNN entries (bf16_direct.h's cudnn_attention_*):
+ * operands on their own 16-bit storage; 0 when cuDNN ran, -1 when it
+ * declined (nothing written). */
+int spb_cuda_cudnn_direct_forward(const spb_attn_desc *d, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                  uint16_t *o, float *lse);
+int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                   const uint16_t *o, const float *lse, const uint16_t *dout, float *dq, float *dk,
+                                   float *dv);
 
 #ifdef __cplusplus
 }

@@ -14,13 +14,17 @@
  * ordered with the frames around them.  Never run on a GPU yet:
  * experiments/gpu-strategies holds it against the CPU's single-rank run
  * and experiments/gpu-core-step times it (docs/GPU.md). */
+#define OMPI_SKIP_MPICXX 1 /* cuda_backend.h -> backend.h -> comm.h -> mpi.h: the C API only */
+#define MPICH_SKIP_MPICXX 1
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
 
+#include "cuda_backend.h"
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
+#include "cudnn_attention.h"
 #include "gelu.cuh"
 #include "spb_cuda.h"
 
@@ -465,6 +469,8 @@ spb_bf16_direct make_direct(void)
     d.softmax_xent_backward = softmax_xent_backward;
     d.attention_forward = attention_forward;
     d.attention_backward = attention_backward;
+    d.cudnn_attention_forward = spb_cudnn_attention_built() ? spb_cuda_cudnn_direct_forward : nullptr;
+    d.cudnn_attention_backward = spb_cudnn_attention_built() ? spb_cuda_cudnn_direct_backward : nullptr;
     return d;
 }
 

@@ -15,6 +15,7 @@
  * Virtual tensors (never in memory) are fp32 unless an operand of a 16-bit
  * product (P, Pᵀ, dSᵀ, K), which take the operands' type (bf16 or fp16).  Scalars (scale, -inf, 1, the diagonal's shift) are
  * passed by value from host memory at execution. */
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,7 +27,7 @@
 int spb_cudnn_attention_supported(const spb_attn_desc *d, char *why, size_t n)
 {
 #define NO(...) return snprintf(why, n, __VA_ARGS__), 0
-    if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0) NO("empty attention call");
+    if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0) NO("an empty attention call");
     if (d->head_dim % 8 || d->head_dim > 128)
         NO("head dim %d: cuDNN's fused attention here takes multiples of 8 up to 128", d->head_dim);
     if (d->sparse_block > 0) NO("blocked-sparse masks are not in the cuDNN graph (dense masks only)");
@@ -99,6 +100,11 @@ typedef struct graph {
     int nops;
     int64_t next_virtual;
     cudnnDataType_t half; /* the operands' 16-bit type */
+    /* the by-value scalars made so far, by uid - UID_SCALE: one descriptor
+     * per uid (a graph with two tensors of one uid is refused) */
+    cudnnBackendDescriptor_t scalars[4];
+    int64_t uids[MAX_DESCRIPTORS]; /* of every tensor made, in order */
+    int ntensors;
     int failed;
     char why[256];
 } graph;
@@ -152,6 +158,7 @@ static cudnnBackendDescriptor_t tensor_(graph *g, cudnnDataType_t type, shape4 s
                                         int by_value)
 {
     cudnnBackendDescriptor_t t = MAKE(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    if (t) g->uids[g->ntensors++] = uid;
     int64_t align = 16;
     bool v = is_virtual != 0, bv = by_value != 0;
     SET(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
@@ -175,10 +182,16 @@ static cudnnBackendDescriptor_t virt(graph *g, cudnnDataType_t type, shape4 s)
     return tensor_(g, type, s, UID_VIRTUAL + g->next_virtual++, 1, 0);
 }
 
+/* The graph's scalar of that uid (UID_SCALE .. UID_SHIFT), made at its
+ * first use: the scale multiplies both the scores and dS. */
 static cudnnBackendDescriptor_t scalar(graph *g, cudnnDataType_t type, int64_t uid)
 {
-    shape4 one = {{1, 1, 1, 1}, {1, 1, 1, 1}};
-    return tensor_(g, type, one, uid, 0, 1);
+    cudnnBackendDescriptor_t *slot = &g->scalars[uid - UID_SCALE];
+    if (!*slot) {
+        shape4 one = {{1, 1, 1, 1}, {1, 1, 1, 1}};
+        *slot = tensor_(g, type, one, uid, 0, 1);
+    }
+    return *slot;
 }
 
 /* ------------------------------------------------------------- operations -- */
@@ -412,6 +425,15 @@ int spb_cudnn_attention_describe(const spb_attn_desc *d, spb_cudnn_half type, in
         backward_graph(&g, d);
     else
         forward_graph(&g, d);
+    /* uids name tensors: an operation graph with two descriptors of one
+     * uid is refused when it is finalized, which needs a GPU; check here */
+    for (int i = 0; i < g.ntensors && !g.failed; i++)
+        for (int j = i + 1; j < g.ntensors; j++)
+            if (g.uids[i] == g.uids[j]) {
+                g.failed = 1;
+                snprintf(g.why, sizeof g.why, "two tensor descriptors with uid %lld", (long long)g.uids[i]);
+                break;
+            }
     int ops = g.failed ? -1 : g.nops;
     if (g.failed) snprintf(why, n, "%s", g.why);
     graph_free(&g);
@@ -419,10 +441,9 @@ int spb_cudnn_attention_describe(const spb_attn_desc *d, spb_cudnn_half type, in
 }
 
 /* ------------------------------------------------------- plans and calls -- */
-typedef struct plan_key {
-    int type, backward, batch, heads, head_dim, q_len, k_len, mask;
-    int32_t shift;
-    long strides[6];
+typedef struct plan_key { /* no padding: keys are compared with memcmp */
+    int64_t type, backward, batch, heads, head_dim, q_len, k_len, mask, shift;
+    int64_t strides[6];
 } plan_key;
 
 typedef struct plan {
@@ -442,13 +463,17 @@ static size_t workspace_cap, dsum_cap, dq_acc_cap;
 
 static plan_key key_of(const spb_attn_desc *d, spb_cudnn_half type, int backward)
 {
-    plan_key k;
-    memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
-    k.type = type, k.backward = backward, k.batch = d->batch, k.heads = d->heads, k.head_dim = d->head_dim;
-    k.q_len = d->q_len, k.k_len = d->k_len, k.mask = mask_needed(d), k.shift = k.mask ? mask_shift(d) : 0;
-    long s[6] = {d->q_token_stride, d->q_batch_stride, d->k_token_stride,
-                 d->k_batch_stride, d->o_token_stride, d->o_batch_stride};
-    memcpy(k.strides, s, sizeof s);
+    plan_key k = {.type = type,
+                  .backward = backward,
+                  .batch = d->batch,
+                  .heads = d->heads,
+                  .head_dim = d->head_dim,
+                  .q_len = d->q_len,
+                  .k_len = d->k_len,
+                  .mask = mask_needed(d),
+                  .shift = mask_needed(d) ? mask_shift(d) : 0,
+                  .strides = {d->q_token_stride, d->q_batch_stride, d->k_token_stride, d->k_batch_stride,
+                              d->o_token_stride, d->o_batch_stride}};
     return k;
 }
 
@@ -457,6 +482,8 @@ static int open_handle(char *why, size_t n)
     if (handle) return 0;
     size_t v = cudnnGetVersion();
     if (v < 90000) return snprintf(why, n, "cuDNN %zu is older than 9.0 (the graph needs 9)", v), -1;
+    if (v == 91000 || v == 91001) /* cuDNN's own frontend refuses these for 16-bit attention */
+        return snprintf(why, n, "cuDNN 9.10.0 and 9.10.1 have known bugs in fused 16-bit attention"), -1;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
         handle = NULL;
@@ -608,7 +635,10 @@ typedef struct scalars {
 /* Appends the scalars the graph of d uses (it must name exactly those). */
 static int add_scalars(const spb_attn_desc *d, scalars *sc, int backward, int64_t *uids, void **ptrs, int nvar)
 {
-    sc->scale = d->scale, sc->neg_inf = -INFINITY, sc->one = 1.0f, sc->shift = mask_shift(d);
+    /* before 9.10 the fused kernels want the lowest float, not -inf (as
+     * cuDNN's frontend passes them): exp(-inf - -inf) in a masked tile */
+    sc->scale = d->scale, sc->neg_inf = cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY, sc->one = 1.0f;
+    sc->shift = mask_shift(d);
     uids[nvar] = UID_SCALE, ptrs[nvar++] = &sc->scale;
     if (backward) uids[nvar] = UID_ONE, ptrs[nvar++] = &sc->one;
     if (mask_needed(d)) {
@@ -621,6 +651,7 @@ static int add_scalars(const spb_attn_desc *d, scalars *sc, int backward, int64_
 int spb_cudnn_attention_forward(const spb_attn_desc *d, spb_cudnn_half type, const spb_bf16 *q, const spb_bf16 *k,
                                 const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s, char *why, size_t n)
 {
+    if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0) return 0; /* no rows: nothing to write */
     if (!spb_cudnn_attention_supported(d, why, n)) return -1;
     plan *p = plan_for(d, type, 0, why, n);
     if (!p) return -1;
@@ -635,6 +666,7 @@ int spb_cudnn_attention_backward(const spb_attn_desc *d, spb_cudnn_half type, co
                                  const spb_bf16 *v, const spb_bf16 *o, const float *lse, const spb_bf16 *dout,
                                  spb_bf16 *dq, spb_bf16 *dk, spb_bf16 *dv, cudaStream_t s, char *why, size_t n)
 {
+    if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0) return 0; /* no pairs: nothing to add */
     if (!spb_cudnn_attention_supported(d, why, n)) return -1;
     plan *p = plan_for(d, type, 1, why, n);
     if (!p) return -1;

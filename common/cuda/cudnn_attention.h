@@ -25,6 +25,8 @@
  *
  * Plans (operation graph, heuristics' engine, execution plan) are cached per
  * shape, strides and mask; the workspace only grows.  Calls run on stream s.
+ * A forward with no query rows, or a backward with no rows or no keys,
+ * returns 0 at once and writes nothing (there is nothing to add).
  * Every function returns 0 on success and -1 with a reason in why (the
  * cuDNN call, its status and file:line) otherwise; only running out of device
  * memory aborts (spb_cuda_grow), as everywhere in the project. */

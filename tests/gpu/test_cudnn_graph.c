@@ -4,7 +4,9 @@
  * types, attribute kinds and the products' dimensions there: a product whose
  * inner dimensions disagree is refused), for the descriptors the strategies
  * produce (fused QKV strides, ring's blocks on and below the diagonal, a
- * shifted diagonal, full masks, head dims 64 and 128; bf16 and fp16); the graphs have the
+ * shifted diagonal, full masks, head dims 64 and 128; bf16 and fp16), no
+ * two of a graph's tensors share a uid (cuDNN refuses that only when a GPU
+ * finalizes the graph; the scale once had two); the graphs have the
  * operations the mask calls for; what the graph does not cover is refused
  * with its reason.  The operation graph, engine and plan need a GPU:
  * spbench-gpu-check runs them against the CPU reference. */
