@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../common/backend.h"
+#include "../common/bf16_direct.h"
 #include "../common/flops.h"
 #include "../common/memory_model.h"
 #include "../common/ops.h"
@@ -136,6 +137,18 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
                "waiting for other ranks)\n",
                s->plain_alltoall * 1e3, s->pack_unpack * 1e3, (s->plain_alltoall + s->pack_unpack) / s->plain_alltoall,
                s->exchange * 1e3);
+    if (strcmp(cfg->precision, "fp32")) {
+        /* Which path the 16-bit operations took (bf16_direct.h): under fast a
+         * call left on the frames is one the direct kernels could not take
+         * (a shape, an alignment, cuDNN declining), worth knowing on a GPU. */
+        spb_bf16_direct_counts n = spb_bf16_direct_get_counts();
+        printf("16-bit operations, rank 0, whole run (--bf16-kernels %s): direct: products %ld, attention %ld, "
+               "row-wise %ld, memory %ld, optimizer %ld | frames: products %ld, attention %ld, row-wise %ld, memory "
+               "%ld, optimizer %ld\n",
+               cfg->bf16_kernels, n.matmul_direct, n.attention_direct, n.rowwise_direct, n.memory_direct,
+               n.optimizer_direct, n.matmul_frames, n.attention_frames, n.rowwise_frames, n.memory_frames,
+               n.optimizer_frames);
+    }
     printf("peak memory/rank (MiB):");
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
         printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), s->peaks[c] / 1048576.0);
