@@ -527,6 +527,17 @@ static void fill_bf16(spb_bf16 *d, long n)
     spb_cuda_free(tmp);
 }
 
+/* n random fp16 values in [-0.5, 0.5), made on the host (a 1M pattern repeated). */
+static void fill_fp16(spb_bf16 *d, long n)
+{
+    std::vector<spb_bf16> h((size_t)(n < (1 << 20) ? n : (1 << 20)));
+    for (auto &x : h) x = spb_fp16_from_float(0.5f * frand());
+    for (long o = 0; o < n; o += (long)h.size()) {
+        long c = n - o < (long)h.size() ? n - o : (long)h.size();
+        SPB_CUDA_CHECK(cudaMemcpy(d + o, h.data(), 2 * c, cudaMemcpyHostToDevice));
+    }
+}
+
 static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int reps)
 {
     const long C = 4096, F = 16384, H = 32, Dh = 128;
@@ -631,6 +642,27 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                                                             sizeof why); }, reps);
             timing_row("attention", "cudnn bwd", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
         }
+    /* The same kernels on fp16 (the paper's runs' precision; --precision
+     * fp16's attention): the flash rows again, causal, from fp16 operands. */
+    fill_fp16(q, nq), fill_fp16(k, nq), fill_fp16(v, nq), fill_fp16(dout, nq);
+    SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq)); /* the cuDNN rows left bf16 bits there */
+    SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
+    SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    for (long N : tokens) {
+        spb_attn_desc d;
+        memset(&d, 0, sizeof d);
+        d.batch = 1, d.heads = (int)H, d.head_dim = (int)Dh, d.q_len = d.k_len = (int)N, d.causal = 1;
+        d.scale = 1.0f / sqrtf((float)Dh);
+        d.q_token_stride = d.k_token_stride = d.o_token_stride = H * Dh;
+        d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * H * Dh;
+        double pairs = spb_attn_visible_pairs(&d);
+        spb_cuda_attention_forward_half(&d, 1, q, k, v, o, lse, SPB_CUDA_FAST, 0);
+        double ms = time_ms([&] { spb_cuda_attention_forward_half(&d, 1, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
+        timing_row("attention", "flash fwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 4.0 * Dh * pairs);
+        ms = time_ms([&] { spb_cuda_attention_backward_half(&d, 1, q, k, v, o, lse, dout, dq, dk, dv, ws,
+                                                            SPB_CUDA_FAST, 0); }, reps);
+        timing_row("attention", "flash bwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 10.0 * Dh * pairs);
+    }
     spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
     spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
 }

@@ -162,6 +162,18 @@ def main():
                 except RuntimeError as e:  # a pinned backend that refuses the shape
                     print(f"attention  {label}: not run ({str(e).splitlines()[0][:120]})")
         del q, k, v
+    # fp16 (the paper's runs' precision), causal, as torch dispatches it,
+    # beside our flash kernel's fp16 instance
+    for n in tokens:
+        q, k, v = (torch.randn(1, H, n, D, device=dev, dtype=torch.float16, requires_grad=True) for _ in range(3))
+        pairs = H * n * (n + 1) / 2
+        ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), a.reps)
+        row("attention", "sdpa fwd fp16", "flash fwd (mma, fp16)", n, n, n, D, 1, ms, 4.0 * D * pairs)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        g = torch.randn_like(o)
+        ms = timed(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True), a.reps)
+        row("attention", "sdpa bwd fp16", "flash bwd (mma, fp16)", n, n, n, D, 1, ms, 10.0 * D * pairs)
+        del q, k, v, o, g
     if not a.no_layer:
         layer_rows(torch, F, dev, tokens, a, timed, row)
     os.makedirs(a.out, exist_ok=True)
