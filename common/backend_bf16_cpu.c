@@ -50,7 +50,8 @@ static void cpu_bf16_configure(const spb_config *cfg)
         .name = table_name, .host_memory = 0,                                                                          \
         .staging = {.to_host = spb_bf16_to_host,                                                                       \
                     .to_device = spb_bf16_to_device,                                                                   \
-                    .element_bytes = spb_bf16_element_bytes},                                                          \
+                    .element_bytes = spb_bf16_element_bytes,                                                          \
+                    .device_span = spb_bf16_device_span},                                                          \
         .mem_stats = spb_mem_get_stats, .mem_reset_peaks = spb_mem_reset_peaks, .configure = cpu_bf16_configure,       \
         SPB_BF16_TABLE_OPS,                                                                                            \
     }

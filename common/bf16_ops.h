@@ -39,6 +39,7 @@ void spb_bf16_ints_to_device(int *dst, const int *host, long n);
 void spb_bf16_to_host(void *host, const void *device, size_t bytes);
 void spb_bf16_to_device(void *device, const void *host, size_t bytes);
 double spb_bf16_element_bytes(const void *device);
+int spb_bf16_device_span(const void *p, long n, int written, void **storage, spb_comm_dtype *type);
 void spb_bf16_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                           float weight_decay, const spb_config *cfg, long step, double lr);
 void spb_bf16_bind_masters(float *p, const float *m, long n);

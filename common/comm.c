@@ -23,10 +23,36 @@ static double start_time(void)
 /* The device path: NULL when collectives go through MPI. */
 static const spb_comm_device_ops *device;
 
-/* Bytes per element of the buffer a collective sends (comm.h). */
+/* Bytes per element of the buffer a collective sends (comm.h): what a
+ * device-aware library moves, on either path. */
 static double element_bytes(const void *buf)
 {
-    return staging && staging->element_bytes && !device ? staging->element_bytes(buf) : 4.0;
+    return staging && staging->element_bytes ? staging->element_bytes(buf) : 4.0;
+}
+
+static long device_fallbacks;
+long spb_comm_device_fallbacks(void) { return device_fallbacks; }
+
+/* A collective's buffers as the device table takes them: as given (fp32
+ * device memory), or the storage the staging's device_span resolves; 0 when
+ * there is no table, or a buffer does not resolve or the types differ (the
+ * call then takes the staged MPI path).  send may be NULL (in place). */
+static int device_buffers(const void *send, long ns, void *recv, long nr, const void **s, void **r,
+                          spb_comm_dtype *t)
+{
+    if (!device) return 0;
+    *s = send, *r = recv, *t = SPB_COMM_F32;
+    if (!staging || !staging->device_span) return 1;
+    void *ss = NULL;
+    spb_comm_dtype ts = SPB_COMM_F32;
+    int ok = staging->device_span(recv, nr, 1, r, t);
+    if (ok && send) ok = staging->device_span(send, ns, 0, &ss, &ts) && ts == *t;
+    if (!ok) {
+        device_fallbacks++;
+        return 0;
+    }
+    *s = ss;
+    return 1;
 }
 
 /* Device calls whose seconds have not arrived yet, by ticket.  Tickets are
@@ -160,8 +186,11 @@ void spb_comm_set_device_ops(const spb_comm_device_ops *ops)
 
 void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase)
 {
-    if (device) {
-        device->allreduce_sum_f32(buf, n, comm, issue_ticket(SPB_OP_ALLREDUCE, phase, TIME_RECORD));
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_buffers(NULL, 0, buf, n, &ds, &dr, &dt)) {
+        device->allreduce_sum(dr, n, dt, comm, issue_ticket(SPB_OP_ALLREDUCE, phase, TIME_RECORD));
         account(SPB_OP_ALLREDUCE, phase, comm, element_bytes(buf) * (double)n);
         return;
     }
@@ -214,8 +243,12 @@ static void log_alltoall(long count, MPI_Comm comm)
 
 void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
-    if (device) {
-        device->alltoall_f32(send, recv, count, comm, issue_ticket(SPB_OP_ALLTOALL, phase, TIME_RECORD));
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    long whole = count * group_size(comm);
+    if (device_buffers(send, whole, recv, whole, &ds, &dr, &dt)) {
+        device->alltoall(ds, dr, count, dt, comm, issue_ticket(SPB_OP_ALLTOALL, phase, TIME_RECORD));
         account(SPB_OP_ALLTOALL, phase, comm, element_bytes(send) * (double)count * group_size(comm));
         log_alltoall(count, comm);
         return;
@@ -239,8 +272,8 @@ static double replay_on_device(long most)
     replay_seconds = 0.0;
     MPI_Barrier(MPI_COMM_WORLD);
     for (int i = 0; i < alltoall_logged; i++)
-        device->alltoall_f32(send, recv, alltoall_log[i].count, alltoall_log[i].comm,
-                             issue_ticket(SPB_OP_ALLTOALL, SPB_PHASE_OTHER, TIME_REPLAY));
+        device->alltoall(send, recv, alltoall_log[i].count, SPB_COMM_F32, alltoall_log[i].comm,
+                         issue_ticket(SPB_OP_ALLTOALL, SPB_PHASE_OTHER, TIME_REPLAY));
     spb_comm_flush();
     device->scratch_free(send);
     device->scratch_free(recv);
@@ -271,8 +304,11 @@ double spb_comm_replay_alltoalls(void)
 
 void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
-    if (device) {
-        device->allgather_f32(send, recv, count, comm, issue_ticket(SPB_OP_ALLGATHER, phase, TIME_RECORD));
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_buffers(send, count, recv, count * group_size(comm), &ds, &dr, &dt)) {
+        device->allgather(ds, dr, count, dt, comm, issue_ticket(SPB_OP_ALLGATHER, phase, TIME_RECORD));
         account(SPB_OP_ALLGATHER, phase, comm, element_bytes(send) * (double)count * group_size(comm));
         return;
     }
@@ -287,8 +323,11 @@ void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm
 
 void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
-    if (device) {
-        device->reduce_scatter_f32(send, recv, count, comm, issue_ticket(SPB_OP_REDUCE_SCATTER, phase, TIME_RECORD));
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_buffers(send, count * group_size(comm), recv, count, &ds, &dr, &dt)) {
+        device->reduce_scatter(ds, dr, count, dt, comm, issue_ticket(SPB_OP_REDUCE_SCATTER, phase, TIME_RECORD));
         account(SPB_OP_REDUCE_SCATTER, phase, comm, element_bytes(send) * (double)count * group_size(comm));
         return;
     }
@@ -311,8 +350,11 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
     r->host_send = r->host_recv = r->device_recv = NULL;
     r->transfer = NULL;
     r->blocked = 0.0;
-    if (device) { /* accounted at the wait, as below; its seconds arrive by ticket */
-        r->transfer = device->sendrecv_start(send, dest, recv, src, count, comm,
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_buffers(send, count, recv, count, &ds, &dr, &dt)) { /* accounted at the wait, as below */
+        r->transfer = device->sendrecv_start(ds, dest, dr, src, count, dt, comm,
                                              issue_ticket(SPB_OP_SENDRECV, phase, TIME_RECORD));
         SPB_CHECK(r->transfer);
         return;

@@ -91,6 +91,9 @@ double spb_comm_replay_alltoalls(void);
  * several ranks can share one GPU).  The copies count in the collective's
  * recorded time: that is what this path costs.  NULL (the default): the
  * buffers are host memory.  The f64 reductions always take host scalars. */
+/* The element type of a device collective's buffers (spb_comm_device_ops). */
+typedef enum spb_comm_dtype { SPB_COMM_F32 = 0, SPB_COMM_BF16, SPB_COMM_F16 } spb_comm_dtype;
+
 typedef struct spb_comm_staging {
     void (*to_host)(void *host, const void *device, size_t bytes);
     void (*to_device)(void *device, const void *host, size_t bytes);
@@ -104,13 +107,22 @@ typedef struct spb_comm_staging {
      * are what a device-aware library would move: the send buffer's
      * elements at their stored size (MPI itself moves the staged fp32). */
     double (*element_bytes)(const void *device);
+    /* Optional (NULL: the buffers are plain fp32 device memory, which a
+     * device-collective table takes as they are): the storage behind the n
+     * elements at p and their type, when they are one run of one type that
+     * a device collective may read or, with `written`, overwrite directly
+     * (nothing else, such as fp32 masters, kept in step with them); 0
+     * otherwise, and that call takes the staged MPI path instead. */
+    int (*device_span)(const void *p, long n, int written, void **storage, spb_comm_dtype *type);
 } spb_comm_staging;
 void spb_comm_set_staging(const spb_comm_staging *staging);
 
 /* Collectives on device buffers through a device's own library (NCCL):
  * with a table set, every float collective above (allreduce_sum_f32,
  * alltoall, allgather, reduce_scatter, sendrecv) goes through it instead
- * of MPI and instead of staging; the f64 reductions stay on MPI (host
+ * of MPI and instead of staging, except one whose buffers the staging's
+ * device_span does not resolve (then the staged MPI path runs it, counted
+ * by spb_comm_device_fallbacks); the f64 reductions stay on MPI (host
  * scalars).  Calls, payload and link bytes are recorded exactly as on the
  * MPI path.
  *
@@ -132,12 +144,15 @@ void spb_comm_set_staging(const spb_comm_staging *staging);
  * rest.  So no collective forces a device wait of its own. */
 typedef struct spb_comm_device_ops {
     const char *name;
-    void (*allreduce_sum_f32)(float *buf, long n, MPI_Comm comm, long ticket);
-    void (*alltoall_f32)(const float *send, float *recv, long count, MPI_Comm comm, long ticket);
-    void (*allgather_f32)(const float *send, float *recv, long count, MPI_Comm comm, long ticket);
-    void (*reduce_scatter_f32)(const float *send, float *recv, long count, MPI_Comm comm, long ticket);
-    void *(*sendrecv_start)(const float *send, int dest, float *recv, int src, long count, MPI_Comm comm,
-                            long ticket);
+    /* Buffers are storage of type t (counts in its elements; reductions
+     * sum in that type): fp32 device buffers as given, or what the
+     * staging's device_span resolved (16-bit tables). */
+    void (*allreduce_sum)(void *buf, long n, spb_comm_dtype t, MPI_Comm comm, long ticket);
+    void (*alltoall)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
+    void (*allgather)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
+    void (*reduce_scatter)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
+    void *(*sendrecv_start)(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t,
+                            MPI_Comm comm, long ticket);
     void (*sendrecv_wait)(void *transfer);
     void (*flush_times)(void);
     /* Optional: drops what the table keeps for comm (spb_comm_forget). */
@@ -150,6 +165,9 @@ typedef struct spb_comm_device_ops {
 /* NULL (the default): MPI, staged or not.  Replacing a table first folds
  * the old one's pending times. */
 void spb_comm_set_device_ops(const spb_comm_device_ops *ops);
+/* Collectives that a device table was set for but took the staged MPI path
+ * (a buffer the staging's device_span did not resolve), since the start. */
+long spb_comm_device_fallbacks(void);
 /* Before freeing a communicator that collectives have used: the device
  * table releases what it holds for it (NCCL: its communicator, destroyed
  * with its peers), so that a later communicator reusing the handle starts

@@ -311,11 +311,6 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
             return fail(err, errlen, "--bf16-direct %s: needs --bf16-kernels fast", c->bf16_direct);
         if (spb_bf16_direct_parse_kinds(c->bf16_direct, err, errlen) < 0) return -1;
     }
-    /* The 16-bit tables' buffers are handles that only their own operations
-     * and staging resolve; NCCL would be given the handles. */
-    if (half && !strcmp(c->comm, "nccl"))
-        return fail(err, errlen, "--comm nccl with --precision %s: not implemented (the 16-bit tables stage "
-                                 "collectives through host fp32: --comm mpi)", c->precision);
     /* Loss scaling: fp16's range (largest 65504, gradients below 2^-24
      * lost) needs it; bf16 has fp32's range. */
     if (c->loss_scale < 0) return fail(err, errlen, "--loss-scale must be >= 0 (0 = dynamic)");

@@ -32,7 +32,6 @@ cases=(
   "--device tpu"
   "--comm tcp"
   "--comm nccl"  # NCCL moves device buffers: needs --device cuda
-  "--device cuda --comm nccl --precision bf16"  # bf16 stages through MPI only: refused with or without a GPU
   "--attention magic"
   "--attention cudnn"                          # cuDNN runs on the GPU: needs --device cuda
   "--device cuda --attention cudnn"            # ... and 16-bit operands (bf16, fp16)

@@ -15,11 +15,14 @@
  * sendrecv. */
 #include <check.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "bf16.h"
+#include "fp16.h"
 #include "checks.h"
 #include "comm.h"
 #include "timer.h"
@@ -86,27 +89,69 @@ static void fake_flush_times(void)
     nheld = 0;
 }
 
-static void fake_allreduce(float *buf, long n, MPI_Comm comm, long ticket)
+/* The fake on host storage of any element type: fp32 as it is; 16-bit
+ * elements moved as 2-byte words, and summed as the staged path sums them
+ * (widened, added in fp32 by MPI, rounded once), so a 16-bit run through
+ * the fake equals the staged one bit for bit. */
+static long typed_calls[3]; /* by spb_comm_dtype */
+static MPI_Datatype mpi_type(spb_comm_dtype t) { return t == SPB_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+static float *widened_copy(const void *p, long n, spb_comm_dtype t)
 {
-    SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, comm));
+    float *w = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)));
+    for (long i = 0; i < n; i++) {
+        uint16_t x = ((const uint16_t *)p)[i];
+        w[i] = t == SPB_COMM_F16 ? spb_fp16_to_float(x) : spb_bf16_to_float(x);
+    }
+    return w;
+}
+static void narrow_into(void *p, const float *w, long n, spb_comm_dtype t)
+{
+    for (long i = 0; i < n; i++)
+        ((uint16_t *)p)[i] = t == SPB_COMM_F16 ? spb_fp16_from_float(w[i]) : spb_bf16_from_float(w[i]);
+}
+
+static void fake_allreduce(void *buf, long n, spb_comm_dtype t, MPI_Comm comm, long ticket)
+{
+    typed_calls[t]++;
+    if (t == SPB_COMM_F32) {
+        SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, comm));
+    } else {
+        float *w = widened_copy(buf, n, t);
+        SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, w, (int)n, MPI_FLOAT, MPI_SUM, comm));
+        narrow_into(buf, w, n, t);
+        free(w);
+    }
     issued(SPB_OP_ALLREDUCE, ticket);
 }
 
-static void fake_alltoall(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+static void fake_alltoall(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
-    SPB_MPI_CHECK(MPI_Alltoall(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, comm));
+    typed_calls[t]++;
+    SPB_MPI_CHECK(MPI_Alltoall(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), comm));
     issued(SPB_OP_ALLTOALL, ticket);
 }
 
-static void fake_allgather(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+static void fake_allgather(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
-    SPB_MPI_CHECK(MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, comm));
+    typed_calls[t]++;
+    SPB_MPI_CHECK(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), comm));
     issued(SPB_OP_ALLGATHER, ticket);
 }
 
-static void fake_reduce_scatter(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+static void fake_reduce_scatter(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm,
+                                long ticket)
 {
-    SPB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, comm));
+    typed_calls[t]++;
+    if (t == SPB_COMM_F32) {
+        SPB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, comm));
+    } else {
+        int n = 1;
+        MPI_Comm_size(comm, &n);
+        float *w = widened_copy(send, count * n, t), *r = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)count));
+        SPB_MPI_CHECK(MPI_Reduce_scatter_block(w, r, (int)count, MPI_FLOAT, MPI_SUM, comm));
+        narrow_into(recv, r, count, t);
+        free(w), free(r);
+    }
     issued(SPB_OP_REDUCE_SCATTER, ticket);
 }
 
@@ -124,12 +169,13 @@ typedef struct fake_transfer {
     int waited;
 } fake_transfer;
 
-static void *fake_sendrecv_start(const float *send, int dest, float *recv, int src, long count, MPI_Comm comm,
-                                 long ticket)
+static void *fake_sendrecv_start(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype type,
+                                 MPI_Comm comm, long ticket)
 {
+    typed_calls[type]++;
     fake_transfer *t = SPB_CHECK_PTR(calloc(1, sizeof *t));
-    SPB_MPI_CHECK(MPI_Irecv(recv, (int)count, MPI_FLOAT, src, 0, comm, &t->req[0]));
-    SPB_MPI_CHECK(MPI_Isend(send, (int)count, MPI_FLOAT, dest, 0, comm, &t->req[1]));
+    SPB_MPI_CHECK(MPI_Irecv(recv, (int)count, mpi_type(type), src, 0, comm, &t->req[0]));
+    SPB_MPI_CHECK(MPI_Isend(send, (int)count, mpi_type(type), dest, 0, comm, &t->req[1]));
     t->compute_at_start = compute_calls;
     xfers.started++;
     issued(SPB_OP_SENDRECV, ticket);
@@ -159,10 +205,10 @@ static void fake_scratch_free(float *p) { free(p); }
 
 static const spb_comm_device_ops fake_ops = {
     .name = "fake-deferred",
-    .allreduce_sum_f32 = fake_allreduce,
-    .alltoall_f32 = fake_alltoall,
-    .allgather_f32 = fake_allgather,
-    .reduce_scatter_f32 = fake_reduce_scatter,
+    .allreduce_sum = fake_allreduce,
+    .alltoall = fake_alltoall,
+    .allgather = fake_allgather,
+    .reduce_scatter = fake_reduce_scatter,
     .sendrecv_start = fake_sendrecv_start,
     .sendrecv_wait = fake_sendrecv_wait,
     .flush_times = fake_flush_times,
@@ -264,6 +310,34 @@ static void train(spb_trainer *t, double *losses)
     for (int i = 0; i < STEPS; i++) losses[i] = spb_trainer_step(t);
 }
 
+/* The same configuration trained twice, STEPS steps each: a on the plain
+ * path (MPI, staged where the table's memory is not the host's), b through
+ * the fake device table (its trainer made with `table` registered, when
+ * given); each run's losses and records. */
+typedef struct twin_runs {
+    spb_trainer *a, *b;
+    double plain_loss[STEPS], device_loss[STEPS];
+    comm_snapshot plain, dev;
+} twin_runs;
+
+static void train_twice(spb_config *c, spb_grid *grid, const spb_backend *table, twin_runs *r)
+{
+    spb_comm_reset();
+    r->a = make(c, MPI_COMM_WORLD, grid);
+    train(r->a, r->plain_loss);
+    r->plain = snapshot();
+    spb_comm_reset();
+    spb_timer_reset_all();
+    fake_reset();
+    spb_comm_set_device_ops(&fake_ops);
+    if (table) spb_backend_register_for_tests(table);
+    r->b = spb_trainer_create(c, grid);
+    spb_backend_register_for_tests(NULL);
+    train(r->b, r->device_loss);
+    spb_comm_flush();
+    r->dev = snapshot();
+}
+
 START_TEST(device_path_trains_like_mpi)
 {
     int world;
@@ -280,7 +354,10 @@ START_TEST(device_path_trains_like_mpi)
         {"ring", "alltoall", "zigzag", 2, 1, 2, 0},         {"ring", "alltoall", "zigzag", 1, 2, 4, 1},
         {"ring", "alltoall", "zigzag", 1, 3, 4, 0},
     };
-    spb_backend counted = spb_backend_cpu;
+    /* static: strategies keep buffers by the table that made them (and free
+     * them through it) beyond this test */
+    static spb_backend counted;
+    counted = spb_backend_cpu;
     counted.name = "counted-cpu";
     counted.attention = counted_attention;
     counted.attn_merge = counted_merge;
@@ -290,23 +367,11 @@ START_TEST(device_path_trains_like_mpi)
         spb_config c;
         small_case_config(&c, kc);
         spb_grid grid;
-        double plain_loss[STEPS], device_loss[STEPS];
-
-        spb_comm_reset();
-        spb_trainer *a = make(&c, MPI_COMM_WORLD, &grid);
-        train(a, plain_loss);
-        comm_snapshot plain = snapshot();
-
-        spb_comm_reset();
-        spb_timer_reset_all();
-        fake_reset();
-        spb_comm_set_device_ops(&fake_ops);
-        spb_backend_register_for_tests(&counted);
-        spb_trainer *b = spb_trainer_create(&c, &grid);
-        spb_backend_register_for_tests(NULL);
-        train(b, device_loss);
-        spb_comm_flush();
-        comm_snapshot dev = snapshot();
+        twin_runs r;
+        train_twice(&c, &grid, &counted, &r);
+        spb_trainer *a = r.a, *b = r.b;
+        double *plain_loss = r.plain_loss, *device_loss = r.device_loss;
+        comm_snapshot plain = r.plain, dev = r.dev;
         double comm_timer = spb_timer_get(SPB_T_COMM);
 
         say("%-8s %-9s %-10s micro %d ZeRO-%d P %d%s: %ld device calls (%ld sendrecv, %ld overlapping compute), "
@@ -314,10 +379,10 @@ START_TEST(device_path_trains_like_mpi)
             kc->strategy, kc->comm, kc->layout, kc->micro, kc->zero, kc->sp, kc->checkpoint ? " ckpt" : "",
             fake.issued[0] + fake.issued[1] + fake.issued[2] + fake.issued[3] + fake.issued[4], xfers.started,
             xfers.overlapped, all_seconds(&dev),
-            memcmp(plain_loss, device_loss, sizeof plain_loss) ? "DIFFER" : "bit-identical");
+            memcmp(plain_loss, device_loss, sizeof r.plain_loss) ? "DIFFER" : "bit-identical");
         /* (a) the same training, bit for bit (the parameters: below, as
          * reading them issues collectives of its own under ZeRO-3) */
-        ck_assert_int_eq(memcmp(plain_loss, device_loss, sizeof plain_loss), 0);
+        ck_assert_int_eq(memcmp(plain_loss, device_loss, sizeof r.plain_loss), 0);
         /* (b) the same accounting: every float collective went through the table */
         assert_same_volumes(&plain, &dev);
         for (int o = SPB_OP_ALLGATHER; o < SPB_NUM_OPS; o++) {
@@ -400,6 +465,118 @@ static int run_sequence(float *out, spb_comm_op *ops, spb_comm_phase *phases)
     free(recv);
     return n;
 }
+
+/* --precision bf16/fp16 with a device table (--comm nccl's path): the 16-bit
+ * tables' staging resolves each buffer to its storage (comm.h's
+ * device_span), so the table moves the stored 16-bit elements; a buffer it
+ * may not write directly (fp32 masters bound there) takes the staged path.
+ * The fake sums 16-bit elements as the staged path does, so the run must
+ * equal the staged one bit for bit, with the same accounting (2-byte
+ * elements on both paths), and 16-bit calls must have reached the table. */
+static void half_precision_device_runs(const char *precision)
+{
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ck_assert_msg(world == 4, "run with 4 ranks");
+    static const small_case cases[] = {
+        {"none", "alltoall", "contiguous", 1, 1, 1, 0},    {"none", "alltoall", "contiguous", 1, 3, 1, 0},
+        {"ulysses", "alltoall", "contiguous", 2, 2, 2, 0}, {"ulysses", "alltoall", "contiguous", 1, 0, 4, 1},
+        {"megatron", "alltoall", "contiguous", 1, 3, 2, 0}, {"ring", "alltoall", "zigzag", 1, 1, 4, 0},
+        {"ring", "alltoall", "contiguous", 1, 3, 2, 1},
+    };
+    const spb_comm_dtype half = strcmp(precision, "fp16") ? SPB_COMM_BF16 : SPB_COMM_F16;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const small_case *kc = &cases[k];
+        spb_config c;
+        small_case_config(&c, kc);
+        snprintf(c.precision, sizeof c.precision, "%s", precision);
+        spb_grid grid;
+        twin_runs r;
+        memset(typed_calls, 0, sizeof typed_calls);
+        long fallbacks0 = spb_comm_device_fallbacks();
+        train_twice(&c, &grid, NULL, &r);
+        spb_trainer *a = r.a, *b = r.b;
+        double *plain_loss = r.plain_loss, *device_loss = r.device_loss;
+        comm_snapshot plain = r.plain, dev = r.dev;
+        long fallbacks = spb_comm_device_fallbacks() - fallbacks0;
+
+        say("%s %-8s micro %d ZeRO-%d P %d%s: device calls %ld in 16 bits, %ld in fp32; %ld staged (masters on "
+            "the output); losses %s\n",
+            precision, kc->strategy, kc->micro, kc->zero, kc->sp, kc->checkpoint ? " ckpt" : "", typed_calls[half],
+            typed_calls[SPB_COMM_F32], fallbacks, memcmp(plain_loss, device_loss, sizeof r.plain_loss) ? "DIFFER" : "bit-identical");
+        ck_assert_int_eq(memcmp(plain_loss, device_loss, sizeof r.plain_loss), 0);
+        assert_same_volumes(&plain, &dev);
+        if (kc->sp > 1 || kc->zero > 0) ck_assert_msg(typed_calls[half] > 0, "no 16-bit collective reached the table");
+        ck_assert_int_eq(typed_calls[half == SPB_COMM_BF16 ? SPB_COMM_F16 : SPB_COMM_BF16], 0);
+        ck_assert_int_eq(xfers.started, xfers.waited);
+        ck_assert(same_local_params(a, b));
+        spb_comm_set_device_ops(NULL);
+        spb_trainer_destroy(a);
+        spb_trainer_destroy(b);
+        spb_grid_destroy(&grid);
+    }
+    spb_comm_reset();
+}
+
+/* The span rule on its own (no run of the core writes a span with masters
+ * through a collective today): a span with fp32 masters bound takes the
+ * staged path when a collective writes it, counted as a fallback, and keeps
+ * its masters in step; reading it, and plain spans, go to the table.  Spans
+ * across two buffers, or of no buffer, are not resolved. */
+START_TEST(bf16_written_spans_with_masters_are_staged)
+{
+    const spb_backend *be = &spb_backend_cpu_bf16;
+    spb_config c;
+    spb_config_defaults(&c);
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    c.zero_stage = 0; /* whole-buffer updates: parameters carry their masters */
+    be->configure(&c);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const long n = 40;
+    float *p = spb_backend_alloc(be, SPB_MEM_PARAMS, n, SPB_BUF_PLAIN);
+    float *g = spb_backend_alloc(be, SPB_MEM_GRADS, n, SPB_BUF_PLAIN);
+    be->fill(p, n, (float)(rank + 1) + 1.0f / 1024); /* the masters hold what bf16 cannot */
+    be->fill(g, n, (float)(rank + 1));
+    void *storage;
+    spb_comm_dtype t;
+    ck_assert_int_eq(be->staging.device_span(p, n, 0, &storage, &t), 1);
+    ck_assert_int_eq(t, SPB_COMM_BF16);
+    ck_assert_int_eq(be->staging.device_span(p, n, 1, &storage, &t), 0);
+    ck_assert_int_eq(be->staging.device_span(g, n, 1, &storage, &t), 1);
+    ck_assert_int_eq(be->staging.device_span(g + n - 4, 8, 0, &storage, &t), 0); /* past its buffer */
+    float plain = 0;
+    ck_assert_int_eq(be->staging.device_span(&plain, 1, 0, &storage, &t), 0); /* not a handle */
+
+    spb_comm_set_staging(&be->staging);
+    spb_comm_set_device_ops(&fake_ops);
+    memset(typed_calls, 0, sizeof typed_calls);
+    long fallbacks0 = spb_comm_device_fallbacks();
+    spb_allreduce_sum_f32(g, n, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    spb_allreduce_sum_f32(p, n, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    spb_comm_flush();
+    spb_comm_set_device_ops(NULL);
+    ck_assert_int_eq(typed_calls[SPB_COMM_BF16], 1);
+    ck_assert_int_eq(spb_comm_device_fallbacks() - fallbacks0, 1);
+    float gh[40], ph[40];
+    be->staging.to_host(gh, g, sizeof gh);
+    be->staging.to_host(ph, p, sizeof ph); /* through the masters */
+    for (long i = 0; i < n; i++) {
+        ck_assert_float_eq(gh[i], 10.0f);
+        ck_assert_float_eq(ph[i], 10.0f + 4.0f / 1024);
+    }
+    spb_comm_set_staging(NULL);
+    be->free(p);
+    be->free(g);
+    spb_comm_reset();
+}
+END_TEST
+
+START_TEST(bf16_device_path_trains_like_staged) { half_precision_device_runs("bf16"); }
+END_TEST
+
+START_TEST(fp16_device_path_trains_like_staged) { half_precision_device_runs("fp16"); }
+END_TEST
 
 START_TEST(deferred_times_fold_exactly_once)
 {
@@ -558,6 +735,12 @@ int main(int argc, char **argv)
     tcase_add_test(tc, deferred_times_fold_exactly_once);
     tcase_add_test(tc, staged_collectives_synchronize_first);
     tcase_add_test(tc, device_path_trains_like_mpi);
+    tcase_add_test(tc, bf16_device_path_trains_like_staged);
+    tcase_add_test(tc, bf16_written_spans_with_masters_are_staged);
     suite_add_tcase(s, tc);
+    /* one 16-bit format per process: fp16 in a case (and ctest entry) of its own */
+    TCase *fp16 = tcase_create("fp16");
+    tcase_add_test(fp16, fp16_device_path_trains_like_staged);
+    suite_add_tcase(s, fp16);
     return spb_run_suite_and_finalize(s);
 }

@@ -428,7 +428,6 @@ START_TEST(option_errors)
         {"fp16", "window", "--loss-scale-window must be >= 1"},
         {"fp16", "min", "min <= initial"},
         {"fp32", "kernels", "--bf16-kernels fast: applies to --precision bf16 and fp16 only"},
-        {"fp16", "nccl", "not implemented"}, /* whichever check comes first, in any build */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spb_config_defaults(&c);

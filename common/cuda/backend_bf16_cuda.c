@@ -61,7 +61,8 @@ static const spb_timer_clock cb_clock = {cb_clock_mark, cb_clock_elapsed, cb_clo
         .staging = {.to_host = spb_bf16_to_host,                                                                       \
                     .to_device = spb_bf16_to_device,                                                                   \
                     .synchronize = cb_staging_synchronize,                                                             \
-                    .element_bytes = spb_bf16_element_bytes},                                                          \
+                    .element_bytes = spb_bf16_element_bytes,                                                          \
+                    .device_span = spb_bf16_device_span},                                                          \
         .open = cb_open, .synchronize = cb_synchronize, .mem_stats = cb_mem_stats,                                     \
         .mem_reset_peaks = cb_mem_reset_peaks, .device_used_bytes = cb_device_used_bytes, .clock = &cb_clock,          \
         .configure = cb_configure, SPB_BF16_TABLE_OPS,                                                                 \

@@ -30,8 +30,11 @@ struct spb_nccl_comm {
     void *sink_ctx;
 };
 
-static ncclDataType_t nccl_type(spb_nccl_dtype t) { return t == SPB_NCCL_BF16 ? ncclBfloat16 : ncclFloat32; }
-static size_t type_bytes(spb_nccl_dtype t) { return t == SPB_NCCL_BF16 ? 2 : 4; }
+static ncclDataType_t nccl_type(spb_nccl_dtype t)
+{
+    return t == SPB_NCCL_BF16 ? ncclBfloat16 : t == SPB_NCCL_F16 ? ncclFloat16 : ncclFloat32;
+}
+static size_t type_bytes(spb_nccl_dtype t) { return t == SPB_NCCL_F32 ? 4 : 2; }
 
 extern "C" spb_nccl_comm *spb_nccl_create(MPI_Comm group)
 {

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-typedef enum spb_nccl_dtype { SPB_NCCL_F32 = 0, SPB_NCCL_BF16 = 1 } spb_nccl_dtype;
+typedef enum spb_nccl_dtype { SPB_NCCL_F32 = 0, SPB_NCCL_BF16 = 1, SPB_NCCL_F16 = 2 } spb_nccl_dtype;
 
 typedef enum spb_nccl_op {
     SPB_NCCL_ALLTOALL = 0,

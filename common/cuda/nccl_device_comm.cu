@@ -90,40 +90,45 @@ size_t elems(long n)
     return (size_t)n;
 }
 
-void allreduce_sum(float *buf, long n, MPI_Comm comm, long ticket)
+/* comm.h's element types are NCCL's, in the same order. */
+spb_nccl_dtype nccl_dtype(spb_comm_dtype t)
+{
+    return t == SPB_COMM_BF16 ? SPB_NCCL_BF16 : t == SPB_COMM_F16 ? SPB_NCCL_F16 : SPB_NCCL_F32;
+}
+
+void allreduce_sum(void *buf, long n, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
-    spb_nccl_allreduce(c, buf, elems(n), SPB_NCCL_F32, kCompute, ticket);
+    spb_nccl_allreduce(c, buf, elems(n), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
 
-void alltoall(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+void alltoall(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
-    spb_nccl_alltoall(c, send, recv, elems(count), SPB_NCCL_F32, kCompute, ticket);
+    spb_nccl_alltoall(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
 
-void allgather(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+void allgather(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
-    spb_nccl_allgather(c, send, recv, elems(count), SPB_NCCL_F32, kCompute, ticket);
+    spb_nccl_allgather(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
 
-void reduce_scatter(const float *send, float *recv, long count, MPI_Comm comm, long ticket)
+void reduce_scatter(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
-    spb_nccl_reduce_scatter(c, send, recv, elems(count), SPB_NCCL_F32, kCompute, ticket);
+    spb_nccl_reduce_scatter(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
 
-/* The handle is the transfer's completion event on the comm stream: the
- * wait joins that transfer only, not later ones on the same stream. */
-void *sendrecv_start(const float *send, int dest, float *recv, int src, long count, MPI_Comm comm, long ticket)
+void *sendrecv_start(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t, MPI_Comm comm,
+                     long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
-    spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), SPB_NCCL_F32, kCompute, ticket);
+    spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), nccl_dtype(t), kCompute, ticket);
     cudaEvent_t done;
     if (!spare_transfers.empty()) {
         done = spare_transfers.back();
@@ -163,10 +168,10 @@ spb_comm_device_ops make_ops(void)
 {
     spb_comm_device_ops t = {};
     t.name = "nccl";
-    t.allreduce_sum_f32 = allreduce_sum;
-    t.alltoall_f32 = alltoall;
-    t.allgather_f32 = allgather;
-    t.reduce_scatter_f32 = reduce_scatter;
+    t.allreduce_sum = allreduce_sum;
+    t.alltoall = alltoall;
+    t.allgather = allgather;
+    t.reduce_scatter = reduce_scatter;
     t.sendrecv_start = sendrecv_start;
     t.sendrecv_wait = sendrecv_wait;
     t.flush_times = flush_times;
