@@ -91,20 +91,11 @@ static int bf16_operand(const float *p, long len, operand *o)
     return operand_of(p, len, o) && o->type == SPB_DTYPE_HALF;
 }
 
-static void count_range(void *ctx, long at, long len, float *masters)
-{
-    (void)at, (void)len, (void)masters;
-    ++*(int *)ctx;
-}
-
 /* An output: no fp32 masters bound to it (their rule is spb_bf16_write's,
  * which only the frames keep). */
 static int output_operand(float *p, long len, operand *o)
 {
-    if (!operand_of(p, len, o)) return 0;
-    int bound = 0;
-    spb_handle_each_master(o->h, o->index, o->len, count_range, &bound);
-    return !bound;
+    return operand_of(p, len, o) && !spb_handle_has_masters(o->h, o->index, o->len);
 }
 
 static int overlap(const operand *a, const operand *b)
@@ -394,11 +385,10 @@ static int attention_inputs(const spb_attn_desc *d, const float *q, const float 
     return bf16_operand(q, qx, oq) && bf16_operand(k, kx, ok) && bf16_operand(v, kx, ov);
 }
 
-/* The direct attention calls for either kernel: the flash kernel
- * (cudnn = 0) or cuDNN's entries (cudnn = 1, which may decline a call). */
-static int attention_forward(int cudnn, const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                             float *o, float *lse)
+int spb_bf16_direct_attention_forward(spb_direct_attention kernel, const spb_attn_desc *d, const float *q,
+                                      const float *k, const float *v, float *o, float *lse)
 {
+    const int cudnn = kernel == SPB_DIRECT_CUDNN;
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     long lx = (long)d->batch * d->heads * d->q_len;
     int ok = DIRECT(SPB_DIRECT_ATTENTION) &&
@@ -422,9 +412,11 @@ static int attention_forward(int cudnn, const spb_attn_desc *d, const float *q, 
     return 1;
 }
 
-static int attention_backward(int cudnn, const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                              const float *o, const float *lse, const float *dout, float *dq, float *dk, float *dv)
+int spb_bf16_direct_attention_backward(spb_direct_attention kernel, const spb_attn_desc *d, const float *q,
+                                       const float *k, const float *v, const float *o, const float *lse,
+                                       const float *dout, float *dq, float *dk, float *dv)
 {
+    const int cudnn = kernel == SPB_DIRECT_CUDNN;
     operand oq, ok_, ov, oo, ol, og;
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
     long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
@@ -457,30 +449,4 @@ static int attention_backward(int cudnn, const spb_attn_desc *d, const float *q,
     }
     counts.attention_direct++;
     return 1;
-}
-
-int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                      float *o, float *lse)
-{
-    return attention_forward(0, d, q, k, v, o, lse);
-}
-
-int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                                       float *dv)
-{
-    return attention_backward(0, d, q, k, v, o, lse, dout, dq, dk, dv);
-}
-
-int spb_bf16_direct_cudnn_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                            float *o, float *lse)
-{
-    return attention_forward(1, d, q, k, v, o, lse);
-}
-
-int spb_bf16_direct_cudnn_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                             const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                                             float *dv)
-{
-    return attention_backward(1, d, q, k, v, o, lse, dout, dq, dk, dv);
 }

@@ -156,18 +156,14 @@ int spb_bf16_direct_sum_squares(const float *x, long n, double *sum);
 /* *loss: the forward's return value, when it ran direct. */
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss);
 int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale);
-int spb_bf16_direct_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                      float *o, float *lse);
-int spb_bf16_direct_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                                       float *dv);
-/* The same for --attention cudnn: direct where the instance has cuDNN's
- * entries and they take the call. */
-int spb_bf16_direct_cudnn_attention_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                            float *o, float *lse);
-int spb_bf16_direct_cudnn_attention_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,
-                                             const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                                             float *dv);
+/* Attention on the direct kernels: the flash kernel, or cuDNN's entries
+ * (--attention cudnn), which may decline a call. */
+typedef enum spb_direct_attention { SPB_DIRECT_FLASH = 0, SPB_DIRECT_CUDNN } spb_direct_attention;
+int spb_bf16_direct_attention_forward(spb_direct_attention kernel, const spb_attn_desc *d, const float *q,
+                                      const float *k, const float *v, float *o, float *lse);
+int spb_bf16_direct_attention_backward(spb_direct_attention kernel, const spb_attn_desc *d, const float *q,
+                                       const float *k, const float *v, const float *o, const float *lse,
+                                       const float *dout, float *dq, float *dk, float *dv);
 
 /* Calls per path since the last reset (the process's). */
 typedef struct spb_bf16_direct_counts {

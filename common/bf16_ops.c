@@ -312,32 +312,32 @@ static void attention_backward(const spb_attn_backend *kernel, const spb_attn_de
 
 /* One wrapper per kernel name (a C function pointer carries no state); each
  * calls the inner table's kernel of that name.  Flash and cuDNN try their
- * direct kernels first (bf16_direct.h); naive, the reference, never does. */
-#define SPB_BF16_ATTENTION(label, direct_forward, direct_backward)                                               \
+ * direct kernels first (bf16_direct.h); naive, the reference, never does
+ * (direct < 0). */
+#define SPB_BF16_ATTENTION(label, direct)                                                                        \
     static void label##_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, \
                                 float *lse)                                                                      \
     {                                                                                                            \
-        int (*direct)(const spb_attn_desc *, const float *, const float *, const float *, float *, float *) =    \
-            direct_forward;                                                                                      \
-        if (direct && direct(d, q, k, v, o, lse)) return;                                                        \
+        if ((direct) >= 0 && spb_bf16_direct_attention_forward((spb_direct_attention)(direct), d, q, k, v, o, lse)) \
+            return;                                                                                              \
         attention_forward(inner_kernel(#label), d, q, k, v, o, lse);                                             \
     }                                                                                                            \
     static void label##_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v,         \
                                  const float *o, const float *lse, const float *dout, float *dq, float *dk,      \
                                  float *dv)                                                                      \
     {                                                                                                            \
-        int (*direct)(const spb_attn_desc *, const float *, const float *, const float *, const float *,         \
-                      const float *, const float *, float *, float *, float *) = direct_backward;                \
-        if (direct && direct(d, q, k, v, o, lse, dout, dq, dk, dv)) return;                                      \
+        if ((direct) >= 0 && spb_bf16_direct_attention_backward((spb_direct_attention)(direct), d, q, k, v, o, lse, \
+                                                                dout, dq, dk, dv))                               \
+            return;                                                                                              \
         attention_backward(inner_kernel(#label), d, q, k, v, o, lse, dout, dq, dk, dv);                          \
     }                                                                                                            \
     static const spb_attn_backend label = {#label, label##_forward, label##_backward};
 
-SPB_BF16_ATTENTION(naive, NULL, NULL)
-SPB_BF16_ATTENTION(flash, spb_bf16_direct_attention_forward, spb_bf16_direct_attention_backward)
+SPB_BF16_ATTENTION(naive, -1)
+SPB_BF16_ATTENTION(flash, SPB_DIRECT_FLASH)
 /* direct on cuDNN's entries where the instance has them; else the device
  * table narrows the frames' copies for cuDNN */
-SPB_BF16_ATTENTION(cudnn, spb_bf16_direct_cudnn_attention_forward, spb_bf16_direct_cudnn_attention_backward)
+SPB_BF16_ATTENTION(cudnn, SPB_DIRECT_CUDNN)
 #undef SPB_BF16_ATTENTION
 
 const spb_attn_backend *spb_bf16_attention(const char *name)

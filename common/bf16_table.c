@@ -131,12 +131,6 @@ void spb_bf16_to_device(void *device, const void *host, size_t bytes)
         spb_bf16_write_masters(h, i, n, host);
 }
 
-static void count_masters(void *ctx, long at, long len, float *masters)
-{
-    (void)at, (void)len, (void)masters;
-    ++*(int *)ctx;
-}
-
 /* comm.h's device_span: one handle, one storage type over the span, and,
  * when a collective writes it, no fp32 masters bound there (a write must
  * move them: only staging's spb_bf16_write does).  A read of a span with
@@ -149,11 +143,7 @@ int spb_bf16_device_span(const void *p, long n, int written, void **storage, spb
     if (!h || h->ints || i + n > h->n) return 0;
     spb_dtype t = spb_handle_dtype(h, i);
     if (spb_handle_dtype(h, i + n - 1) != t) return 0;
-    if (written) {
-        int bound = 0;
-        spb_handle_each_master(h, i, n, count_masters, &bound);
-        if (bound) return 0;
-    }
+    if (written && spb_handle_has_masters(h, i, n)) return 0;
     *storage = spb_handle_resolve(p, NULL);
     *type = t == SPB_DTYPE_F32 ? SPB_COMM_F32
                                : spb_handles_half_format() == SPB_HALF_FP16 ? SPB_COMM_F16 : SPB_COMM_BF16;

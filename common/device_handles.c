@@ -301,3 +301,12 @@ void spb_handle_each_master(const spb_handle *h, long first, long n,
         if (a < b) fn(ctx, a, b - a, values_of(r, a));
     }
 }
+
+int spb_handle_has_masters(const spb_handle *h, long first, long n)
+{
+    for (int k = 0; k < h->num_masters; k++) {
+        const spb_master_ref *r = &h->masters[k];
+        if (r->first < first + n && first < r->first + r->n) return 1;
+    }
+    return 0;
+}

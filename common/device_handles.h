@@ -131,6 +131,9 @@ float *spb_handle_masters(const spb_handle *h, long first, long n);
  * overlap's first element and length and its masters. */
 void spb_handle_each_master(const spb_handle *h, long first, long n,
                             void (*fn)(void *ctx, long at, long len, float *masters), void *ctx);
+/* Whether any bound range meets [first, first + n): a write there must
+ * move masters (only spb_bf16_write does). */
+int spb_handle_has_masters(const spb_handle *h, long first, long n);
 
 long spb_handles_live(void); /* handles allocated and not freed */
 

@@ -558,12 +558,12 @@ static int fake_cudnn_backward(const spb_attn_desc *d, const spb_bf16 *q, const 
  * frames (here the flash kernel's, which the CPU table has). */
 static void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, float *lse)
 {
-    if (!spb_bf16_direct_cudnn_attention_forward(d, q, k, v, o, lse)) flash()->forward(d, q, k, v, o, lse);
+    if (!spb_bf16_direct_attention_forward(SPB_DIRECT_CUDNN, d, q, k, v, o, lse)) flash()->forward(d, q, k, v, o, lse);
 }
 static void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
                            const float *lse, const float *dout, float *dq, float *dk, float *dv)
 {
-    if (!spb_bf16_direct_cudnn_attention_backward(d, q, k, v, o, lse, dout, dq, dk, dv))
+    if (!spb_bf16_direct_attention_backward(SPB_DIRECT_CUDNN, d, q, k, v, o, lse, dout, dq, dk, dv))
         flash()->backward(d, q, k, v, o, lse, dout, dq, dk, dv);
 }
 
@@ -675,6 +675,22 @@ static void drop(spb_trainer *t)
 static const double LOSS_BOUND = 1e-4, LATER_LOSS_BOUND = 2e-4;
 static double gradient_bound(int layers) { return 2.0 * 1.66e-3 * sqrt(24.0 + 8.0 * layers); }
 
+/* A step under fast: every product, attention and row-wise call direct;
+ * an update: every AdamW and norm call direct. */
+static void assert_step_direct(const char *precision, const train_case *k, spb_bf16_direct_counts c)
+{
+    ck_assert_msg(c.matmul_frames == 0 && c.attention_frames == 0 && c.rowwise_frames == 0 && c.matmul_direct > 0 &&
+                      c.attention_direct > 0 && c.rowwise_direct > 0,
+                  "%s %s P=%d: %ld products, %ld attention and %ld row-wise calls went through the frames", precision,
+                  k->strategy, k->P, c.matmul_frames, c.attention_frames, c.rowwise_frames);
+}
+static void assert_update_direct(const char *precision, const train_case *k, spb_bf16_direct_counts c)
+{
+    ck_assert_msg(c.optimizer_direct > 0 && c.optimizer_frames == 0,
+                  "%s %s P=%d ZeRO-%d: %ld AdamW or norm calls went through the frames", precision, k->strategy, k->P,
+                  k->zero, c.optimizer_frames);
+}
+
 START_TEST(training_goes_direct_and_tracks_fp32)
 {
     static const train_case cases[] = {
@@ -710,10 +726,7 @@ START_TEST(training_goes_direct_and_tracks_fp32)
          * masters are bound (ZeRO 1-2's allgathered parameters): some may
          * stay on the frames, by design. */
         ck_assert_msg(cfast.memory_direct > 0, "%s P=%d: no fill or copy went direct", k->strategy, k->P);
-        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.rowwise_frames == 0 &&
-                          cfast.matmul_direct > 0 && cfast.attention_direct > 0 && cfast.rowwise_direct > 0,
-                      "%s P=%d: %ld products, %ld attention and %ld row-wise calls went through the frames", k->strategy,
-                      k->P, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames);
+        assert_step_direct("bf16", k, cfast);
         ck_assert_msg(e32 <= gradient_bound(2) && eref <= gradient_bound(2), "%s P=%d ZeRO-%d: gradient %s off by %.2e/%.2e",
                       k->strategy, k->P, k->zero, w32, e32, eref);
         ck_assert_msg(le <= LOSS_BOUND, "%s P=%d: loss off by %.2e", k->strategy, k->P, le);
@@ -726,9 +739,7 @@ START_TEST(training_goes_direct_and_tracks_fp32)
             printf("         update and step 2: fast vs reference loss %.2e; fills and copies direct %ld, frames %ld; "
                    "AdamW and norms direct %ld, frames %ld\n",
                    le2, cupd.memory_direct, cupd.memory_frames, cupd.optimizer_direct, cupd.optimizer_frames);
-        ck_assert_msg(cupd.optimizer_direct > 0 && cupd.optimizer_frames == 0,
-                      "%s P=%d ZeRO-%d: %ld AdamW or norm calls went through the frames", k->strategy, k->P, k->zero,
-                      cupd.optimizer_frames);
+        assert_update_direct("bf16", k, cupd);
         ck_assert_msg(le2 <= LATER_LOSS_BOUND, "%s P=%d ZeRO-%d: step-2 loss off by %.2e", k->strategy, k->P, k->zero,
                       le2);
         drop(tfast);
@@ -784,13 +795,8 @@ START_TEST(fp16_training_goes_direct)
                    cfast.rowwise_direct, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames, le, e, w,
                    le2);
         ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct + cref.memory_direct, 0);
-        ck_assert_msg(cfast.matmul_frames == 0 && cfast.attention_frames == 0 && cfast.rowwise_frames == 0 &&
-                          cfast.matmul_direct > 0 && cfast.attention_direct > 0 && cfast.rowwise_direct > 0,
-                      "fp16 %s P=%d: %ld products, %ld attention and %ld row-wise calls went through the frames",
-                      k->strategy, k->P, cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames);
-        ck_assert_msg(cupd.optimizer_direct > 0 && cupd.optimizer_frames == 0,
-                      "fp16 %s P=%d: %ld AdamW or norm calls went through the frames", k->strategy, k->P,
-                      cupd.optimizer_frames);
+        assert_step_direct("fp16", k, cfast);
+        assert_update_direct("fp16", k, cupd);
         ck_assert_msg(e <= bound && le <= bound && le2 <= bound, "fp16 %s P=%d ZeRO-%d: %s off by %.2e, loss %.2e/%.2e",
                       k->strategy, k->P, k->zero, w, e, le, le2);
         worst = fmax(worst, e), worst_loss = fmax(worst_loss, fmax(le, le2));

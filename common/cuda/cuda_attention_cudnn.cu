@@ -79,6 +79,15 @@ void widen_rows(float *dst, const spb_bf16 *src, const spb_attn_desc *d, int tok
     SPB_CUDA_CHECK(cudaGetLastError());
 }
 
+/* dQ, dK, dV (fp32, at Q's and K's strides) += cuDNN's 16-bit ones. */
+void add_back(const spb_attn_desc *d, float *dq, float *dk, float *dv, const spb_bf16 *bdq, const spb_bf16 *bdk,
+              const spb_bf16 *bdv)
+{
+    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
+    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+}
+
 void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, float *lse)
 {
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
@@ -108,9 +117,7 @@ void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, cons
     if (spb_cudnn_attention_backward(d, cudnn_half(), bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why,
                                      sizeof why))
         SPB_DIE("--attention cudnn, backward: %s", why);
-    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
-    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
-    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    add_back(d, dq, dk, dv, bdq, bdk, bdv);
 }
 
 const spb_attn_backend cudnn_backend = {"cudnn", cudnn_forward, cudnn_backward};
@@ -151,9 +158,7 @@ extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const spb_
         declined(why);
         return -1;
     }
-    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
-    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
-    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    add_back(d, dq, dk, dv, bdq, bdk, bdv);
     return 0;
 }
 

@@ -376,10 +376,8 @@ static void backward_graph(graph *g, const spb_attn_desc *d)
                              dv = in_memory(g, g->half, sh.v, UID_DV),
                              dsum = in_memory(g, CUDNN_DATA_FLOAT, sh.stats, UID_DSUM),
                              dq_acc = in_memory(g, CUDNN_DATA_FLOAT, sh.qacc, UID_DQ_ACCUM);
-    /* Dsum = rowsum(dO ∘ O) */
-    shape4 od = {{sh.o.dim[0], sh.o.dim[1], sh.o.dim[2], sh.o.dim[3]},
-                 {sh.qacc.stride[0], sh.qacc.stride[1], sh.qacc.stride[2], 1}};
-    cudnnBackendDescriptor_t prod = virt(g, CUDNN_DATA_FLOAT, od), rows = virt(g, CUDNN_DATA_FLOAT, sh.stats);
+    /* Dsum = rowsum(dO ∘ O), the product in the accumulator's [B][H][Sq][D] layout */
+    cudnnBackendDescriptor_t prod = virt(g, CUDNN_DATA_FLOAT, sh.qacc), rows = virt(g, CUDNN_DATA_FLOAT, sh.stats);
     binary(g, CUDNN_POINTWISE_MUL, dout, o, prod);
     reduce_rows(g, CUDNN_REDUCE_TENSOR_ADD, prod, rows);
     binary(g, CUDNN_POINTWISE_MUL, rows, scalar(g, CUDNN_DATA_FLOAT, UID_ONE), dsum);
@@ -406,6 +404,14 @@ static void backward_graph(graph *g, const spb_attn_desc *d)
     unary(g, CUDNN_POINTWISE_IDENTITY, dq_acc, dq);
 }
 
+static void build_graph(graph *g, const spb_attn_desc *d, int backward)
+{
+    if (backward)
+        backward_graph(g, d);
+    else
+        forward_graph(g, d);
+}
+
 static void graph_free(graph *g)
 {
     for (int i = g->nall - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->all[i]);
@@ -421,10 +427,7 @@ int spb_cudnn_attention_describe(const spb_attn_desc *d, spb_cudnn_half type, in
 {
     if (!spb_cudnn_attention_supported(d, why, n)) return -1;
     graph g = {.half = cudnn_type(type)};
-    if (backward)
-        backward_graph(&g, d);
-    else
-        forward_graph(&g, d);
+    build_graph(&g, d, backward);
     /* uids name tensors: an operation graph with two descriptors of one
      * uid is refused when it is finalized, which needs a GPU; check here */
     for (int i = 0; i < g.ntensors && !g.failed; i++)
@@ -585,10 +588,7 @@ static plan *plan_for(const spb_attn_desc *d, spb_cudnn_half type, int backward,
     memset(p, 0, sizeof *p);
     p->key = k;
     p->g.half = cudnn_type(type);
-    if (backward)
-        backward_graph(&p->g, d);
-    else
-        forward_graph(&p->g, d);
+    build_graph(&p->g, d, backward);
     int rc = p->g.failed ? (snprintf(why, n, "%s", p->g.why), -1) : build_plan(&p->g, p, why, n);
     if (rc) {
         graph_free(&p->g);
@@ -673,8 +673,9 @@ int spb_cudnn_attention_backward(const spb_attn_desc *d, spb_cudnn_half type, co
     size_t rows = (size_t)d->batch * d->heads * d->q_len;
     spb_cuda_grow(&dsum_buf, &dsum_cap, SPB_MEM_WORKSPACE, sizeof(float) * rows);
     spb_cuda_grow(&dq_acc_buf, &dq_acc_cap, SPB_MEM_WORKSPACE, sizeof(float) * rows * (size_t)d->head_dim);
-    /* cuDNN before 9.6 expected a zeroed accumulator; it costs one pass */
-    if (cudaMemsetAsync(dq_acc_buf, 0, sizeof(float) * rows * (size_t)d->head_dim, s) != cudaSuccess)
+    /* cuDNN before 9.6 expects a zeroed accumulator (later ones zero it) */
+    if (cudnnGetVersion() < 90600 &&
+        cudaMemsetAsync(dq_acc_buf, 0, sizeof(float) * rows * (size_t)d->head_dim, s) != cudaSuccess)
         return snprintf(why, n, "cudaMemsetAsync of the dQ accumulator failed"), -1;
     int64_t uids[16] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV, UID_DSUM, UID_DQ_ACCUM};
     void *ptrs[16] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, (void *)lse,
