@@ -1,0 +1,73 @@
+# The CUDA backend on the CPU emulation of a device (SPB_CUDA_EMU=ON,
+# docs/EMULATION.md): every common/cuda/*.cu translated (launch syntax) and
+# compiled by the host C++ compiler with common/cuda/emu/spb_emu.h forced in,
+# linked against the emulation's runtime, tensor-core product, cuBLAS(Lt)
+# and NCCL stand-ins instead of NVIDIA's libraries.  NVIDIA's headers are
+# still needed (the types, bf16/fp16 conversions and declarations).
+enable_language(CXX)
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+find_path(SPB_EMU_CUDA_INCLUDE cuda_runtime_api.h
+          HINTS ${CUDAToolkit_ROOT} $ENV{CUDA_HOME} /usr/local/cuda PATH_SUFFIXES include)
+if(NOT SPB_EMU_CUDA_INCLUDE)
+  message(FATAL_ERROR "SPB_CUDA_EMU: NVIDIA's CUDA headers (cuda_runtime_api.h) not found")
+endif()
+set(spb_emu_dir ${CMAKE_SOURCE_DIR}/common/cuda/emu)
+set(spb_emu_nccl OFF)
+if(EXISTS ${spb_emu_dir}/emu_nccl.cc AND EXISTS ${SPB_EMU_CUDA_INCLUDE}/nccl.h)
+  set(spb_emu_nccl ON)
+endif()
+
+# .cu -> .cc (translate.py), then one C++ source each
+function(spb_emu_translate cu out_var)
+  get_filename_component(name ${cu} NAME_WE)
+  set(out ${CMAKE_BINARY_DIR}/emu/${name}.cc)
+  add_custom_command(OUTPUT ${out}
+    COMMAND ${Python3_EXECUTABLE} ${spb_emu_dir}/translate.py ${cu} ${out}
+    DEPENDS ${cu} ${spb_emu_dir}/translate.py
+    COMMENT "CUDA emulation: translating ${name}.cu")
+  set_source_files_properties(${out} PROPERTIES
+    COMPILE_OPTIONS "-include;${spb_emu_dir}/spb_emu.h;-fno-strict-aliasing;-Wno-subobject-linkage;-Wno-unused-parameter")
+  set(${out_var} ${out} PARENT_SCOPE)
+endfunction()
+
+set(spb_emu_sources)
+foreach(cu ${SPB_CUDA_SOURCES})
+  get_filename_component(name ${cu} NAME_WE)
+  if(name MATCHES "^nccl_" AND NOT spb_emu_nccl)
+    continue()
+  endif()
+  spb_emu_translate(${cu} out)
+  list(APPEND spb_emu_sources ${out})
+endforeach()
+# swapcontext returns twice as far as the compiler knows; the scheduler
+# holds nothing across it that the fiber could change
+set_source_files_properties(${spb_emu_dir}/emu_launch.cc PROPERTIES COMPILE_OPTIONS -Wno-clobbered)
+add_library(spbcuda STATIC ${spb_emu_sources}
+  ${spb_emu_dir}/emu_launch.cc ${spb_emu_dir}/emu_runtime.cc ${spb_emu_dir}/emu_mma.cc ${spb_emu_dir}/emu_cublas.cc
+  ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c ${CMAKE_SOURCE_DIR}/common/cuda/cudnn_attention.c)
+set(SPB_EMU_NCCL ${spb_emu_nccl} CACHE INTERNAL "the NCCL stand-in is in the emulation build")
+if(spb_emu_nccl)
+  target_sources(spbcuda PRIVATE ${spb_emu_dir}/emu_nccl.cc)
+  target_compile_definitions(spbcuda PUBLIC SPB_HAVE_NCCL=1)
+endif()
+target_include_directories(spbcuda PUBLIC ${CMAKE_SOURCE_DIR}/common/cuda ${spb_emu_dir} ${SPB_EMU_CUDA_INCLUDE})
+target_compile_definitions(spbcuda PUBLIC SPB_CUDA_EMU=1)
+target_link_libraries(spbcuda PUBLIC MPI::MPI_C)
+target_link_libraries(spbcuda INTERFACE spbcore) # spbcuda calls back into spbcore (spb_die, ...)
+target_link_libraries(spbcore PUBLIC spbcuda)
+target_compile_definitions(spbcore PUBLIC SPB_HAVE_CUDA=1)
+target_sources(spbcore PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/backend_bf16_cuda.c)
+message(STATUS "spbench CUDA backend: CPU emulation (NCCL stand-in: ${spb_emu_nccl})")
+
+# The GPU check programs on the emulation (their tests: cuda_emu_targets.cmake)
+foreach(spb_gpu_program check layer)
+  spb_emu_translate(${CMAKE_SOURCE_DIR}/experiments/gpu_${spb_gpu_program}.cu src)
+  set(t spbench-gpu-${spb_gpu_program})
+  add_executable(${t} ${src})
+  add_dependencies(${t} spb_version)
+  target_include_directories(${t} PRIVATE ${CMAKE_BINARY_DIR}/generated ${CMAKE_SOURCE_DIR}/experiments)
+  target_compile_definitions(${t} PRIVATE SPB_GPU_CHECK_HAVE_CORE=1)
+  target_link_libraries(${t} PRIVATE spbcore spbcuda)
+endforeach()

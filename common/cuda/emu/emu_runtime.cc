@@ -1,0 +1,333 @@
+/* The CUDA runtime calls the project makes, for the CPU emulation: one
+ * device whose memory is host memory, synchronous streams, events that read
+ * the host clock.  Declarations are NVIDIA's (cuda_runtime_api.h); the
+ * definitions here replace libcudart in the emulation build.
+ *
+ * Device allocations are tracked, so a cudaFree or cudaMemcpy naming memory
+ * that is not (or not all) device memory where the call says it is fails as
+ * it would on a GPU, instead of working because everything is host memory. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <map>
+
+#include "emu_internal.h"
+
+namespace {
+cudaError_t last_error = cudaSuccess;
+long launches = 0;
+const size_t kTotalMemory = (size_t)64 << 30; /* what cudaMemGetInfo reports as the device's size */
+const size_t kSharedOptin = 227 << 10;        /* sm_90's opt-in shared memory per block */
+
+std::map<const char *, size_t> allocations; /* start -> bytes */
+size_t allocated = 0;
+
+struct event_state {
+    double ms;
+    bool timing, recorded;
+};
+struct stream_state {
+    unsigned flags;
+};
+
+double now_ms()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+cudaError_t fail(cudaError_t e)
+{
+    last_error = e;
+    return e;
+}
+
+/* Is [p, p + n) inside one device allocation? */
+bool on_device(const void *p, size_t n)
+{
+    const char *c = (const char *)p;
+    auto it = allocations.upper_bound(c);
+    if (it == allocations.begin()) return false;
+    --it;
+    return c >= it->first && c + n <= it->first + it->second;
+}
+
+bool any_device(const void *p)
+{
+    const char *c = (const char *)p;
+    auto it = allocations.upper_bound(c);
+    if (it == allocations.begin()) return false;
+    --it;
+    return c < it->first + it->second;
+}
+
+/* The direction a copy names must match where its pointers are. */
+cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *call)
+{
+    if (n == 0) return cudaSuccess;
+    bool dst_dev = any_device(dst), src_dev = any_device(src);
+    bool ok = true;
+    switch (kind) {
+    case cudaMemcpyHostToDevice: ok = dst_dev && on_device(dst, n) && !src_dev; break;
+    case cudaMemcpyDeviceToHost: ok = src_dev && on_device(src, n) && !dst_dev; break;
+    case cudaMemcpyDeviceToDevice: ok = on_device(dst, n) && on_device(src, n); break;
+    case cudaMemcpyHostToHost: ok = !dst_dev && !src_dev; break;
+    case cudaMemcpyDefault:
+        ok = (!dst_dev || on_device(dst, n)) && (!src_dev || on_device(src, n));
+        break;
+    default: ok = false;
+    }
+    if (!ok) {
+        fprintf(stderr,
+                "spbench CUDA emulation: %s of %zu bytes, kind %d, from %s %p to %s %p: the pointers are not where "
+                "the kind says (or run past their allocation)\n",
+                call, n, (int)kind, src_dev ? "device" : "host", src, dst_dev ? "device" : "host", dst);
+        return fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+} // namespace
+
+void spb_emu_set_error(cudaError_t e) { last_error = e; }
+size_t spb_emu_max_shared_optin(void) { return kSharedOptin; }
+void spb_emu_count_launch(void) { launches++; }
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (CPU emulation)";
+    case cudaErrorMemoryAllocation: return "out of memory (CPU emulation)";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (CPU emulation)";
+    case cudaErrorInvalidDevice: return "invalid device ordinal (CPU emulation)";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle (CPU emulation)";
+    case cudaErrorNotReady: return "device not ready (CPU emulation)";
+    default: return "error (CPU emulation)";
+    }
+}
+const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+
+/* One device, or SPB_EMU_DEVICES of them (a node with a GPU per rank, for
+ * --comm nccl): each process emulates the one it sets, in its own memory. */
+static int device_count(void)
+{
+    const char *e = getenv("SPB_EMU_DEVICES");
+    int n = e ? atoi(e) : 1;
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+static int device_now = 0;
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = device_count();
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d)
+{
+    if (d < 0 || d >= device_count()) return fail(cudaErrorInvalidDevice);
+    device_now = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = device_now;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
+{
+    if (d < 0 || d >= device_count()) return fail(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation of a CUDA device (no GPU)");
+    p->major = 9, p->minor = 0;
+    p->totalGlobalMem = kTotalMemory;
+    p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = kSharedOptin;
+    p->sharedMemPerMultiprocessor = 228 << 10;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    p->multiProcessorCount = 1;
+    p->l2CacheSize = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value)
+{
+    if (!func) return fail(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || (size_t)value > kSharedOptin) return fail(cudaErrorInvalidValue);
+        spb_emu_set_max_dynamic_shared(func, value);
+    }
+    return cudaSuccess;
+}
+
+/* ---- memory ----------------------------------------------------------------- */
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    *p = nullptr;
+    if (allocated + n > kTotalMemory) return fail(cudaErrorMemoryAllocation);
+    size_t rounded = (n + 255) / 256 * 256;
+    void *m = aligned_alloc(256, rounded ? rounded : 256);
+    if (!m) return fail(cudaErrorMemoryAllocation);
+    memset(m, 0xff, rounded ? rounded : 256); /* NaN bytes: a read of what nobody wrote shows */
+    allocations[(const char *)m] = n ? n : 1;
+    allocated += n;
+    *p = m;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p)
+{
+    if (!p) return cudaSuccess;
+    auto it = allocations.find((const char *)p);
+    if (it == allocations.end()) {
+        fprintf(stderr, "spbench CUDA emulation: cudaFree(%p): not the start of a device allocation\n", p);
+        return fail(cudaErrorInvalidValue);
+    }
+    allocated -= it->second == 1 ? 0 : it->second;
+    allocations.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n)
+{
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    *total = kTotalMemory;
+    *free_bytes = kTotalMemory - allocated;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
+{
+    cudaError_t e = check_copy(dst, src, n, kind, "cudaMemcpy");
+    if (e != cudaSuccess) return e;
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t)
+{
+    cudaError_t e = check_copy(dst, src, n, kind, "cudaMemcpyAsync");
+    if (e != cudaSuccess) return e;
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                         cudaMemcpyKind kind)
+{
+    if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+    if (height == 0 || width == 0) return cudaSuccess;
+    cudaError_t e = check_copy(dst, src, 0, kind, "cudaMemcpy2D");
+    if (e != cudaSuccess) return e;
+    for (size_t r = 0; r < height; r++) {
+        e = check_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, "cudaMemcpy2D (a row)");
+        if (e != cudaSuccess) return e;
+        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    if (n && !on_device(p, n)) {
+        fprintf(stderr, "spbench CUDA emulation: cudaMemset of %zu bytes at %p: not device memory\n", n, p);
+        return fail(cudaErrorInvalidValue);
+    }
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+
+/* ---- streams and events: everything has finished when its call returns --- */
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    *s = (cudaStream_t) new stream_state{0};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    *s = (cudaStream_t) new stream_state{flags};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) return fail(cudaErrorInvalidResourceHandle);
+    delete (stream_state *)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned)
+{
+    return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = (cudaEvent_t) new event_state{0.0, true, false};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    *e = (cudaEvent_t) new event_state{0.0, !(flags & cudaEventDisableTiming), false};
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    delete (event_state *)e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    event_state *ev = (event_state *)e;
+    ev->ms = now_ms();
+    ev->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    event_state *x = (event_state *)a, *y = (event_state *)b;
+    if (!x || !y || !x->timing || !y->timing) return fail(cudaErrorInvalidResourceHandle);
+    if (!x->recorded || !y->recorded) return fail(cudaErrorInvalidResourceHandle);
+    *ms = (float)(y->ms - x->ms);
+    return cudaSuccess;
+}
+
+} /* extern "C" */

@@ -1,0 +1,217 @@
+/* The CPU emulation of a CUDA device (docs/EMULATION.md): what a .cu file
+ * needs beyond C++ to run its kernels on the host.  g++ force-includes this
+ * header (-include) into every translated source (translate.py rewrites the
+ * <<<...>>> launches and `extern __shared__` arrays; the rest is here).
+ *
+ * A launch runs its blocks one after another (in a scrambled order), and
+ * the threads of a block as fibers on one OS thread, switched only at
+ * __syncthreads, warp shuffles, __syncwarp and tensor-core products: a
+ * barrier waits for every live thread of the block, a warp operation for
+ * every live lane of the warp.  Device memory is host memory.  What this
+ * checks and what it cannot (timing, stream ordering, the hardware's own
+ * rounding) is in docs/EMULATION.md. */
+#ifndef SPB_EMU_H
+#define SPB_EMU_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* Qualifiers: device code is host code.  A block's fibers share one copy
+ * of a __shared__ array, which is what `static` gives while blocks run one
+ * at a time. */
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __constant__
+#undef __forceinline__
+#undef __noinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __constant__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+
+/* ---- where the running thread is ----------------------------------------- */
+struct spb_emu_where {
+    uint3 thread, block;
+    dim3 block_dim, grid_dim;
+};
+extern thread_local spb_emu_where *spb_emu_here;
+#define threadIdx (spb_emu_here->thread)
+#define blockIdx (spb_emu_here->block)
+#define blockDim (spb_emu_here->block_dim)
+#define gridDim (spb_emu_here->grid_dim)
+#ifndef warpSize
+static const int warpSize = 32;
+#endif
+
+/* ---- synchronisation ------------------------------------------------------ */
+/* The call's place in the source names the barrier: the host compiler may
+ * duplicate code around it (it does not know barriers are convergent). */
+void spb_emu_syncthreads(const char *file, int line);
+#define __syncthreads() spb_emu_syncthreads(__FILE__, __LINE__)
+void __syncwarp(unsigned mask = 0xffffffffu);
+/* Every live lane of the warp puts 8 bytes in; each gets lane `src`'s back. */
+uint64_t spb_emu_warp_exchange(unsigned mask, uint64_t mine, int src);
+int spb_emu_lane(void);
+
+template <typename V> static inline V spb_emu_shfl(unsigned mask, V v, int src)
+{
+    static_assert(sizeof(V) <= 8 && std::is_trivially_copyable<V>::value, "shuffle of a register-sized value");
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof v);
+    bits = spb_emu_warp_exchange(mask, bits, src);
+    V r;
+    memcpy(&r, &bits, sizeof r);
+    return r;
+}
+/* width: lanes are grouped in segments of `width` (a power of two <= 32) */
+template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src, int width = 32)
+{
+    int lane = spb_emu_lane();
+    return spb_emu_shfl(mask, v, (lane & ~(width - 1)) + (src & (width - 1)));
+}
+template <typename V> static inline V __shfl_xor_sync(unsigned mask, V v, int lane_mask, int width = 32)
+{
+    int lane = spb_emu_lane(), src = lane ^ lane_mask;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+    return spb_emu_shfl(mask, v, src);
+}
+template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsigned delta, int width = 32)
+{
+    int lane = spb_emu_lane(), src = lane + (int)delta;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+    return spb_emu_shfl(mask, v, src);
+}
+template <typename V> static inline V __shfl_up_sync(unsigned mask, V v, unsigned delta, int width = 32)
+{
+    int lane = spb_emu_lane(), src = lane - (int)delta;
+    if (src < 0 || (src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+    return spb_emu_shfl(mask, v, src);
+}
+
+/* ---- atomics: one OS thread runs every fiber, and a fiber is switched
+ * only at a synchronisation point, so a read-modify-write is atomic ------- */
+template <typename V> static inline V atomicAdd(V *p, V v)
+{
+    V old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename V> static inline V atomicMax(V *p, V v)
+{
+    V old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+template <typename V> static inline V atomicExch(V *p, V v)
+{
+    V old = *p;
+    *p = v;
+    return old;
+}
+
+/* ---- device math the host library lacks ----------------------------------- */
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+/* (glibc declares __expf and __logf itself: the device names are macros) */
+static inline float spb_emu_expf(float x) { return expf(x); }
+static inline float spb_emu_logf(float x) { return logf(x); }
+#define __expf spb_emu_expf
+#define __logf spb_emu_logf
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+static inline float __uint_as_float(unsigned u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __int_as_float(int u) { return __uint_as_float((unsigned)u); }
+static inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+template <typename V> static inline V __ldg(const V *p) { return *p; }
+/* CUDA's min/max overloads: mixed operands in their common type, as
+ * CUDA's (min(unsigned, int) compares as unsigned); floats as fminf/fmaxf */
+template <typename A, typename B> static inline typename std::common_type<A, B>::type min(A a, B b)
+{
+    typedef typename std::common_type<A, B>::type C;
+    return (C)a < (C)b ? (C)a : (C)b;
+}
+template <typename A, typename B> static inline typename std::common_type<A, B>::type max(A a, B b)
+{
+    typedef typename std::common_type<A, B>::type C;
+    return (C)a > (C)b ? (C)a : (C)b;
+}
+
+/* ---- tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} ------
+ * A warp collective.  Operand registers as the PTX ISA lays them out
+ * (emu_mma.cc writes the layout out from the ISA's tables). */
+void spb_emu_mma_m16n8k16(int fp16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+
+/* cuda_runtime.h's C++ overloads for symbols exist for nvcc only */
+template <typename T>
+static inline cudaError_t cudaMemcpyToSymbol(const T &symbol, const void *src, size_t count, size_t offset = 0,
+                                             cudaMemcpyKind kind = cudaMemcpyHostToDevice)
+{
+    (void)kind;
+    return cudaMemcpy((char *)&symbol + offset, src, count, cudaMemcpyDefault);
+}
+template <typename T>
+static inline cudaError_t cudaMemcpyFromSymbol(void *dst, const T &symbol, size_t count, size_t offset = 0,
+                                               cudaMemcpyKind kind = cudaMemcpyDeviceToHost)
+{
+    (void)kind;
+    return cudaMemcpy(dst, (const char *)&symbol + offset, count, cudaMemcpyDefault);
+}
+
+template <typename... P>
+static inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value)
+{
+    return cudaFuncSetAttribute(reinterpret_cast<const void *>(kernel), attr, value);
+}
+
+/* ---- launches ------------------------------------------------------------- */
+struct spb_emu_launch_config {
+    dim3 grid, block;
+    size_t shared;
+    cudaStream_t stream;
+};
+static inline spb_emu_launch_config spb_emu_config(dim3 grid, dim3 block, size_t shared = 0, cudaStream_t s = 0)
+{
+    return spb_emu_launch_config{grid, block, shared, s};
+}
+/* Runs body() once per thread of every block; records a launch error
+ * (cudaGetLastError) instead when the configuration is one a GPU refuses. */
+void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_config &c,
+                 const std::function<void()> &body);
+void *spb_emu_dynamic_shared(void);
+
+template <typename... P, typename... A>
+static void spb_emu_launch(void (*kernel)(P...), const char *name, const spb_emu_launch_config &c, A &&...a)
+{
+    /* a launch copies its arguments, converted to the parameter types */
+    std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
+    spb_emu_run(reinterpret_cast<const void *>(kernel), name, c, [&]() { std::apply(kernel, args); });
+}
+
+#endif
