@@ -1,6 +1,11 @@
 # CUDA backend targets (included by the top-level CMakeLists.txt after the
 # spbcuda library is defined): cuBLASLt and NCCL for spbcuda, the host
-# helpers, the check program spbench-gpu-check and its tests.
+# helpers, the check program spbench-gpu-check and its tests.  A build for
+# the CPU emulation has its own (cuda_emu.cmake, cuda_emu_tests.cmake).
+if(SPB_CUDA_EMU AND TARGET spbcuda)
+  include(${CMAKE_SOURCE_DIR}/cmake/cuda_emu_tests.cmake)
+  return()
+endif()
 if(SPB_HAVE_CUDA AND TARGET spbcuda)
   set_target_properties(spbcuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
   target_sources(spbcuda PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c)

@@ -1,0 +1,45 @@
+# Tests of the CUDA backend on the CPU emulation (SPB_CUDA_EMU=ON;
+# docs/EMULATION.md), label "emu": `ctest -L emu` in such a build
+# (scripts/test runs them in build-emu/).  The emulation's own pieces first,
+# then the project's GPU checks, unchanged, on the emulated device.
+if(NOT BUILD_TESTING)
+  return()
+endif()
+set(spb_emu_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OPENBLAS_NUM_THREADS=1")
+
+# The emulator itself: barriers, shuffles, the tensor-core product, what it refuses.
+spb_emu_translate(${CMAKE_SOURCE_DIR}/tests/emu/test_emu_device.cu src)
+add_executable(test_emu_device ${src})
+target_link_libraries(test_emu_device PRIVATE spbcuda spbcore)
+add_test(NAME emu_device COMMAND test_emu_device)
+# The cuBLAS/cuBLASLt stand-in against hand-checkable products.
+add_executable(test_emu_cublas ${CMAKE_SOURCE_DIR}/tests/emu/test_emu_cublas.cc
+                               ${CMAKE_SOURCE_DIR}/common/cuda/emu/emu_cublas.cc)
+target_include_directories(test_emu_cublas PRIVATE ${SPB_EMU_CUDA_INCLUDE})
+add_test(NAME emu_cublas COMMAND test_emu_cublas)
+set(spb_emu_tests emu_device emu_cublas)
+if(SPB_EMU_NCCL)
+  # The NCCL stand-in over MPI, on 4 ranks.
+  add_executable(test_emu_nccl ${CMAKE_SOURCE_DIR}/tests/emu/test_emu_nccl.cc
+                               ${CMAKE_SOURCE_DIR}/common/cuda/emu/emu_nccl.cc)
+  target_include_directories(test_emu_nccl PRIVATE ${SPB_EMU_CUDA_INCLUDE})
+  target_link_libraries(test_emu_nccl PRIVATE MPI::MPI_C)
+  add_test(NAME emu_nccl_mpi4 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_PREFLAGS} -np 4 $<TARGET_FILE:test_emu_nccl>)
+  list(APPEND spb_emu_tests emu_nccl_mpi4)
+endif()
+
+# The project's GPU checks on the emulated device: every kernel against the
+# CPU reference, the device layer and a 2-layer GPT step, every strategy.
+add_test(NAME emu_gpu_check COMMAND spbench-gpu-check --check-only)
+add_test(NAME emu_gpu_layer COMMAND spbench-gpu-layer --check-only)
+add_test(NAME emu_gpu_strategies
+         COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
+list(APPEND spb_emu_tests emu_gpu_check emu_gpu_layer emu_gpu_strategies)
+set_tests_properties(${spb_emu_tests} PROPERTIES LABELS emu ENVIRONMENT "${spb_emu_env}" TIMEOUT 1200)
+
+# What those tests need, and nothing else of the build (scripts/test builds this target only).
+add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer
+                                        test_emu_device test_emu_cublas)
+if(SPB_EMU_NCCL)
+  add_dependencies(spb_emu_tests test_emu_nccl)
+endif()
