@@ -162,6 +162,19 @@ static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
         check("sgemm fp32 reference", impl, shape, host_f32(out, (long)rows * outf), r2, spb_tol_f32_sum(in));
         spb_cuda_free(dxf), spb_cuda_free(dWf), spb_cuda_free(out);
     }
+    /* an empty inner dimension (a rank without rows): C = beta·C, C not
+     * read when beta = 0 (NaN there must not survive) */
+    if (impl == SPB_CUDA_FAST) {
+        std::vector<float> nan_c((size_t)rows * outf, NAN), zero((size_t)rows * outf, 0.0f);
+        float *c = dev(nan_c);
+        spb_cuda_gemm_bf16(g, 0, 1, rows, outf, 0, 1.0f, dxb, in, dWb, in, 0.0f, c, outf, 1, 0);
+        check("gemm k=0, beta=0 (fp32 C)", impl, shape, host_f32(c, (long)rows * outf), zero, 0.0);
+        spb_cuda_gemm_bf16(g, 0, 1, rows, outf, 0, 1.0f, dxb, in, dWb, in, 1.0f, yf, outf, 1, 0);
+        spb_cuda_matmul_forward(g, c, 1, dxb, dWb, dbias, rows, in, outf, 0); /* what yf held */
+        check("gemm k=0, beta=1 (unchanged)", impl, shape, host_f32(yf, (long)rows * outf),
+              host_f32(c, (long)rows * outf), 0.0);
+        spb_cuda_free(c);
+    }
     spb_cuda_free(dxb), spb_cuda_free(dWb), spb_cuda_free(ddy), spb_cuda_free(dbias), spb_cuda_free(yf),
         spb_cuda_free(yb);
 }

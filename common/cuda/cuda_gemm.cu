@@ -3,6 +3,8 @@
  * Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt gets
  * B as its "A" and A as its "B", with m and n swapped. */
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <vector>
 
@@ -118,11 +120,38 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     return g->plans.back();
 }
 
+/* C[m][n] (row-major, ld ldc) = beta·C: a product with an empty inner
+ * dimension (a rank without rows), which cuBLASLt's documentation does
+ * not promise to take.  beta = 0 writes zeros without reading C. */
+__global__ void k_scale_c(void *C, int m, int n, int ldc, float beta, int c_f32, int fp16)
+{
+    long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (idx >= (long)m * n) return;
+    long at = idx / n * ldc + idx % n;
+    if (c_f32) {
+        float *c = (float *)C + at;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    } else if (fp16) {
+        __half *c = (__half *)C + at;
+        *c = __float2half_rn(beta == 0.0f ? 0.0f : beta * __half2float(*c));
+    } else {
+        __nv_bfloat16 *c = (__nv_bfloat16 *)C + at;
+        *c = __float2bfloat16_rn(beta == 0.0f ? 0.0f : beta * __bfloat162float(*c));
+    }
+}
+
 extern "C" void spb_cuda_gemm_half(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k,
                                    float alpha, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta,
                                    void *C, int ldc, int c_f32, cudaStream_t s)
 {
     if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        if (beta == 1.0f) return;
+        long mn = (long)m * n;
+        k_scale_c<<<(unsigned)((mn + 255) / 256), 256, 0, s>>>(C, m, n, ldc, beta, c_f32, fp16);
+        SPB_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     plan_key key = {transA ? 1 : 0,  transB ? 1 : 0,  m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f,
                     alignment_of(A), alignment_of(B), alignment_of(C), fp16 ? 1 : 0};
     const plan &p = get_plan(g, key);
