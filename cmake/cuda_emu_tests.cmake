@@ -28,17 +28,19 @@ if(SPB_EMU_NCCL)
   list(APPEND spb_emu_tests emu_nccl_mpi4)
 endif()
 
-# The project's GPU checks on the emulated device: every kernel against the
-# CPU reference, the device layer and a 2-layer GPT step, every strategy.
-add_test(NAME emu_gpu_check COMMAND spbench-gpu-check --check-only)
-add_test(NAME emu_gpu_layer COMMAND spbench-gpu-layer --check-only)
+# The project's GPU check on the emulated device: experiments/gpu-check end
+# to end (every kernel against the CPU reference, the device layer and the
+# GPT step, each program's timing code at a smoke shape, the core step), and
+# every strategy through experiments/gpu-strategies.
+add_test(NAME emu_gpu_check
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_script.sh ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-gpu-check)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
-list(APPEND spb_emu_tests emu_gpu_check emu_gpu_layer emu_gpu_strategies)
+list(APPEND spb_emu_tests emu_gpu_check emu_gpu_strategies)
 set_tests_properties(${spb_emu_tests} PROPERTIES LABELS emu ENVIRONMENT "${spb_emu_env}" TIMEOUT 1200)
 
 # What those tests need, and nothing else of the build (scripts/test builds this target only).
-add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer
+add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer spbrun
                                         test_emu_device test_emu_cublas)
 if(SPB_EMU_NCCL)
   add_dependencies(spb_emu_tests test_emu_nccl)

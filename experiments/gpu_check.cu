@@ -1,8 +1,9 @@
 /* spbench-gpu-check: the CUDA kernels against the CPU fp32 reference, then
  * timings at the paper's 7B shape (docs/GPU.md).
  *
- *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...]
+ *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke]
  *
+ * --smoke: the timings at a small shape (gpu_env.h), the code path only.  *
  * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 77 no CUDA
  * device (ctest's skip code).  Each check runs the GPU kernel and the CPU
  * reference (common/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
@@ -553,12 +554,15 @@ static void fill_fp16(spb_bf16 *d, long n)
 
 static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int reps)
 {
-    const long C = 4096, F = 16384, H = 32, Dh = 128;
+    const long C = timing.C, F = timing.F, H = timing.H, Dh = timing.Dh;
+    if (timing.name != kTiming7B.name)
+        printf("\ntimings at the %s shape (hidden %ld, %ld heads x %ld): the code path only, not a figure\n",
+               timing.name, C, H, Dh);
     printf("\n%-10s %-22s %6s %6s %6s %6s %-6s %9s %8s %7s\n", "kind", "name", "tokens", "m", "n", "k", "causal",
            "median_ms", "TFLOP/s", "of_peak");
     /* the reference rate: a large square bf16 GEMM */
     {
-        const long S = 8192;
+        const long S = timing.square;
         spb_bf16 *a = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * S * S),
                  *b = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * S * S),
                  *c = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * S * S);
@@ -566,7 +570,9 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
         double ms = time_ms([&] { spb_cuda_gemm_bf16(g, 0, 1, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S, 0, 0); }, reps);
         double flops = 2.0 * S * S * S;
         peak_tflops = flops / (ms * 1e-3) / 1e12;
-        timing_row("gemm", "square 8192 (peak ref)", 0, S, S, S, -1, reps, ms, flops);
+        char nm[48];
+        snprintf(nm, sizeof nm, "square %ld (peak ref)", S);
+        timing_row("gemm", nm, 0, S, S, S, -1, reps, ms, flops);
         spb_cuda_free(a), spb_cuda_free(b), spb_cuda_free(c);
     }
     long maxN = 0;
@@ -683,7 +689,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
 /* ------------------------------------------------------------------ main -- */
 static void usage(void)
 {
-    fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...]\n");
+    fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke]\n");
 }
 
 int main(int argc, char **argv)
@@ -694,6 +700,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--check-only"))
             check_only = 1;
+        else if (!strcmp(argv[i], "--smoke"))
+            timing = kTimingSmoke;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)

@@ -57,6 +57,20 @@ static int gpu_env_open(env_info *e, const char *program, const char *commit)
     return 0;
 }
 
+/* The model shape of the timings: the paper's 7B layer (hidden 4096, 32
+ * heads of 128, ffn 16384), or with --smoke a small one that only walks the
+ * timing code (allocation, timing, FLOP accounting, CSV) where a product at
+ * the 7B shape would take minutes: the CPU emulation's test of the script
+ * (docs/EMULATION.md).  A smoke figure is no figure: its rows say "smoke". */
+struct timing_model {
+    long C, F, H, Dh; /* hidden, ffn, heads, head dim */
+    long square;      /* the peak-reference GEMM's size */
+    const char *name;
+};
+static const timing_model kTiming7B = {4096, 16384, 32, 128, 8192, "7B"};
+static const timing_model kTimingSmoke = {1024, 4096, 16, 64, 256, "smoke"}; /* P = 8 divides it as the layer needs */
+static timing_model timing = kTiming7B;
+
 /* "4096,8192,..." -> tokens; 0 on a malformed list. */
 static int gpu_parse_tokens(char *list, std::vector<long> &tokens)
 {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# experiments/gpu-check end to end on the CPU emulation of a GPU (its dress
+# rehearsal, docs/EMULATION.md): the script must run every step (kernel
+# checks and smoke-shape timings, layer checks and timings, the strategy
+# runs, the core step) and write each CSV with rows that name the emulation
+# as their GPU, so that the first GPU run cannot lose its time to the
+# script.  The strategy runs are emu_gpu_strategies' (left out here).
+#   gpu_check_script.sh BUILD OUT
+set -uo pipefail
+build=${1:?usage: gpu_check_script.sh BUILD OUT}
+out=${2:?usage: gpu_check_script.sh BUILD OUT}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$out"
+fail=0
+SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
+    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 900 \
+    >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
+# every CSV the script promises, each with data rows from the emulation only
+for f in checks.csv timings.csv layer_checks.csv layer_timings.csv core_step.csv; do
+    if [ ! -s "$out/$f" ]; then
+        echo "FAIL: $out/$f missing or empty"
+        fail=1
+        continue
+    fi
+    rows=$(($(wc -l <"$out/$f") - 1))
+    [ "$rows" -ge 1 ] || { echo "FAIL: $f has no data rows"; fail=1; }
+    echo "$f: $rows rows"
+done
+for f in checks.csv timings.csv layer_checks.csv layer_timings.csv; do
+    [ -s "$out/$f" ] || continue
+    bad=$(tail -n +2 "$out/$f" | grep -vc '^CPU emulation of a CUDA device (no GPU),' || true)
+    [ "$bad" -eq 0 ] || { echo "FAIL: $bad rows of $f do not name the emulation as their GPU"; fail=1; }
+done
+grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
+# the timings are the smoke shape's, said so, and no target verdict is printed for them
+grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape is not announced"; fail=1; }
+grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
+grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
+[ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
+exit "$fail"
