@@ -41,11 +41,29 @@ asm(".text\n"
     ".size spb_emu_switch, .-spb_emu_switch\n");
 struct context {
     void *sp;
+    const void *stack_bottom = nullptr; /* for AddressSanitizer (below) */
+    size_t stack_size = 0;
 };
 #else
 struct context {
     ucontext_t uc;
+    const void *stack_bottom = nullptr;
+    size_t stack_size = 0;
 };
+#endif
+
+/* Under AddressSanitizer (device memory is host memory, so it sees a kernel
+ * read or write past an allocation) every switch is announced, so that it
+ * follows the fibers' stacks. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SPB_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPB_EMU_ASAN 1
+#endif
+#endif
+#ifdef SPB_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
 #endif
 
 #include <map>
@@ -98,12 +116,21 @@ std::vector<char *> stacks;   /* kept between launches */
 alignas(256) unsigned char dynamic_shared[kDynamicShared];
 std::map<const void *, int> max_dynamic_shared; /* cudaFuncSetAttribute's opt-ins */
 
+/* Suspends the running context into *save and resumes *next; returns when
+ * something switches back to *save. */
 void switch_to(context *save, context *next)
 {
+#ifdef SPB_EMU_ASAN
+    void *fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&fake_stack, next->stack_bottom, next->stack_size);
+#endif
 #ifdef SPB_EMU_STACK_SWITCH
     spb_emu_switch(&save->sp, next->sp);
 #else
     swapcontext(&save->uc, &next->uc);
+#endif
+#ifdef SPB_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
 }
 
@@ -152,7 +179,14 @@ void fiber_main()
  * scheduler for good. */
 void fiber_start()
 {
+#ifdef SPB_EMU_ASAN
+    /* the stack we came from is the scheduler's */
+    __sanitizer_finish_switch_fiber(nullptr, &run_now->sched.stack_bottom, &run_now->sched.stack_size);
+#endif
     fiber_main();
+#ifdef SPB_EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, run_now->sched.stack_bottom, run_now->sched.stack_size); /* for good */
+#endif
 #ifdef SPB_EMU_STACK_SWITCH
     fiber *f = run_now->cur;
     spb_emu_switch(&f->ctx.sp, run_now->sched.sp);
@@ -163,6 +197,8 @@ void fiber_start()
 
 void start_context(fiber &f, block_run &r)
 {
+    f.ctx.stack_bottom = f.stack;
+    f.ctx.stack_size = kStackBytes;
 #ifdef SPB_EMU_STACK_SWITCH
     (void)r;
     uintptr_t top = ((uintptr_t)f.stack + kStackBytes) & ~(uintptr_t)15;
