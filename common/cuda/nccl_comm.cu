@@ -2,6 +2,7 @@
 #define OMPI_SKIP_MPICXX 1 /* mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <string.h>
+#include <unistd.h>
 
 #include <deque>
 #include <vector>
@@ -198,9 +199,30 @@ extern "C" void spb_nccl_join(spb_nccl_comm *c, cudaStream_t stream)
     SPB_CUDA_CHECK(cudaStreamWaitEvent(stream, c->joined, 0));
 }
 
+/* Waits for the communicator's stream, asking NCCL for an asynchronous
+ * error meanwhile: a peer that died or a broken network ends the job with
+ * NCCL's reason, where cudaStreamSynchronize would wait for ever. */
+static void wait_stream(spb_nccl_comm *c)
+{
+    for (;;) {
+        cudaError_t rc = cudaStreamQuery(c->stream);
+        if (rc == cudaSuccess) return;
+        if (rc != cudaErrorNotReady) SPB_DIE("CUDA call failed: cudaStreamQuery(NCCL stream): %s", cudaGetErrorString(rc));
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+        ncclResult_t async = ncclSuccess;
+        SPB_NCCL_CHECK(ncclCommGetAsyncError(c->comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+            ncclCommAbort(c->comm);
+            SPB_DIE("NCCL: asynchronous error on a communicator (rank %d of %d): %s", c->rank, c->size,
+                    ncclGetErrorString(async));
+        }
+        usleep(50);
+    }
+}
+
 extern "C" void spb_nccl_sync(spb_nccl_comm *c)
 {
-    SPB_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    wait_stream(c);
     read_times(c, 1);
 }
 

@@ -16,14 +16,23 @@
  *     reads them.  The host never waits here.
  * The ring's sendrecv defers the second step to the wait: the compute
  * queued between start and wait runs beside the transfer.  While a
- * transfer is in flight the strategies issue no other collective, so at
- * most one communicator's operation runs at a time besides compute (NCCL
- * can deadlock on concurrent operations of different communicators). */
+ * transfer is in flight the strategies issue no other collective; should
+ * one come on another communicator all the same, its stream first waits
+ * for the transfers in flight (serialised below), so at most one
+ * communicator's operation runs at a time besides compute (NCCL can
+ * deadlock on concurrent operations of different communicators). */
 #define OMPI_SKIP_MPICXX 1 /* mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_runtime.h>
 
 #include <vector>
+
+/* Stream 0 below and in every compute kernel is the legacy stream; with
+ * per-thread default streams it would not be, and the waits here would
+ * order nothing. */
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "the NCCL table assumes the legacy default stream (no --default-stream per-thread)"
+#endif
 
 #include "nccl_check.h"
 #include "nccl_comm.h"
@@ -46,6 +55,19 @@ struct cached {
 };
 std::vector<cached> live;
 std::vector<cudaEvent_t> spare_transfers; /* sendrecv completion events to reuse */
+struct in_flight {
+    spb_nccl_comm *comm;
+    cudaEvent_t done;
+};
+std::vector<in_flight> transfers; /* started, not yet waited */
+
+/* Before an operation on c: its stream waits for the transfers in flight on
+ * other communicators, so that no two communicators' NCCL kernels run at once. */
+void after_transfers(spb_nccl_comm *c)
+{
+    for (const in_flight &t : transfers)
+        if (t.comm != c) SPB_CUDA_CHECK(cudaStreamWaitEvent(spb_nccl_stream(c), t.done, 0));
+}
 
 void time_to_comm(void *, spb_nccl_op, long ticket, double seconds) { spb_comm_device_time(ticket, seconds); }
 
@@ -78,6 +100,8 @@ void forget(MPI_Comm mpi)
     for (size_t i = 0; i < live.size(); i++)
         if (live[i].mpi == mpi) {
             spb_nccl_comm *c = live[i].nccl;
+            for (const in_flight &t : transfers)
+                if (t.comm == c) SPB_DIE("a communicator freed with a send/receive in flight (never waited)");
             live.erase(live.begin() + (long)i);
             spb_nccl_destroy(c);
             return;
@@ -99,6 +123,7 @@ spb_nccl_dtype nccl_dtype(spb_comm_dtype t)
 void allreduce_sum(void *buf, long n, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
     spb_nccl_allreduce(c, buf, elems(n), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
@@ -106,6 +131,7 @@ void allreduce_sum(void *buf, long n, spb_comm_dtype t, MPI_Comm comm, long tick
 void alltoall(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
     spb_nccl_alltoall(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
@@ -113,6 +139,7 @@ void alltoall(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Co
 void allgather(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
     spb_nccl_allgather(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
@@ -120,6 +147,7 @@ void allgather(const void *send, void *recv, long count, spb_comm_dtype t, MPI_C
 void reduce_scatter(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
     spb_nccl_reduce_scatter(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
     spb_nccl_join(c, kCompute);
 }
@@ -128,6 +156,7 @@ void *sendrecv_start(const void *send, int dest, void *recv, int src, long count
                      long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
     spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), nccl_dtype(t), kCompute, ticket);
     cudaEvent_t done;
     if (!spare_transfers.empty()) {
@@ -137,6 +166,7 @@ void *sendrecv_start(const void *send, int dest, void *recv, int src, long count
         SPB_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     }
     SPB_CUDA_CHECK(cudaEventRecord(done, spb_nccl_stream(c)));
+    transfers.push_back({c, done});
     return (void *)done;
 }
 
@@ -144,12 +174,23 @@ void sendrecv_wait(void *transfer)
 {
     cudaEvent_t done = (cudaEvent_t)transfer;
     SPB_CUDA_CHECK(cudaStreamWaitEvent(kCompute, done, 0));
+    for (size_t i = 0; i < transfers.size(); i++)
+        if (transfers[i].done == done) {
+            transfers.erase(transfers.begin() + (long)i);
+            break;
+        }
     spare_transfers.push_back(done); /* reusable at once: the wait took its state now */
 }
 
+/* At the step boundary (and around the all-to-all replay): every
+ * communicator's calls finished and timed (waits that poll NCCL for a dead
+ * peer), then the compute queued after them, so that a barrier after the
+ * flush starts the ranks together (a replayed call's time would otherwise
+ * include its peers' unfinished compute). */
 void flush_times(void)
 {
     for (const cached &e : live) spb_nccl_sync(e.nccl);
+    SPB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 /* Replay buffers: plain cudaMalloc, outside the memory categories (they
