@@ -67,6 +67,8 @@ if(SPB_EMU_ASAN)
   if(SPB_EMU_HAVE_ASAN)
     target_compile_options(spbcuda PRIVATE -fsanitize=address -fno-omit-frame-pointer)
     target_link_options(spbcuda PUBLIC -fsanitize=address)
+    # compiled into every program that links spbcuda: its ASan defaults
+    target_sources(spbcuda INTERFACE ${spb_emu_dir}/emu_asan_options.c)
   else()
     message(STATUS "spbench CUDA emulation: no AddressSanitizer in this compiler (SPB_EMU_ASAN left off)")
   endif()
