@@ -518,7 +518,7 @@ static void timing_row(const char *kind, const char *name, long tokens, long m, 
         char f[9][32];
         snprintf(f[0], 32, "%ld", tokens), snprintf(f[1], 32, "%ld", m), snprintf(f[2], 32, "%ld", n);
         snprintf(f[3], 32, "%ld", k), snprintf(f[4], 32, "%s", causal < 0 ? "" : (causal ? "1" : "0"));
-        snprintf(f[5], 32, "%d", reps), snprintf(f[6], 32, "%.4f", ms), snprintf(f[7], 32, "%.2f", tf);
+        snprintf(f[5], 32, "%d", reps), snprintf(f[6], 32, "%.4f", ms), snprintf(f[7], 32, "%.6g", tf);
         snprintf(f[8], 32, "%.2f", pct);
         const char *row[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kind, name, f[0], f[1],
                              f[2],     f[3],        f[4],         f[5],           f[6], f[7], f[8]};

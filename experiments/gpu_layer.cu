@@ -510,8 +510,8 @@ static void timing_row(const char *strategy, int P, const char *what, long N, co
         snprintf(f[0], 48, "%d", P), snprintf(f[1], 48, "%ld", N), snprintf(f[2], 48, "%d", s.T);
         snprintf(f[3], 48, "%d", s.H), snprintf(f[4], 48, "%d", spb_layer_attn_heads(&s));
         snprintf(f[5], 48, "%d", s.F), snprintf(f[6], 48, "%d", s.causal), snprintf(f[7], 48, "%d", reps);
-        snprintf(f[8], 48, "%.4f", ms), snprintf(f[9], 48, "%.6e", paper_flops), snprintf(f[10], 48, "%.2f", tf);
-        snprintf(f[11], 48, "%.2f", pct), snprintf(f[12], 48, "%.6e", exec_flops), snprintf(f[13], 48, "%.2f", etf);
+        snprintf(f[8], 48, "%.4f", ms), snprintf(f[9], 48, "%.6e", paper_flops), snprintf(f[10], 48, "%.6g", tf);
+        snprintf(f[11], 48, "%.2f", pct), snprintf(f[12], 48, "%.6e", exec_flops), snprintf(f[13], 48, "%.6g", etf);
         snprintf(f[14], 48, "%.2f", peak_tflops);
         if (vs > 0) snprintf(f[15], 48, "%.4f", vs);
         else f[15][0] = 0;

@@ -12,16 +12,24 @@ TFLOP/s by the same paper formula, i.e. torch time / our time).
 
     gpu_torch.py [--out results/gpu] [--ours results/gpu/timings.csv]
                  [--ours-layer results/gpu/layer_timings.csv] [--sp 8] [--no-layer]
-                 [--tokens 4096,8192,16384,32768] [--reps 7] [--commit C]
+                 [--tokens 4096,8192,16384,32768] [--reps 7] [--commit C] [--smoke] [--cpu]
 
 Writes <out>/torch_timings.csv with GPU, driver, CUDA and git commit per row.
-Exits 77 when torch has no CUDA device."""
+Exits 77 when torch has no CUDA device (and --cpu is not given).
+
+--smoke: the check programs' smoke shape (hidden 1024, 16 heads of 64, ffn
+4096; experiments/gpu_env.h), matching their --smoke rows.  --cpu: torch on
+the CPU, timed with the host clock: with --smoke, the dress rehearsal of
+experiments/gpu-check on the CPU emulation walks this script's code (shapes,
+backends, the pairing with our rows, the CSV); its rows say "CPU" and are
+no figure."""
 import argparse
 import csv
 import os
 import statistics
 import subprocess
 import sys
+import time
 
 
 def main():
@@ -34,14 +42,18 @@ def main():
     ap.add_argument("--ours-layer", default=None)
     ap.add_argument("--sp", type=int, default=8)
     ap.add_argument("--no-layer", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args()
+    # hidden, ffn, heads, head dim, peak-reference GEMM size (gpu_env.h's timing models)
+    a.shape = (1024, 4096, 16, 64, 256) if a.smoke else (4096, 16384, 32, 128, 8192)
     try:
         import torch
         import torch.nn.functional as F
     except ImportError:
         print("no torch: skipped")
         return 77
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not a.cpu:
         print("torch sees no CUDA device: skipped")
         return 77
     commit = a.commit
@@ -52,19 +64,29 @@ def main():
                                              text=True).strip()
         except Exception:
             commit = "unknown"
-    dev = torch.device("cuda:0")
-    gpu = torch.cuda.get_device_name(0)
-    driver = ""
-    try:
-        driver = subprocess.check_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                         text=True).splitlines()[0].strip()
-    except Exception:
-        pass
-    cuda = torch.version.cuda or ""
+    if a.cpu:
+        dev, gpu, driver, cuda = torch.device("cpu"), "CPU (torch --cpu: no GPU)", "none", "none"
+    else:
+        dev = torch.device("cuda:0")
+        gpu = torch.cuda.get_device_name(0)
+        driver = ""
+        try:
+            driver = subprocess.check_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                             text=True).splitlines()[0].strip()
+        except Exception:
+            pass
+        cuda = torch.version.cuda or ""
     tokens = [int(t) for t in a.tokens.split(",") if t]
 
     def timed(fn, reps):
         fn()  # warm-up
+        if a.cpu:
+            ms = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                ms.append((time.perf_counter() - t0) * 1e3)
+            return statistics.median(ms)
         torch.cuda.synchronize()
         ms = []
         for _ in range(reps):
@@ -98,20 +120,19 @@ def main():
         print(f"{kind:<10} {name:<24} {n:>6} {m:>6} {nn:>6} {k:>6} {'-' if causal is None else causal!s:<6} "
               f"{ms:9.3f} {tf:8.1f}  ours {('%.1f' % mine) if mine else '-':>7}  ratio {('%.2f' % ratio) if ratio else '-'}")
         rows.append([gpu, driver, cuda, commit, kind, name, n, m, nn, k, "" if causal is None else causal,
-                     a.reps, f"{ms:.4f}", f"{tf:.2f}", "" if mine is None else f"{mine:.2f}",
+                     a.reps, f"{ms:.4f}", f"{tf:.6g}", "" if mine is None else f"{mine:.6g}",
                      "" if ratio is None else f"{ratio:.3f}"])
 
     print(f"torch {torch.__version__} on {gpu}, CUDA {cuda}, driver {driver}, commit {commit}")
     print(f"{'kind':<10} {'name':<24} {'tokens':>6} {'m':>6} {'n':>6} {'k':>6} {'causal':<6} {'median_ms':>9} "
           f"{'TFLOP/s':>8}")
     bf = torch.bfloat16
-    S = 8192
+    C, Fh, H, D, S = a.shape
     x = torch.randn(S, S, device=dev, dtype=bf)
     y = torch.randn(S, S, device=dev, dtype=bf)
     ms = timed(lambda: torch.matmul(x, y.t()), a.reps)
-    row("gemm", "torch square 8192", "square 8192 (peak ref)", 0, S, S, S, None, ms, 2.0 * S ** 3)
+    row("gemm", f"torch square {S}", f"square {S} (peak ref)", 0, S, S, S, None, ms, 2.0 * S ** 3)
     del x, y
-    C, Fh, H, D = 4096, 16384, 32, 128
     for n in tokens:
         for name, i, o in (("qkv", C, 3 * C), ("proj", C, C), ("fc", C, Fh), ("fcproj", Fh, C)):
             X = torch.randn(n, i, device=dev, dtype=bf)
@@ -125,6 +146,9 @@ def main():
             ms = timed(lambda: torch.matmul(dY.t(), X), a.reps)  # bf16 out (ours: fp32 accumulate into dW)
             row("gemm", f"{name} bwd dW", f"{name} bwd dW", n, o, i, n, None, ms, fl)
             del X, W, dY
+    if not hasattr(F, "scaled_dot_product_attention"):  # torch < 2.0
+        print(f"torch {torch.__version__} has no scaled_dot_product_attention: attention and layer rows left out")
+        return write_rows(a, rows)
     # SDPA as torch dispatches it, then pinned to each backend that takes
     # the shape: FlashAttention-2 beside our flash kernel, cuDNN's fused
     # attention beside ours through cuDNN's graph API (--attention cudnn).
@@ -176,6 +200,11 @@ def main():
         del q, k, v, o, g
     if not a.no_layer:
         layer_rows(torch, F, dev, tokens, a, timed, row)
+    return write_rows(a, rows)
+
+
+def write_rows(a, rows):
+    """Appends the rows to <out>/torch_timings.csv (a header first in a new file)."""
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "torch_timings.csv")
     new = not os.path.exists(path) or os.path.getsize(path) == 0
@@ -195,7 +224,8 @@ def layer_rows(torch, F, dev, tokens, a, timed, row):
     the paper's formula (3 x (24 s h^2 + 4 s^2 h), divided by P for a
     strategy's per-rank share), like spbench-gpu-layer."""
     nn = torch.nn
-    C, H, D, Fh, P = 4096, 32, 128, 16384, a.sp
+    C, Fh, H, D, _ = a.shape
+    P = a.sp
     bf = torch.bfloat16
 
     class Layer(nn.Module):
@@ -243,7 +273,8 @@ def layer_rows(torch, F, dev, tokens, a, timed, row):
                 del layer, x, dy
             except torch.cuda.OutOfMemoryError:
                 print(f"layer {name} N={n}: out of memory: skipped")
-            torch.cuda.empty_cache()
+            if not a.cpu:
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

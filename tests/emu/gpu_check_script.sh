@@ -32,6 +32,22 @@ for f in checks.csv timings.csv layer_checks.csv layer_timings.csv; do
     [ "$bad" -eq 0 ] || { echo "FAIL: $bad rows of $f do not name the emulation as their GPU"; fail=1; }
 done
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
+# the torch companion (torch on the CPU at the smoke shape) where python3 has
+# torch: its rows must pair with ours (a ratio) for every product
+if python3 -c 'import torch' >/dev/null 2>&1; then
+    if [ ! -s "$out/torch_timings.csv" ]; then
+        echo "FAIL: torch is here but torch_timings.csv was not written"
+        fail=1
+    else
+        paired=$(python3 -c 'import csv, sys
+print(sum(1 for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "gemm" and r["ratio_ours_over_torch"]))' \
+            "$out/torch_timings.csv")
+        echo "torch_timings.csv: $(($(wc -l <"$out/torch_timings.csv") - 1)) rows, $paired products paired with ours"
+        [ "$paired" -ge 13 ] || { echo "FAIL: torch's product rows do not pair with ours (13 expected)"; fail=1; }
+    fi
+else
+    echo "torch companion: no torch for $(command -v python3) here (not checked)"
+fi
 # the timings are the smoke shape's, said so, and no target verdict is printed for them
 grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape is not announced"; fail=1; }
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
