@@ -8,6 +8,11 @@
 
 #include "cuda_check.h"
 
+/* ncclBfloat16 (the 16-bit collectives) came with NCCL 2.10. */
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
+#error "spbench's NCCL path needs NCCL 2.10 or newer (ncclBfloat16)"
+#endif
+
 /* NCCL's own account of the failure (e.g. "Duplicate GPU detected"). */
 static inline const char *spb_nccl_last_error(void)
 {

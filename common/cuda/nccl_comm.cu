@@ -96,7 +96,10 @@ static int event_done(cudaEvent_t e)
 {
     cudaError_t rc = cudaEventQuery(e);
     if (rc == cudaSuccess) return 1;
-    if (rc != cudaErrorNotReady) SPB_DIE("CUDA call failed: cudaEventQuery(stop): %s", cudaGetErrorString(rc));
+    /* a failure here is sticky: often a kernel or copy queued earlier, not NCCL */
+    if (rc != cudaErrorNotReady)
+        SPB_DIE("CUDA error seen while polling a collective's completion (cudaEventQuery; the failing work may be "
+                "any kernel or copy queued before it): %s", cudaGetErrorString(rc));
     /* "Not ready" is no error; should the runtime have kept it as the last
      * error, clear it, so that the next launch check does not see it. */
     if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
@@ -211,7 +214,10 @@ static void wait_stream(spb_nccl_comm *c)
         if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
         SPB_NCCL_CHECK(ncclCommGetAsyncError(c->comm, &async));
-        if (async != ncclSuccess && async != ncclInProgress) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+        if (async == ncclInProgress) async = ncclSuccess; /* a non-blocking communicator still initialising */
+#endif
+        if (async != ncclSuccess) {
             ncclCommAbort(c->comm);
             SPB_DIE("NCCL: asynchronous error on a communicator (rank %d of %d): %s", c->rank, c->size,
                     ncclGetErrorString(async));
