@@ -234,7 +234,11 @@ static LtResult lt_run(const LtSpec &s, float alpha, const void *A, const void *
 
 /* common/cuda/cuda_gemm.cu's spb_cuda_gemm_half, step for step (plan
  * creation and the call), returning the first failing status.  Row-major
- * C[m][n] = alpha op(A)[m][k] op(B)[k][n] + beta C, C is C and D. */
+ * C[m][n] = alpha op(A)[m][k] op(B)[k][n] + beta C, C is C and D.
+ * Restated here so that the stand-in meets the project's way of calling it
+ * in isolation, with statuses to inspect; the real cuda_gemm.cu runs on the
+ * stand-in in emu_gpu_check, so a change there cannot go unchecked if this
+ * copy goes stale. */
 static cublasStatus_t project_gemm_half(int fp16, int ta, int tb, int m, int n, int k, float alpha, const void *A,
                                         int lda, const void *B, int ldb, float beta, void *C, int ldc, int c_f32,
                                         int *found_out)
