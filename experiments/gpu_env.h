@@ -66,9 +66,10 @@ struct timing_model {
     long C, F, H, Dh; /* hidden, ffn, heads, head dim */
     long square;      /* the peak-reference GEMM's size */
     const char *name;
+    bool smoke;       /* the code path only: no figure, no target verdict */
 };
-static const timing_model kTiming7B = {4096, 16384, 32, 128, 8192, "7B"};
-static const timing_model kTimingSmoke = {1024, 4096, 16, 64, 256, "smoke"}; /* P = 8 divides it as the layer needs */
+static const timing_model kTiming7B = {4096, 16384, 32, 128, 8192, "7B", false};
+static const timing_model kTimingSmoke = {1024, 4096, 16, 64, 256, "smoke", true}; /* P = 8 divides it as the layer needs */
 static timing_model timing = kTiming7B;
 
 /* "4096,8192,..." -> tokens; 0 on a malformed list. */

@@ -81,6 +81,8 @@
 #define OMPI_SKIP_MPICXX 1 /* mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <nccl.h>
 
 #include <stdarg.h>
@@ -313,24 +315,19 @@ bool native_reduction(const TypeInfo &ti, ncclRedOp_t op, MPI_Datatype *dt, MPI_
     return true;
 }
 
+/* cuda_bf16.h / cuda_fp16.h's host conversions: round to nearest even, as
+ * NCCL's device arithmetic does */
 float bf16_to_float(uint16_t h)
 {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    __nv_bfloat16_raw r;
+    r.x = h;
+    return __bfloat162float(__nv_bfloat16(r));
 }
 
-/* Round to nearest, ties to even, on the float's bits; NaN stays a (quiet)
- * NaN with its sign; overflow rounds to infinity. */
 uint16_t float_to_bf16(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    __nv_bfloat16_raw r = __float2bfloat16_rn(f);
+    return r.x;
 }
 
 float f16_to_float(uint16_t h)

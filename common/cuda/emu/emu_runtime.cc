@@ -198,7 +198,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
     void *m = nullptr;
     if (posix_memalign(&m, 256, n ? n : 1) != 0) return fail(cudaErrorMemoryAllocation);
     memset(m, 0xff, n); /* NaN bytes: a read of what nobody wrote shows */
-    allocations[(const char *)m] = n ? n : 1;
+    allocations[(const char *)m] = n;
     allocated += n;
     *p = m;
     return cudaSuccess;
@@ -211,7 +211,7 @@ cudaError_t cudaFree(void *p)
         fprintf(stderr, "spbench CUDA emulation: cudaFree(%p): not the start of a device allocation\n", p);
         return fail(cudaErrorInvalidValue);
     }
-    allocated -= it->second == 1 ? 0 : it->second;
+    allocated -= it->second;
     allocations.erase(it);
     free(p);
     return cudaSuccess;
@@ -252,10 +252,8 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
 {
     if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
     if (height == 0 || width == 0) return cudaSuccess;
-    cudaError_t e = check_copy(dst, src, 0, kind, "cudaMemcpy2D");
-    if (e != cudaSuccess) return e;
     for (size_t r = 0; r < height; r++) {
-        e = check_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, "cudaMemcpy2D (a row)");
+        cudaError_t e = check_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, "cudaMemcpy2D (a row)");
         if (e != cudaSuccess) return e;
         memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     }

@@ -97,12 +97,6 @@ template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsig
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
     return spb_emu_shfl(mask, v, src);
 }
-template <typename V> static inline V __shfl_up_sync(unsigned mask, V v, unsigned delta, int width = 32)
-{
-    int lane = spb_emu_lane(), src = lane - (int)delta;
-    if (src < 0 || (src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    return spb_emu_shfl(mask, v, src);
-}
 
 /* ---- atomics: one OS thread runs every fiber, and a fiber is switched
  * only at a synchronisation point, so a read-modify-write is atomic ------- */
@@ -112,46 +106,18 @@ template <typename V> static inline V atomicAdd(V *p, V v)
     *p = old + v;
     return old;
 }
-template <typename V> static inline V atomicMax(V *p, V v)
-{
-    V old = *p;
-    if (v > old) *p = v;
-    return old;
-}
-template <typename V> static inline V atomicExch(V *p, V v)
-{
-    V old = *p;
-    *p = v;
-    return old;
-}
 
-/* ---- device math the host library lacks ----------------------------------- */
+/* ---- device functions the host library lacks (those the sources use; a
+ * kernel that calls another fails to compile here, and it goes here) ----- */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-/* (glibc declares __expf and __logf itself: the device names are macros) */
-static inline float spb_emu_expf(float x) { return expf(x); }
-static inline float spb_emu_logf(float x) { return logf(x); }
-#define __expf spb_emu_expf
-#define __logf spb_emu_logf
-static inline float __fdividef(float a, float b) { return a / b; }
-static inline float __frcp_rn(float x) { return 1.0f / x; }
-static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 static inline float __uint_as_float(unsigned u)
 {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
-static inline unsigned __float_as_uint(float f)
-{
-    unsigned u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float __int_as_float(int u) { return __uint_as_float((unsigned)u); }
-static inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
-template <typename V> static inline V __ldg(const V *p) { return *p; }
-/* CUDA's min/max overloads: mixed operands in their common type, as
- * CUDA's (min(unsigned, int) compares as unsigned); floats as fminf/fmaxf */
+/* CUDA's min/max overloads: mixed operands compared in their common type,
+ * as CUDA's are (min(unsigned, int) compares as unsigned) */
 template <typename A, typename B> static inline typename std::common_type<A, B>::type min(A a, B b)
 {
     typedef typename std::common_type<A, B>::type C;
