@@ -399,7 +399,7 @@ struct attn_case {
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
  * (offsets, partly masked), and a block above it where early rows see no key. */
-static void check_attention(spb_cuda_impl impl, int D, int fp16)
+static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "")
 {
     const attn_case cases[] = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     const int B = 2, H = 3;
@@ -417,7 +417,8 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16)
         float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
         int ran_fast = spb_cuda_attention_forward_half(&d, fp16, gqkv + qo, gqkv + ko, gqkv + vo, go, gl, impl, 0);
         char shape[96], kname[64];
-        snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d T=%d", c.name, fp16 ? "fp16" : "bf16", D, B, H, T);
+        snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d T=%d%s", c.name, fp16 ? "fp16" : "bf16", D, B, H, T,
+                 variant);
         if (impl == SPB_CUDA_FAST && !ran_fast) report("attention fast path taken", impl, shape, 1.0, 0.0);
         snprintf(kname, sizeof kname, "flash fwd O");
         check(kname, impl, shape, host_half(fp16, go, no), ro, spb_tol_attn_forward());
@@ -637,6 +638,14 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
                                                            0); }, reps);
             timing_row("attention", "flash bwd (mma)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            /* the other block shape, side by side (4 warps, 64 rows per block) */
+            spb_cuda_attention_set_block_rows(64);
+            ms = time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
+            timing_row("attention", "flash fwd (mma, 64 rows)", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
+            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
+                                                           0); }, reps);
+            timing_row("attention", "flash bwd (mma, 64 rows)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            spb_cuda_attention_set_block_rows(128);
             if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
             /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
              * The first calls of a shape build its plans (heuristics and
@@ -733,6 +742,13 @@ int main(int argc, char **argv)
             check_attention(im, 128, fp16);
         }
     }
+    /* the fast kernels' other block shape (4 warps, 64 rows), which the timings compare */
+    spb_cuda_attention_set_block_rows(64);
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        check_attention(SPB_CUDA_FAST, 64, fp16, " rows=64");
+        check_attention(SPB_CUDA_FAST, 128, fp16, " rows=64");
+    }
+    spb_cuda_attention_set_block_rows(128);
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {
         check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);

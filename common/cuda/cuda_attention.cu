@@ -10,17 +10,23 @@
  * 16-bit type except O.
  *
  * FAST kernels (FlashAttention-2's structure, written for this project):
- * 4 warps, 64 rows per block (16 per warp), tiles of 64 along the other
- * sequence, products on tensor cores with mma.sync.m16n8k16 bf16 (f16) -> fp32.
+ * W warps per block (8 by default, 4 selectable), 16 resident rows each;
+ * the other sequence streamed in tiles of 64 rows, copied global -> shared
+ * by cp.async into a double buffer (tile j + 1 in flight while tile j is
+ * multiplied); products on tensor cores with mma.sync.m16n8k16 bf16 (f16)
+ * -> fp32, operands loaded from shared memory by ldmatrix (warp_ptx.cuh).
  * Fragment layouts of m16n8k16 (g = lane / 4, t = lane % 4):
  *   A 16x16 (row-major): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
  *   B 16x8  (k x n):     b0 (k = 2t..2t+1, n = g), b1 (k = 2t+8..2t+9, n = g)
  *   C 16x8  fp32:        c0 c1 (g, 2t..2t+1), c2 c3 (g+8, 2t..2t+1)
  * so an S accumulator (two n-tiles of 8 keys) becomes, rounded to T, the A
- * operand of P·V with no shuffle.  Operands whose k index runs along memory
- * rows (Vᵀ for P·V, Kᵀ for dS·K, Qᵀ and dOᵀ for dK, dV) are staged transposed
- * in shared memory; all rows padded by 8 elements so that the 8 row groups of a
- * fragment load hit distinct banks.
+ * operand of P·V with no shuffle.  ldmatrix gives each lane (g, 2t..2t+1)
+ * of an 8x8 matrix: A's four matrices and B from a tile stored [n][k] (K for
+ * Q·Kᵀ) load as they are; B from a tile stored [k][n] (V for P·V, K for
+ * dS·K, Q and dO for dK and dV) loads with .trans, which hands out
+ * (2t..2t+1, g): no transposed copy in shared memory.  Rows are padded by 8
+ * elements (16 bytes), so the 8 rows an ldmatrix reads, and the 16-byte
+ * copies of a warp, fall in distinct banks.
  *   forward: S = Q Kᵀ, online softmax in registers, O += P V
  *   dQ     : query tile resident: S, P = exp(S - lse), dP = dO Vᵀ,
  *            dS = P (dP - D), dQ += dS K          (no atomics)
@@ -30,7 +36,9 @@
  * 5, in exchange for no fp32 atomics; the FLOP counts reported are the
  * conventional 10·D per visible pair.)
  * Causal: tiles entirely above the diagonal (in global positions, with the
- * offsets) are skipped; partially visible tiles are masked per element. */
+ * offsets) are skipped, and so is a tile for a warp none of whose rows sees
+ * it; only tiles that cross the diagonal or the sequence's end are masked
+ * per element.  Query tiles that see more keys are launched first. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -38,6 +46,7 @@
 
 #include "cuda_check.h"
 #include "spb_cuda.h"
+#include "warp_ptx.cuh"
 
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -56,14 +65,7 @@ template <> struct elem<__nv_bfloat16> {
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     {
-#ifdef SPB_CUDA_EMU /* the CPU emulation's warp collective (common/cuda/emu) */
-        spb_emu_mma_m16n8k16(0, c, a, b0, b1);
-#else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
+        spb_mma_m16n8k16<0>(c, a, b0, b1);
     }
 };
 template <> struct elem<__half> {
@@ -76,14 +78,7 @@ template <> struct elem<__half> {
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     {
-#ifdef SPB_CUDA_EMU /* the CPU emulation's warp collective (common/cuda/emu) */
-        spb_emu_mma_m16n8k16(1, c, a, b0, b1);
-#else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
+        spb_mma_m16n8k16<1>(c, a, b0, b1);
     }
 };
 
@@ -269,118 +264,154 @@ __global__ void __launch_bounds__(ST) dkv_simple(spb_attn_desc d, const spb_bf16
 }
 
 /* ========================== FAST (tensor cores) ================================= */
-#define BR 64  /* rows per block: 4 warps x 16 */
-#define BC 64  /* tile along the other sequence */
-#define PAD 8
+/* W warps per block, 16 rows each: 16 W resident rows, queries (forward,
+ * dQ) or keys (dK, dV); W = 8 by default, 4 selectable
+ * (spb_cuda_attention_set_block_rows) so that a GPU run can time both. */
+#define BC 64                  /* streamed tile along the other sequence, double-buffered */
+#define PAD 8                  /* row padding, in elements (text above) */
 
-template <typename T> __device__ __forceinline__ uint32_t lds32(const T *p) { return *(const uint32_t *)p; }
-
-/* rows [r0, r0+64) of a [len][.. stride ..] tensor into S[64][D+PAD], zeros past len */
-template <typename T, int D>
-__device__ __forceinline__ void stage_rows(T *S, const spb_bf16 *g, long base, long stride, int r0, int len)
+/* rows [r0, r0 + n) of one head (base: batch and head offset) into S (row
+ * stride D + PAD) by cp.async, 16 bytes per copy; rows at or past len as
+ * zeros (their source is row r0, never read).  The caller commits. */
+template <int n, int D, int W>
+__device__ __forceinline__ void load_rows_async(void *S, const spb_bf16 *g, long base, long stride, int r0, int len)
 {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (int e = threadIdx.x; e < BR * D / 8; e += blockDim.x) {
-        int r = e / (D / 8), c8 = e % (D / 8);
-        uint4 val = r0 + r < len ? *(const uint4 *)(g + base + (long)(r0 + r) * stride + c8 * 8) : zero;
-        *(uint4 *)(S + r * (D + PAD) + c8 * 8) = val;
+    constexpr int CHUNKS = D / 8;
+    for (int e = threadIdx.x; e < n * CHUNKS; e += 32 * W) {
+        int r = e / CHUNKS, c = e % CHUNKS;
+        bool in = r0 + r < len;
+        spb_cp_async16((uint16_t *)S + r * (D + PAD) + c * 8, g + base + (long)(in ? r0 + r : r0) * stride + c * 8,
+                       in ? 16 : 0);
     }
 }
-/* the same rows transposed: St[D][64+PAD] */
-template <typename T, int D>
-__device__ __forceinline__ void stage_rows_t(T *St, const spb_bf16 *g, long base, long stride, int r0, int len)
+
+/* Fragments by ldmatrix from a tile with rows of LD elements (lane l names
+ * row l % 8 of matrix l / 8; the m16n8k16 layouts are in the text above). */
+/* A: rows [r, r + 16), columns [k0, k0 + 16) */
+template <int LD> __device__ __forceinline__ void ldm_a(uint32_t a[4], const uint16_t *S, int r, int k0, int lane)
 {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (int e = threadIdx.x; e < BR * D / 8; e += blockDim.x) {
-        int r = e / (D / 8), c8 = e % (D / 8);
-        uint4 val = r0 + r < len ? *(const uint4 *)(g + base + (long)(r0 + r) * stride + c8 * 8) : zero;
-        const T *vh = (const T *)&val;
-        for (int x = 0; x < 8; x++) St[(c8 * 8 + x) * (BC + PAD) + r] = vh[x];
-    }
+    int m = lane / 8;
+    spb_ldmatrix_x4(a, S + (r + (m & 1) * 8 + lane % 8) * LD + k0 + (m >> 1) * 8);
 }
-/* A fragment of rows [r, r+16), k columns [kc*16, +16) of a padded row-major tile */
-template <int LD, typename T>
-__device__ __forceinline__ void load_a(uint32_t a[4], const T *S, int r, int kc, int g, int t)
+/* B of two n-tiles, n in [n0, n0 + 16), k in [k0, k0 + 16), from a tile
+ * stored [n][k] (K for Q·Kᵀ): b[0], b[1] for n0; b[2], b[3] for n0 + 8 */
+template <int LD> __device__ __forceinline__ void ldm_b_nk(uint32_t b[4], const uint16_t *S, int n0, int k0, int lane)
 {
-    a[0] = lds32(S + (r + g) * LD + kc * 16 + 2 * t);
-    a[1] = lds32(S + (r + g + 8) * LD + kc * 16 + 2 * t);
-    a[2] = lds32(S + (r + g) * LD + kc * 16 + 2 * t + 8);
-    a[3] = lds32(S + (r + g + 8) * LD + kc * 16 + 2 * t + 8);
+    int m = lane / 8;
+    spb_ldmatrix_x4(b, S + (n0 + (m >> 1) * 8 + lane % 8) * LD + k0 + (m & 1) * 8);
 }
-/* acc[8][4] (16 rows x 64 cols) += A-rows(Sa, rows r..r+15) · B-rows(Sb, rows 0..63)ᵀ over D */
+/* the same from a tile stored [k][n] (V for P·V), transposed on the way */
+template <int LD> __device__ __forceinline__ void ldm_b_kn(uint32_t b[4], const uint16_t *S, int k0, int n0, int lane)
+{
+    int m = lane / 8;
+    spb_ldmatrix_x4_trans(b, S + (k0 + (m & 1) * 8 + lane % 8) * LD + n0 + (m >> 1) * 8);
+}
+
+/* acc[8][4] (this warp's 16 rows x 64 columns) = A(rows r.. of Sa) · B(Sb rows 0..63)ᵀ over D */
 template <typename T, int D>
-__device__ __forceinline__ void mma_rows_rowsT(float acc[8][4], const T *Sa, int r, const T *Sb, int g, int t)
+__device__ __forceinline__ void mma_rows_rowsT(float acc[8][4], const uint16_t *Sa, int r, const uint16_t *Sb,
+                                               int lane)
 {
     for (int kc = 0; kc < D / 16; kc++) {
         uint32_t a[4];
-        load_a<D + PAD>(a, Sa, r, kc, g, t);
-        for (int nt = 0; nt < 8; nt++) {
-            const T *p = Sb + (nt * 8 + g) * (D + PAD) + kc * 16 + 2 * t;
-            elem<T>::mma(acc[nt], a, lds32(p), lds32(p + 8));
+        ldm_a<D + PAD>(a, Sa, r, kc * 16, lane);
+        for (int np = 0; np < 4; np++) {
+            uint32_t bf[4];
+            ldm_b_nk<D + PAD>(bf, Sb, np * 16, kc * 16, lane);
+            elem<T>::mma(acc[2 * np], a, bf[0], bf[1]);
+            elem<T>::mma(acc[2 * np + 1], a, bf[2], bf[3]);
         }
     }
 }
-/* out[D/8][4] (16 rows x D) += P(16 x 64, as C fragments) · M(64 x D) with M
- * staged transposed Mt[D][64+PAD] */
+/* out[D/8][4] (16 rows x D) += P(16 x 64, C fragments, rounded to T) · M(64 x D), M stored [64][D + PAD] */
 template <typename T, int D>
-__device__ __forceinline__ void mma_p_mt(float out[D / 8][4], const float p[8][4], const T *Mt, int g, int t)
+__device__ __forceinline__ void mma_p_m(float out[D / 8][4], const float p[8][4], const uint16_t *M, int lane)
 {
     for (int kk = 0; kk < 4; kk++) {
         uint32_t a[4] = {elem<T>::pack2(p[2 * kk][0], p[2 * kk][1]), elem<T>::pack2(p[2 * kk][2], p[2 * kk][3]),
                          elem<T>::pack2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                          elem<T>::pack2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        for (int dn = 0; dn < D / 8; dn++) {
-            const T *q = Mt + (dn * 8 + g) * (BC + PAD) + kk * 16 + 2 * t;
-            elem<T>::mma(out[dn], a, lds32(q), lds32(q + 8));
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t bf[4];
+            ldm_b_kn<D + PAD>(bf, M, kk * 16, dp * 16, lane);
+            elem<T>::mma(out[2 * dp], a, bf[0], bf[1]);
+            elem<T>::mma(out[2 * dp + 1], a, bf[2], bf[3]);
         }
     }
 }
 
-/* query tiles [i0, i0+64) see key indices < n_block_keys(i0) */
-__device__ __forceinline__ int keys_for_tile(const spb_attn_desc &d, int i0)
+/* query rows [i0, i0 + 16 W) see key indices < keys_for_rows(i0) */
+template <int W> __device__ __forceinline__ int keys_for_rows(const spb_attn_desc &d, int i0)
 {
-    return visible_keys(d, min(i0 + BR - 1, d.q_len - 1));
+    return visible_keys(d, min(i0 + 16 * W - 1, d.q_len - 1));
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(128) fwd_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
-                                                const spb_bf16 *v, spb_bf16 *o, float *lse)
+/* The causal diagonal's tiles go last and the longest rows first: a tile
+ * of query rows that sees more keys is launched earlier (the grid's tail
+ * then holds short blocks). */
+template <int W> __device__ __forceinline__ int query_tile_first(const spb_attn_desc &d)
 {
+    return (d.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * 16 * W;
+}
+
+template <typename T, int D, int W>
+__global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                    const spb_bf16 *v, spb_bf16 *o, float *lse)
+{
+    constexpr int LD = D + PAD;
     extern __shared__ __align__(16) unsigned char smem[];
-    T *Qs = (T *)smem, *Ks = Qs + BR * (D + PAD), *Vt = Ks + BC * (D + PAD);
-    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * BR;
+    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + 16 * W * LD, *Vs = Ks + 2 * BC * LD; /* K, V: two stages each */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<W>(d);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r = warp * 16;
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D;
     const float c = d.scale * LOG2E;
+    const int n_tiles = (keys_for_rows<W>(d, i0) + BC - 1) / BC;
 
-    stage_rows<T, D>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    load_rows_async<16 * W, D, W>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    if (n_tiles > 0) {
+        load_rows_async<BC, D, W>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
+        load_rows_async<BC, D, W>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
+    }
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) load_a<D + PAD>(qf[kc], Qs, r, kc, g, t);
+    for (int kc = 0; kc < D / 16; kc++) ldm_a<LD>(qf[kc], Qs, r, kc * 16, lane);
 
     float oacc[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const long qpos[2] = {d.q_offset + i0 + r + g, d.q_offset + i0 + r + g + 8};
-    const int n_keys = keys_for_tile(d, i0);
+    const long warp_last_q = d.q_offset + i0 + r + 15;
 
-    for (int j0 = 0; j0 < n_keys; j0 += BC) {
+    for (int it = 0; it < n_tiles; it++) {
+        const int j0 = it * BC, st = it & 1;
+        __syncthreads(); /* every warp is done with the other stage (tile it - 1) */
+        if (it + 1 < n_tiles) {
+            load_rows_async<BC, D, W>(Ks + (st ^ 1) * BC * LD, k, kb, d.k_token_stride, j0 + BC, d.k_len);
+            load_rows_async<BC, D, W>(Vs + (st ^ 1) * BC * LD, v, kb, d.k_token_stride, j0 + BC, d.k_len);
+        }
+        spb_cp_async_commit(); /* possibly empty: one group per tile keeps the count */
+        spb_cp_async_wait<1>(); /* tile it has landed, tile it + 1 may still fly */
         __syncthreads();
-        stage_rows<T, D>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
-        stage_rows_t<T, D>(Vt, v, kb, d.k_token_stride, j0, d.k_len);
-        __syncthreads();
+        if (d.causal && d.k_offset + j0 > warp_last_q) continue; /* nothing visible to this warp's rows */
+        const uint16_t *Kc = Ks + st * BC * LD, *Vc = Vs + st * BC * LD;
         float s[8][4];
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++)
-            for (int nt = 0; nt < 8; nt++) {
-                const T *p = Ks + (nt * 8 + g) * (D + PAD) + kc * 16 + 2 * t;
-                elem<T>::mma(s[nt], qf[kc], lds32(p), lds32(p + 8));
+            for (int np = 0; np < 4; np++) {
+                uint32_t bf[4];
+                ldm_b_nk<LD>(bf, Kc, np * 16, kc * 16, lane);
+                elem<T>::mma(s[2 * np], qf[kc], bf[0], bf[1]);
+                elem<T>::mma(s[2 * np + 1], qf[kc], bf[2], bf[3]);
             }
+        /* per-element masks only where the tile crosses the sequence's end or the diagonal */
+        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > qpos[0] - g);
         float mx[2] = {-INFINITY, -INFINITY};
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) {
                 int j = j0 + nt * 8 + 2 * t + (e & 1);
-                bool vis = j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]);
+                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
                 s[nt][e] = vis ? s[nt][e] * c : -INFINITY;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
             }
@@ -403,7 +434,7 @@ __global__ void __launch_bounds__(128) fwd_fast(spb_attn_desc d, const spb_bf16 
             oacc[dn][0] *= corr[0], oacc[dn][1] *= corr[0];
             oacc[dn][2] *= corr[1], oacc[dn][3] *= corr[1];
         }
-        mma_p_mt<T, D>(oacc, s, Vt, g, t);
+        mma_p_m<T, D>(oacc, s, Vc, lane);
     }
     for (int x = 0; x < 2; x++) {
         l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
@@ -420,21 +451,27 @@ __global__ void __launch_bounds__(128) fwd_fast(spb_attn_desc d, const spb_bf16 
     }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(128) dq_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
-                                               const spb_bf16 *v, const float *lse, const float *delta,
-                                               const spb_bf16 *dout, float *dq)
+template <typename T, int D, int W>
+__global__ void __launch_bounds__(32 * W) dq_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                   const spb_bf16 *v, const float *lse, const float *delta,
+                                                   const spb_bf16 *dout, float *dq)
 {
+    constexpr int LD = D + PAD;
     extern __shared__ __align__(16) unsigned char smem[];
-    T *Qs = (T *)smem, *dOs = Qs + BR * (D + PAD), *Ks = dOs + BR * (D + PAD), *Vs = Ks + BC * (D + PAD),
-         *Kt = Vs + BC * (D + PAD);
-    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * BR;
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + 16 * W * LD, *Ks = dOs + 16 * W * LD, *Vs = Ks + 2 * BC * LD;
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<W>(d);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r = warp * 16;
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
                ob = b * d.o_batch_stride + (long)h * D;
     const float c = d.scale * LOG2E;
-    stage_rows<T, D>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
-    stage_rows<T, D>(dOs, dout, ob, d.o_token_stride, i0, d.q_len);
+    const int n_tiles = (keys_for_rows<W>(d, i0) + BC - 1) / BC;
+    load_rows_async<16 * W, D, W>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    load_rows_async<16 * W, D, W>(dOs, dout, ob, d.o_token_stride, i0, d.q_len);
+    if (n_tiles > 0) {
+        load_rows_async<BC, D, W>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
+        load_rows_async<BC, D, W>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
+    }
+    spb_cp_async_commit();
     float L2[2], Dl[2];
     long qpos[2];
     for (int x = 0; x < 2; x++) {
@@ -445,28 +482,36 @@ __global__ void __launch_bounds__(128) dq_fast(spb_attn_desc d, const spb_bf16 *
         Dl[x] = i < d.q_len ? delta[row] : 0.0f;
         qpos[x] = d.q_offset + i;
     }
+    const long warp_last_q = d.q_offset + i0 + r + 15;
     float acc[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
-    const int n_keys = keys_for_tile(d, i0);
-    for (int j0 = 0; j0 < n_keys; j0 += BC) {
+    spb_cp_async_wait<0>();
+    for (int it = 0; it < n_tiles; it++) {
+        const int j0 = it * BC, st = it & 1;
+        __syncthreads(); /* the other stage is free; at it = 0, Q and dO are visible after the next one */
+        if (it + 1 < n_tiles) {
+            load_rows_async<BC, D, W>(Ks + (st ^ 1) * BC * LD, k, kb, d.k_token_stride, j0 + BC, d.k_len);
+            load_rows_async<BC, D, W>(Vs + (st ^ 1) * BC * LD, v, kb, d.k_token_stride, j0 + BC, d.k_len);
+        }
+        spb_cp_async_commit();
+        spb_cp_async_wait<1>();
         __syncthreads();
-        stage_rows<T, D>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
-        stage_rows<T, D>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
-        stage_rows_t<T, D>(Kt, k, kb, d.k_token_stride, j0, d.k_len);
-        __syncthreads();
+        if (d.causal && d.k_offset + j0 > warp_last_q) continue;
+        const uint16_t *Kc = Ks + st * BC * LD, *Vc = Vs + st * BC * LD;
         float s[8][4], dp[8][4];
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-        mma_rows_rowsT<T, D>(s, Qs, r, Ks, g, t);
-        mma_rows_rowsT<T, D>(dp, dOs, r, Vs, g, t);
+        mma_rows_rowsT<T, D>(s, Qs, r, Kc, lane);
+        mma_rows_rowsT<T, D>(dp, dOs, r, Vc, lane);
+        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > qpos[0] - g);
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) {
                 int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
-                bool vis = j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]);
+                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]));
                 float p = vis ? exp2f(s[nt][e] * c - L2[x]) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - Dl[x]); /* dS */
             }
-        mma_p_mt<T, D>(acc, s, Kt, g, t);
+        mma_p_m<T, D>(acc, s, Kc, lane);
     }
     for (int x = 0; x < 2; x++) {
         int i = i0 + r + g + 8 * x;
@@ -479,58 +524,84 @@ __global__ void __launch_bounds__(128) dq_fast(spb_attn_desc d, const spb_bf16 *
     }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(128) dkv_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
-                                                const spb_bf16 *v, const float *lse, const float *delta,
-                                                const spb_bf16 *dout, float *dk, float *dv)
+/* lse (as log2, +inf for a row that sees nothing: P = 0) and delta of query
+ * rows [i0, i0 + BC) into Ls, Ds; rows past q_len see nothing */
+template <int W>
+__device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const spb_attn_desc &d, const float *lse,
+                                               const float *delta, long rows_base, int i0)
 {
+    for (int e = threadIdx.x; e < BC; e += 32 * W) {
+        int i = i0 + e;
+        float L = i < d.q_len ? lse[rows_base + i] : -INFINITY;
+        Ls[e] = L > -INFINITY ? L * LOG2E : INFINITY;
+        Ds[e] = i < d.q_len ? delta[rows_base + i] : 0.0f;
+    }
+}
+
+template <typename T, int D, int W>
+__global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                    const spb_bf16 *v, const float *lse, const float *delta,
+                                                    const spb_bf16 *dout, float *dk, float *dv)
+{
+    constexpr int LD = D + PAD;
     extern __shared__ __align__(16) unsigned char smem[];
-    T *Ks = (T *)smem, *Vs = Ks + BR * (D + PAD), *Qs = Vs + BR * (D + PAD), *dOs = Qs + BC * (D + PAD),
-         *Qt = dOs + BC * (D + PAD), *dOt = Qt + D * (BC + PAD);
-    float *Ls = (float *)(dOt + D * (BC + PAD)), *Ds = Ls + BC;
-    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BR;
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + 16 * W * LD, *Qs = Vs + 16 * W * LD, *dOs = Qs + 2 * BC * LD;
+    float *Ls = (float *)(dOs + 2 * BC * LD), *Ds = Ls + 2 * BC; /* two stages each */
+    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * 16 * W;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r = warp * 16;
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
-               ob = b * d.o_batch_stride + (long)h * D;
+               ob = b * d.o_batch_stride + (long)h * D, rows_base = ((long)b * d.heads + h) * d.q_len;
     const float c = d.scale * LOG2E;
-    stage_rows<T, D>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
-    stage_rows<T, D>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
     const long kpos[2] = {d.k_offset + j0 + r + g, d.k_offset + j0 + r + g + 8};
     const bool kin[2] = {j0 + r + g < d.k_len, j0 + r + g + 8 < d.k_len};
+    const long warp_first_k = d.k_offset + j0 + r;
+    /* causal: the first query tile with a row that sees one of these keys */
+    long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
+    const int i_start = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
+    const int n_tiles = (d.q_len - i_start + BC - 1) / BC;
+
+    load_rows_async<16 * W, D, W>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
+    load_rows_async<16 * W, D, W>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
+    if (n_tiles > 0) {
+        load_rows_async<BC, D, W>(Qs, q, qb, d.q_token_stride, i_start, d.q_len);
+        load_rows_async<BC, D, W>(dOs, dout, ob, d.o_token_stride, i_start, d.q_len);
+        load_row_stats<W>(Ls, Ds, d, lse, delta, rows_base, i_start);
+    }
+    spb_cp_async_commit();
     float dka[D / 8][4], dva[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++)
         for (int e = 0; e < 4; e++) dka[dn][e] = dva[dn][e] = 0.0f;
-    long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
-    int i0 = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
-    for (; i0 < d.q_len; i0 += BC) {
-        __syncthreads();
-        stage_rows<T, D>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
-        stage_rows<T, D>(dOs, dout, ob, d.o_token_stride, i0, d.q_len);
-        stage_rows_t<T, D>(Qt, q, qb, d.q_token_stride, i0, d.q_len);
-        stage_rows_t<T, D>(dOt, dout, ob, d.o_token_stride, i0, d.q_len);
-        for (int e = threadIdx.x; e < BC; e += blockDim.x) {
-            int i = i0 + e;
-            long row = ((long)b * d.heads + h) * d.q_len + i;
-            float L = i < d.q_len ? lse[row] : -INFINITY;
-            Ls[e] = L > -INFINITY ? L * LOG2E : INFINITY;
-            Ds[e] = i < d.q_len ? delta[row] : 0.0f;
+    spb_cp_async_wait<0>();
+    for (int it = 0; it < n_tiles; it++) {
+        const int i0 = i_start + it * BC, st = it & 1;
+        __syncthreads(); /* the other stage is free */
+        if (it + 1 < n_tiles) {
+            load_rows_async<BC, D, W>(Qs + (st ^ 1) * BC * LD, q, qb, d.q_token_stride, i0 + BC, d.q_len);
+            load_rows_async<BC, D, W>(dOs + (st ^ 1) * BC * LD, dout, ob, d.o_token_stride, i0 + BC, d.q_len);
+            load_row_stats<W>(Ls + (st ^ 1) * BC, Ds + (st ^ 1) * BC, d, lse, delta, rows_base, i0 + BC);
         }
+        spb_cp_async_commit();
+        spb_cp_async_wait<1>();
         __syncthreads();
-        float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, cols = 64 queries */
+        if (d.causal && d.q_offset + i0 + BC - 1 < warp_first_k) continue; /* no query here sees these keys */
+        const uint16_t *Qc = Qs + st * BC * LD, *dOc = dOs + st * BC * LD;
+        const float *Lc = Ls + st * BC, *Dc = Ds + st * BC;
+        float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, columns = 64 queries */
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-        mma_rows_rowsT<T, D>(s, Ks, r, Qs, g, t);
-        mma_rows_rowsT<T, D>(dp, Vs, r, dOs, g, t);
+        mma_rows_rowsT<T, D>(s, Ks, r, Qc, lane);
+        mma_rows_rowsT<T, D>(dp, Vs, r, dOc, lane);
+        const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) {
                 int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
-                bool vis = kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i);
-                float p = vis ? exp2f(s[nt][e] * c - Ls[col]) : 0.0f;
-                s[nt][e] = p;                        /* Pᵀ */
-                dp[nt][e] = p * (dp[nt][e] - Ds[col]); /* dSᵀ */
+                bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
+                float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
+                s[nt][e] = p;                          /* Pᵀ */
+                dp[nt][e] = p * (dp[nt][e] - Dc[col]); /* dSᵀ */
             }
-        mma_p_mt<T, D>(dva, s, dOt, g, t);
-        mma_p_mt<T, D>(dka, dp, Qt, g, t);
+        mma_p_m<T, D>(dva, s, dOc, lane);
+        mma_p_m<T, D>(dka, dp, Qc, lane);
     }
     for (int x = 0; x < 2; x++) {
         int j = j0 + r + g + 8 * x;
@@ -546,12 +617,16 @@ __global__ void __launch_bounds__(128) dkv_fast(spb_attn_desc d, const spb_bf16 
 }
 
 /* ========================== launchers ============================================= */
-/* Shared memory of the fast kernels, in elements of 2 bytes (bf16 and fp16). */
-static size_t fwd_smem(int D) { return 2 * (size_t)(BR * (D + PAD) + BC * (D + PAD) + D * (BC + PAD)); }
-static size_t dq_smem(int D) { return 2 * (size_t)(2 * BR * (D + PAD) + 2 * BC * (D + PAD) + D * (BC + PAD)); }
-static size_t dkv_smem(int D)
+/* Rows per block of the fast kernels (16 per warp): 128 unless a caller
+ * asks for 64 (spb_cuda_attention_set_block_rows). */
+static int fast_block_rows = 128;
+
+extern "C" int spb_cuda_attention_set_block_rows(int rows)
 {
-    return 2 * (size_t)(2 * BR * (D + PAD) + 2 * BC * (D + PAD) + 2 * D * (BC + PAD)) + 2 * sizeof(float) * BC;
+    if (rows != 64 && rows != 128) SPB_DIE("CUDA attention: %d rows per block (64 or 128)", rows);
+    int old = fast_block_rows;
+    fast_block_rows = rows;
+    return old;
 }
 
 static int fast_ok(const spb_attn_desc *d, const void *const *ptrs, int nptr)
@@ -581,6 +656,33 @@ extern "C" float *spb_cuda_attention_workspace(long n)
     return (float *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(float) * (size_t)n);
 }
 
+/* The fast kernels' launches.  Shared memory: 16-bit tiles of rows padded
+ * to D + PAD (the 16 W resident rows, two stages of each streamed tile),
+ * and dK/dV's row statistics (two stages). */
+template <typename T, int D, int W>
+static void fwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                            spb_bf16 *o, float *lse, cudaStream_t s)
+{
+    size_t sm = 2 * (size_t)(16 * W + 4 * BC) * (D + PAD);
+    allow_smem(fwd_fast<T, D, W>, sm);
+    dim3 grid((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
+    fwd_fast<T, D, W><<<grid, 32 * W, sm, s>>>(*d, q, k, v, o, lse);
+}
+template <typename T, int D, int W>
+static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                            const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk, float *dv,
+                            cudaStream_t s)
+{
+    size_t sq = 2 * (size_t)(2 * 16 * W + 4 * BC) * (D + PAD), sk = sq + 4 * sizeof(float) * BC;
+    allow_smem(dq_fast<T, D, W>, sq);
+    allow_smem(dkv_fast<T, D, W>, sk);
+    dim3 gq((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch),
+        gk((d->k_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
+    dq_fast<T, D, W><<<gq, 32 * W, sq, s>>>(*d, q, k, v, lse, delta, dout, dq);
+    SPB_CUDA_CHECK(cudaGetLastError());
+    dkv_fast<T, D, W><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv);
+}
+
 /* The launchers, for either element type (both are 2 bytes: the shared
  * memory sizes above hold for both). */
 template <typename T>
@@ -590,21 +692,19 @@ static int attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const sp
     if (d->head_dim != 64 && d->head_dim != 128) SPB_DIE("CUDA attention: head_dim %d (64 or 128)", d->head_dim);
     if (d->q_len <= 0 || d->batch <= 0 || d->heads <= 0) return impl == SPB_CUDA_FAST;
     const void *ptrs[4] = {q, k, v, o};
-    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4);
-    dim3 grid((d->q_len + BR - 1) / BR, d->heads, d->batch);
+    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4), wide = fast_block_rows == 128;
     if (fast) {
-        size_t sm = fwd_smem(d->head_dim);
-        if (d->head_dim == 64) {
-            allow_smem(fwd_fast<T, 64>, sm);
-            fwd_fast<T, 64><<<grid, 128, sm, s>>>(*d, q, k, v, o, lse);
-        } else {
-            allow_smem(fwd_fast<T, 128>, sm);
-            fwd_fast<T, 128><<<grid, 128, sm, s>>>(*d, q, k, v, o, lse);
-        }
-    } else if (d->head_dim == 64) {
-        fwd_simple<T, 64><<<grid, ST, 0, s>>>(*d, q, k, v, o, lse);
+        if (d->head_dim == 64)
+            wide ? fwd_fast_launch<T, 64, 8>(d, q, k, v, o, lse, s) : fwd_fast_launch<T, 64, 4>(d, q, k, v, o, lse, s);
+        else
+            wide ? fwd_fast_launch<T, 128, 8>(d, q, k, v, o, lse, s)
+                 : fwd_fast_launch<T, 128, 4>(d, q, k, v, o, lse, s);
     } else {
-        fwd_simple<T, 128><<<grid, ST, 0, s>>>(*d, q, k, v, o, lse);
+        dim3 grid((d->q_len + ST - 1) / ST, d->heads, d->batch);
+        if (d->head_dim == 64)
+            fwd_simple<T, 64><<<grid, ST, 0, s>>>(*d, q, k, v, o, lse);
+        else
+            fwd_simple<T, 128><<<grid, ST, 0, s>>>(*d, q, k, v, o, lse);
     }
     SPB_CUDA_CHECK(cudaGetLastError());
     return fast;
@@ -621,31 +721,25 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
     attn_delta<T><<<(unsigned)((rows + 255) / 256), 256, 0, s>>>(*d, o, dout, workspace);
     SPB_CUDA_CHECK(cudaGetLastError());
     const void *ptrs[5] = {q, k, v, o, dout};
-    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 5);
-    dim3 gq((d->q_len + BR - 1) / BR, d->heads, d->batch), gk((d->k_len + BR - 1) / BR, d->heads, d->batch);
+    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 5), wide = fast_block_rows == 128;
     if (fast) {
-        size_t sq = dq_smem(d->head_dim), sk = dkv_smem(d->head_dim);
-        if (d->head_dim == 64) {
-            allow_smem(dq_fast<T, 64>, sq);
-            allow_smem(dkv_fast<T, 64>, sk);
-            dq_fast<T, 64><<<gq, 128, sq, s>>>(*d, q, k, v, lse, workspace, dout, dq);
-            SPB_CUDA_CHECK(cudaGetLastError());
-            dkv_fast<T, 64><<<gk, 128, sk, s>>>(*d, q, k, v, lse, workspace, dout, dk, dv);
-        } else {
-            allow_smem(dq_fast<T, 128>, sq);
-            allow_smem(dkv_fast<T, 128>, sk);
-            dq_fast<T, 128><<<gq, 128, sq, s>>>(*d, q, k, v, lse, workspace, dout, dq);
-            SPB_CUDA_CHECK(cudaGetLastError());
-            dkv_fast<T, 128><<<gk, 128, sk, s>>>(*d, q, k, v, lse, workspace, dout, dk, dv);
-        }
-    } else if (d->head_dim == 64) {
-        dq_simple<T, 64><<<gq, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dq);
-        SPB_CUDA_CHECK(cudaGetLastError());
-        dkv_simple<T, 64><<<gk, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dk, dv);
+        if (d->head_dim == 64)
+            wide ? bwd_fast_launch<T, 64, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                 : bwd_fast_launch<T, 64, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+        else
+            wide ? bwd_fast_launch<T, 128, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                 : bwd_fast_launch<T, 128, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
     } else {
-        dq_simple<T, 128><<<gq, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dq);
-        SPB_CUDA_CHECK(cudaGetLastError());
-        dkv_simple<T, 128><<<gk, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dk, dv);
+        dim3 gq((d->q_len + ST - 1) / ST, d->heads, d->batch), gk((d->k_len + ST - 1) / ST, d->heads, d->batch);
+        if (d->head_dim == 64) {
+            dq_simple<T, 64><<<gq, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dq);
+            SPB_CUDA_CHECK(cudaGetLastError());
+            dkv_simple<T, 64><<<gk, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dk, dv);
+        } else {
+            dq_simple<T, 128><<<gq, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dq);
+            SPB_CUDA_CHECK(cudaGetLastError());
+            dkv_simple<T, 128><<<gk, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dk, dv);
+        }
     }
     SPB_CUDA_CHECK(cudaGetLastError());
     return fast;

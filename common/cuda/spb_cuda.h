@@ -135,7 +135,8 @@ void spb_cuda_ulysses_head_to_blocks(spb_bf16 *blocks, const spb_bf16 *head, int
 /* ---- flash attention ----------------------------------------------------------
  * attention.h's descriptor, strides and semantics; q k v o dout bf16, lse fp32
  * [B][H][q_len], dq dk dv fp32 ACCUMULATED (+=) with Q's and K's strides.
- * Head dim 64 or 128.  FAST = tensor cores (mma.sync m16n8k16 bf16, sm_80+):
+ * Head dim 64 or 128.  FAST = tensor cores (mma.sync m16n8k16 bf16, ldmatrix,
+ * cp.async; sm_80+):
  * needs token strides and batch strides that are multiples of 8 elements and
  * 16-byte aligned pointers; otherwise it falls back to SIMPLE (returns 0 then,
  * 1 when the fast kernel ran). */
@@ -153,6 +154,9 @@ int spb_cuda_attention_backward_half(const spb_attn_desc *d, int fp16, const spb
                                      const spb_bf16 *v, const spb_bf16 *o, const float *lse, const spb_bf16 *dout,
                                      float *dq, float *dk, float *dv, float *workspace, spb_cuda_impl impl,
                                      cudaStream_t s);
+/* Rows per block of the FAST kernels: 128 (8 warps, the default) or 64 (4
+ * warps), for the GPU check to time both; returns the previous value. */
+int spb_cuda_attention_set_block_rows(int rows);
 /* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
  * by the attention backward of every caller; grows, never shrinks. */
 float *spb_cuda_attention_workspace(long n);

@@ -1,7 +1,9 @@
 /* The CPU emulation of a CUDA device (common/cuda/emu) on its own: that it
  * runs CUDA C as a GPU would where the project's kernels depend on it, and
  * that it exposes the mistakes a GPU would punish (a missing barrier, a
- * barrier some threads skip, a launch a GPU refuses).  CUDA C, translated
+ * barrier some threads skip, a launch a GPU refuses).  ldmatrix and cp.async
+ * (common/cuda/warp_ptx.cuh) are checked against values written here from
+ * the PTX ISA's definitions, not from the emulator's code.  CUDA C, translated
  * and built like the project's .cu files in the emulation build; a plain
  * program: exit 0 when every check passes. */
 #include <cuda_runtime.h>
@@ -13,7 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <string>
 #include <vector>
+
+#include "../../common/cuda/warp_ptx.cuh"
 
 static int failures = 0, checks = 0;
 #define EXPECT(cond, ...)                                                                                              \
@@ -273,12 +278,569 @@ static void check_refusals(void)
     cudaFree(fresh), cudaFree(seen), cudaFree(out), cudaFree(fo);
 }
 
+/* ---- ldmatrix -------------------------------------------------------------------
+ * From the PTX ISA (ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16): lanes
+ * 8i..8i+7 give the addresses of rows 0..7 of matrix i (16 bytes each);
+ * register i of every lane holds a fragment of matrix i; a group of four
+ * lanes holds a whole row, lane l the elements (row l/4, columns 2(l%4) and
+ * 2(l%4)+1), the lower column in the low 16 bits.  With .trans the matrix is
+ * read column-major: lane l gets (rows 2(l%4) and 2(l%4)+1, column l/4) of
+ * the matrix as its rows lie in memory. */
+template <int TRANS> __global__ void ldmatrix_rows(const uint16_t *img, int n, const int *row_off, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint16_t *s = (uint16_t *)dyn;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = img[i];
+    __syncthreads();
+    uint32_t r[4] = {0, 0, 0, 0};
+    if (TRANS)
+        spb_ldmatrix_x4_trans(r, s + row_off[threadIdx.x]);
+    else
+        spb_ldmatrix_x4(r, s + row_off[threadIdx.x]);
+    /* the warp reads as one: a lane's store after the ldmatrix (to the row
+     * it addressed, which other lanes' registers come from) is too late to
+     * change anyone's registers */
+    for (int c = 0; c < 8; c++) s[row_off[threadIdx.x] + c] = 0xdead;
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = r[i];
+}
+
+/* ldmatrix feeding mma.m16n8k16: A 16x16 [m][k]; B 16x16 (two n-tiles of 8),
+ * stored [n][k] (k contiguous, plain ldmatrix) or [k][n] (.trans); rows of
+ * 24 elements in shared memory (48 bytes: padded, still 16-byte aligned) */
+template <int FP16, int TRANS> __global__ void ldmatrix_mma(const uint16_t *A, const uint16_t *B, float *D)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    const int LD = 24;
+    uint16_t *sA = (uint16_t *)dyn, *sB = sA + 16 * LD;
+    int l = threadIdx.x;
+    for (int i = l; i < 256; i += 32) {
+        sA[i / 16 * LD + i % 16] = A[i];
+        sB[i / 16 * LD + i % 16] = B[i];
+    }
+    __syncthreads();
+    uint32_t a[4], b[4];
+    /* A's fragment (ISA, m16n8k16 16-bit): a0a1 (row g, k 2t..), a2a3 (g+8, 2t..),
+     * a4a5 (g, 2t+8..), a6a7 (g+8, 2t+8..): matrices [0:8][0:8], [8:16][0:8],
+     * [0:8][8:16], [8:16][8:16] */
+    spb_ldmatrix_x4(a, sA + (l % 16) * LD + (l / 16) * 8);
+    /* B's fragment: b0b1 (k 2t, 2t+1; n g), b2b3 (k 2t+8, 2t+9; n g); registers
+     * 0,1 for n 0..7 and 2,3 for n 8..15 */
+    if (TRANS) /* sB is [k][n]: matrix i covers k ((i&1)*8..), n ((i>>1)*8..) */
+        spb_ldmatrix_x4_trans(b, sB + (((l / 8) & 1) * 8 + l % 8) * LD + (l / 16) * 8);
+    else /* sB is [n][k]: matrix i covers n ((i>>1)*8..), k ((i&1)*8..) */
+        spb_ldmatrix_x4(b, sB + ((l / 16) * 8 + l % 8) * LD + ((l / 8) & 1) * 8);
+    int g = l / 4, t = l % 4;
+    for (int nt = 0; nt < 2; nt++) {
+        float c[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+        spb_mma_m16n8k16<FP16>(c, a, b[2 * nt], b[2 * nt + 1]);
+        for (int i = 0; i < 4; i++) D[(g + (i >= 2 ? 8 : 0)) * 16 + nt * 8 + 2 * t + (i & 1)] = c[i];
+    }
+}
+
+static uint16_t bits16(float v, int fp16)
+{
+    uint16_t u;
+    if (fp16) {
+        __half h = __float2half_rn(v);
+        memcpy(&u, &h, 2);
+    } else {
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        memcpy(&u, &h, 2);
+    }
+    return u;
+}
+
+template <int FP16, int TRANS> static int ldmatrix_mma_wrong(void)
+{
+    std::vector<float> A(256), B(256); /* B[k][n] */
+    for (int i = 0; i < 256; i++) A[i] = (float)((i * 7 + 3) % 9) - 4.0f;
+    for (int i = 0; i < 256; i++) B[i] = (float)((i * 5 + 1) % 7) - 3.0f;
+    std::vector<uint16_t> hA(256), hB(256);
+    for (int i = 0; i < 256; i++) hA[i] = bits16(A[i], FP16);
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < 16; n++) hB[TRANS ? k * 16 + n : n * 16 + k] = bits16(B[k * 16 + n], FP16);
+    uint16_t *dA = device_array<uint16_t>(256), *dB = device_array<uint16_t>(256);
+    float *dD = device_array<float>(256);
+    cudaMemcpy(dA, hA.data(), 512, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, hB.data(), 512, cudaMemcpyHostToDevice);
+    ldmatrix_mma<FP16, TRANS><<<1, 32, 2 * 16 * 24 * 2>>>(dA, dB, dD);
+    EXPECT(cudaGetLastError() == cudaSuccess, "launch");
+    std::vector<float> D = to_host(dD, 256);
+    int bad = 0;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float want = 0.5f; /* small integers: exact in any order */
+            for (int k = 0; k < 16; k++) want += A[m * 16 + k] * B[k * 16 + n];
+            bad += D[m * 16 + n] != want;
+        }
+    cudaFree(dA), cudaFree(dB), cudaFree(dD);
+    return bad;
+}
+
+static void check_ldmatrix(void)
+{
+    /* Two warps, each loading four 8x8 matrices of distinct values
+     * 1000 * (4 * warp + matrix) + 10 * row + column from a shared image of
+     * 64 rows of 24 elements (48 bytes): each matrix in its own block of 8
+     * rows, blocks in a shuffled order, at column 0, 8 or 16, and its rows in
+     * a shuffled order inside the block, so that only each lane's own
+     * address finds its row.  Everything else holds 0xbeef. */
+    const int LD = 24, ROWS = 64, N = ROWS * LD;
+    const int block_of[8] = {5, 2, 7, 0, 3, 6, 1, 4}, col_of[8] = {8, 0, 16, 8, 16, 0, 8, 16};
+    const int row_perm[8] = {3, 6, 0, 5, 1, 7, 4, 2};
+    std::vector<uint16_t> img(N, 0xbeef);
+    std::vector<int> off(64);
+    for (int w = 0; w < 2; w++)
+        for (int l = 0; l < 32; l++) {
+            int m = 4 * w + l / 8, r = l % 8;
+            off[w * 32 + l] = (block_of[m] * 8 + row_perm[(r + 3 * w) % 8]) * LD + col_of[m];
+            for (int c = 0; c < 8; c++) img[off[w * 32 + l] + c] = (uint16_t)(1000 * m + 10 * r + c);
+        }
+    uint16_t *dimg = device_array<uint16_t>(N);
+    int *doff = device_array<int>(64);
+    uint32_t *dout = device_array<uint32_t>(64 * 4);
+    cudaMemcpy(dimg, img.data(), N * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(doff, off.data(), 64 * sizeof(int), cudaMemcpyHostToDevice);
+    for (int trans = 0; trans < 2; trans++) {
+        cudaMemset(dout, 0, 64 * 4 * sizeof(uint32_t));
+        if (trans)
+            ldmatrix_rows<1><<<1, 64, N * 2>>>(dimg, N, doff, dout);
+        else
+            ldmatrix_rows<0><<<1, 64, N * 2>>>(dimg, N, doff, dout);
+        EXPECT(cudaGetLastError() == cudaSuccess, "launch");
+        std::vector<uint32_t> out = to_host(dout, 64 * 4);
+        int bad = 0, shown = 0;
+        for (int w = 0; w < 2; w++)
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++) {
+                    int m = 4 * w + i, row0, col0, row1, col1; /* the ISA's element for each half */
+                    if (!trans)
+                        row0 = row1 = l / 4, col0 = 2 * (l % 4), col1 = col0 + 1;
+                    else
+                        row0 = 2 * (l % 4), row1 = row0 + 1, col0 = col1 = l / 4;
+                    uint32_t want = (uint32_t)(1000 * m + 10 * row0 + col0) |
+                                    (uint32_t)(1000 * m + 10 * row1 + col1) << 16;
+                    uint32_t got = out[(w * 32 + l) * 4 + i];
+                    if (got != want) {
+                        bad++;
+                        if (shown++ < 4)
+                            printf("  ldmatrix%s: warp %d lane %d register %d: got %u|%u<<16, want %u|%u<<16\n",
+                                   trans ? ".trans" : "", w, l, i, got & 0xffff, got >> 16, want & 0xffff, want >> 16);
+                    }
+                }
+        EXPECT(bad == 0, "ldmatrix.x4%s: %d of 256 registers not as the ISA lays them out", trans ? ".trans" : "", bad);
+    }
+    cudaFree(dimg), cudaFree(doff), cudaFree(dout);
+
+    /* composed with the tensor-core product, against a plain product (a
+     * permutation of k applied alike to A and B, such as swapped halves in
+     * both, leaves any product unchanged: the direct checks above see it) */
+    int bad = ldmatrix_mma_wrong<0, 0>();
+    EXPECT(bad == 0, "bf16: A and B ([n][k]) by ldmatrix, mma: %d of 256 elements wrong", bad);
+    bad = ldmatrix_mma_wrong<0, 1>();
+    EXPECT(bad == 0, "bf16: A by ldmatrix, B ([k][n]) by ldmatrix.trans, mma: %d of 256 elements wrong", bad);
+    bad = ldmatrix_mma_wrong<1, 0>();
+    EXPECT(bad == 0, "fp16: A and B ([n][k]) by ldmatrix, mma: %d of 256 elements wrong", bad);
+    bad = ldmatrix_mma_wrong<1, 1>();
+    EXPECT(bad == 0, "fp16: A by ldmatrix, B ([k][n]) by ldmatrix.trans, mma: %d of 256 elements wrong", bad);
+}
+
+/* ---- cp.async ---------------------------------------------------------------------
+ * From the PTX ISA (cp.async.cg.shared.global [dst], [src], 16, src-size;
+ * commit_group; wait_group N): the copy is asynchronous, bytes past src-size
+ * are zeros (src-size 0: src is not read); commit_group closes the thread's
+ * pending copies into a group; wait_group N returns when at most the N most
+ * recent groups of the thread are pending and all earlier ones are done; the
+ * writes are then visible to the waiting thread, and to others only through
+ * a barrier after it.  A read before the wait may see old or new bytes on a
+ * GPU; the emulation copies at the wait in the first block it runs (and
+ * every other one), so such a read sees the old ones, and at the issue in
+ * the blocks between (emu_async_copy.cc).  These kernels run one block,
+ * the first, except (e). */
+
+/* (a) a block fills 128 chunks (16 bytes) of dynamic shared memory, two per thread */
+__global__ void cp_async_fill(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x, n = blockDim.x;
+    spb_cp_async16(s + 4 * t, src + 4 * t, 16);
+    spb_cp_async16(s + 4 * (2 * n - 1 - t), src + 4 * (2 * n - 1 - t), 16);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    __syncthreads();
+    for (int i = t; i < 8 * n; i += n) out[i] = s[i];
+}
+/* (b) chunk t with src_bytes 0 for even t: zeros, and src not read */
+__global__ void cp_async_zero_fill(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x, n = blockDim.x;
+    for (int i = 0; i < 4; i++) s[4 * t + i] = 0x5a5a0000u + 4 * t + i;
+    __syncthreads();
+    spb_cp_async16(s + 4 * t, src + 4 * t, t % 2 ? 16 : 0);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    __syncthreads();
+    for (int i = t; i < 4 * n; i += n) out[i] = s[i];
+}
+/* src-size 4, 8 or 12 (the ISA allows any up to 16; the project uses 0 and 16) */
+__global__ void cp_async_partial(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x;
+    for (int i = 0; i < 4; i++) s[4 * t + i] = 0x5a5a0000u + 4 * t + i;
+    __syncthreads();
+    spb_cp_async16(s + 4 * t, src + 4 * t, 4 * (1 + t % 3));
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    for (int i = 0; i < 4; i++) out[4 * t + i] = s[4 * t + i];
+}
+/* (c) three groups, waited for one at a time; each thread looks at its own
+ * chunks in regions A, B, C (pre-filled) after each wait */
+__global__ void cp_async_groups(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x, n = blockDim.x;
+    for (int i = t; i < 12 * n; i += n) s[i] = 0x77000000u + i;
+    __syncthreads();
+    for (int g = 0; g < 3; g++) {
+        spb_cp_async16(s + 4 * (g * n + t), src + 4 * (g * n + t), 16);
+        spb_cp_async_commit();
+    }
+    int k = 0; /* out: snapshot k (0..5), thread t, 4 words */
+    spb_cp_async_wait<2>();
+    for (int g = 0; g < 3; g++, k++)
+        for (int i = 0; i < 4; i++) out[(k * n + t) * 4 + i] = s[4 * (g * n + t) + i];
+    spb_cp_async_wait<1>();
+    for (int g = 1; g < 3; g++, k++)
+        for (int i = 0; i < 4; i++) out[(k * n + t) * 4 + i] = s[4 * (g * n + t) + i];
+    spb_cp_async_wait<0>();
+    for (int i = 0; i < 4; i++) out[(k * n + t) * 4 + i] = s[4 * (2 * n + t) + i];
+}
+/* a copy not committed to a group: wait_group 0 does not cover it */
+__global__ void cp_async_uncommitted(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x;
+    for (int i = 0; i < 4; i++) s[4 * t + i] = 0x66000000u + 4 * t + i;
+    __syncthreads();
+    spb_cp_async16(s + 4 * t, src + 4 * t, 16);
+    spb_cp_async_wait<0>();
+    for (int i = 0; i < 4; i++) out[4 * t + i] = s[4 * t + i];
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    for (int i = 0; i < 4; i++) out[4 * (blockDim.x + t) + i] = s[4 * t + i];
+}
+/* (d) thread t copies chunk t, waits, reads chunk t+1: without a barrier
+ * after the waits it races with thread t+1's copy */
+template <int BARRIER> __global__ void cp_async_neighbour(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x, n = blockDim.x, u = (t + 1) % n;
+    for (int i = 0; i < 4; i++) s[4 * t + i] = 0x33000000u + 4 * t + i;
+    __syncthreads();
+    spb_cp_async16(s + 4 * t, src + 4 * t, 16);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    if (BARRIER) __syncthreads();
+    for (int i = 0; i < 4; i++) out[4 * t + i] = s[4 * u + i];
+}
+
+/* (e) thread t reads chunk t+1, then copies over chunk t: without a barrier
+ * between, thread t+1's copy may overwrite the chunk before thread t reads
+ * it (the prefetch into a double buffer that others still read).  Each
+ * block's threads report what they read. */
+template <int BARRIER> __global__ void cp_async_overwrite(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    int t = threadIdx.x, n = blockDim.x, u = (t + 1) % n;
+    for (int i = 0; i < 4; i++) s[4 * t + i] = 0x44000000u + 4 * t + i;
+    __syncthreads();
+    uint32_t seen[4];
+    for (int i = 0; i < 4; i++) seen[i] = s[4 * u + i];
+    if (BARRIER) __syncthreads();
+    spb_cp_async16(s + 4 * t, src + 4 * t, 16);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    __syncthreads();
+    for (int i = 0; i < 4; i++) out[(blockIdx.x * n + t) * 4 + i] = seen[i];
+}
+/* (f) when a copy lands: thread 0 of each block reads its destination
+ * before any wait, then after one */
+__global__ void cp_async_landing(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t *s = (uint32_t *)dyn;
+    s[0] = 0x55000000u;
+    spb_cp_async16(s, src, 16);
+    spb_cp_async_commit();
+    out[2 * blockIdx.x] = s[0];
+    spb_cp_async_wait<0>();
+    out[2 * blockIdx.x + 1] = s[0];
+}
+
+static void check_cp_async(void)
+{
+    const int T = 64, W = 12 * T; /* words */
+    std::vector<uint32_t> src(W);
+    for (int i = 0; i < W; i++) src[i] = 0xc0de0000u + (uint32_t)i * 2654435761u % 65536u;
+    uint32_t *dsrc = device_array<uint32_t>(W), *dout = device_array<uint32_t>(6 * 4 * T);
+    cudaMemcpy(dsrc, src.data(), W * 4, cudaMemcpyHostToDevice);
+
+    /* (a) */
+    cp_async_fill<<<1, T, 8 * T * 4>>>(dsrc, dout);
+    EXPECT(cudaGetLastError() == cudaSuccess, "launch");
+    std::vector<uint32_t> o = to_host(dout, 8 * T);
+    int bad = 0;
+    for (int i = 0; i < 8 * T; i++) bad += o[i] != src[i];
+    EXPECT(bad == 0, "cp.async fill: %d of %d words differ from the source", bad, 8 * T);
+
+    /* (b) */
+    cp_async_zero_fill<<<1, T, 4 * T * 4>>>(dsrc, dout);
+    o = to_host(dout, 4 * T);
+    int bad_zero = 0, bad_copy = 0;
+    for (int i = 0; i < 4 * T; i++)
+        if (i / 4 % 2)
+            bad_copy += o[i] != src[i];
+        else
+            bad_zero += o[i] != 0;
+    EXPECT(bad_zero == 0, "cp.async src_bytes 0: %d of %d words not zero", bad_zero, 2 * T);
+    EXPECT(bad_copy == 0, "cp.async src_bytes 16 beside src_bytes 0: %d of %d words wrong", bad_copy, 2 * T);
+
+    /* src-size 4, 8, 12: the ISA's zero fill of the rest, or a refusal (the
+     * wrapper promises only 0 and 16) */
+    {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            freopen("/dev/null", "w", stderr);
+            cp_async_partial<<<1, T, 4 * T * 4>>>(dsrc, dout);
+            std::vector<uint32_t> p = to_host(dout, 4 * T);
+            int wrong = 0;
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < 4; i++) wrong += p[4 * t + i] != (i < 1 + t % 3 ? src[4 * t + i] : 0u);
+            _exit(wrong ? 3 : 0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        int exact = WIFEXITED(st) && WEXITSTATUS(st) == 0, refused = WIFSIGNALED(st);
+        printf("  cp.async src_bytes 4/8/12: %s\n", exact ? "zero-filled as the ISA says" : refused ? "refused" : "WRONG");
+        EXPECT(exact || refused, "cp.async with src_bytes 4, 8, 12 neither zero-fills the rest nor is refused");
+    }
+
+    /* (c) wait_group N: the N most recent groups may still be pending */
+    cp_async_groups<<<1, T, 12 * T * 4>>>(dsrc, dout);
+    o = to_host(dout, 6 * 4 * T);
+    const int snap_group[6] = {0, 1, 2, 1, 2, 2}, snap_done[6] = {1, 0, 0, 1, 0, 1};
+    const char *snap_name[6] = {"A after wait<2>", "B after wait<2>", "C after wait<2>",
+                                "B after wait<1>", "C after wait<1>", "C after wait<0>"};
+    for (int k = 0; k < 6; k++) {
+        bad = 0;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < 4; i++) {
+                int w = 4 * (snap_group[k] * T + t) + i;
+                bad += o[(k * T + t) * 4 + i] != (snap_done[k] ? src[w] : 0x77000000u + (uint32_t)w);
+            }
+        EXPECT(bad == 0, "cp.async groups: %s: %d of %d words are not the %s", snap_name[k], bad, 4 * T,
+               snap_done[k] ? "copy" : "earlier contents");
+    }
+
+    /* a copy outside any group is not covered by wait_group 0 (the ISA's
+     * wait_all is commit_group + wait_group 0) */
+    cp_async_uncommitted<<<1, T, 4 * T * 4>>>(dsrc, dout);
+    o = to_host(dout, 2 * 4 * T);
+    int stale = 0;
+    bad = 0;
+    for (int i = 0; i < 4 * T; i++) {
+        stale += o[i] == 0x66000000u + (uint32_t)i;
+        bad += o[4 * T + i] != src[i];
+    }
+    EXPECT(stale == 4 * T, "an uncommitted copy landed at wait_group 0 (%d of %d words stale)", stale, 4 * T);
+    EXPECT(bad == 0, "commit + wait_group 0 after an uncommitted copy: %d of %d words wrong", bad, 4 * T);
+
+    /* (d) the emulation exposes a missing barrier after the waits: a GPU's
+     * copies may well have landed by then and hide the race */
+    cp_async_neighbour<0><<<1, T, 4 * T * 4>>>(dsrc, dout);
+    o = to_host(dout, 4 * T);
+    int chunks_stale = 0, garbage = 0;
+    for (int t = 0; t < T; t++) {
+        int u = (t + 1) % T, old = 1, copied = 1;
+        for (int i = 0; i < 4; i++) {
+            old &= o[4 * t + i] == 0x33000000u + (uint32_t)(4 * u + i);
+            copied &= o[4 * t + i] == src[4 * u + i];
+        }
+        chunks_stale += old;
+        garbage += !old && !copied;
+    }
+    EXPECT(chunks_stale > 0, "a read of another thread's cp.async without a barrier went unnoticed");
+    EXPECT(garbage == 0, "%d chunks neither the old contents nor the copy", garbage);
+    cp_async_neighbour<1><<<1, T, 4 * T * 4>>>(dsrc, dout);
+    o = to_host(dout, 4 * T);
+    bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < 4; i++) bad += o[4 * t + i] != src[4 * ((t + 1) % T) + i];
+    EXPECT(bad == 0, "with a barrier after the waits, %d of %d words of other threads' copies wrong", bad, 4 * T);
+
+    /* (e) over 4 blocks: an overwrite before the others have read shows in
+     * the blocks whose copies land at issue, and never with the barrier */
+    const int B = 4;
+    uint32_t *dover = device_array<uint32_t>(B * 4 * T);
+    for (int barrier = 0; barrier < 2; barrier++) {
+        if (barrier)
+            cp_async_overwrite<1><<<B, T, 4 * T * 4>>>(dsrc, dover);
+        else
+            cp_async_overwrite<0><<<B, T, 4 * T * 4>>>(dsrc, dover);
+        o = to_host(dover, B * 4 * T);
+        int overwritten = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                overwritten += o[(b * T + t) * 4] != 0x44000000u + 4 * (uint32_t)((t + 1) % T);
+        if (barrier)
+            EXPECT(overwritten == 0, "with a barrier before the copies, %d reads saw them", overwritten);
+        else
+            EXPECT(overwritten > 0, "a copy over what another thread had not read yet went unnoticed");
+    }
+    cudaFree(dover);
+
+    /* (f) both ends of the window: half the blocks see the copy before the wait */
+    cp_async_landing<<<B, 1, 16>>>(dsrc, dout);
+    o = to_host(dout, 2 * B);
+    int early = 0, late = 0;
+    for (int b = 0; b < B; b++) {
+        early += o[2 * b] == src[0];
+        late += o[2 * b] == 0x55000000u;
+        EXPECT(o[2 * b + 1] == src[0], "block %d: the copy had not landed after wait_group 0", b);
+    }
+    EXPECT(early == B / 2 && late == B / 2, "%d blocks saw the copy land at issue, %d at the wait (of %d)", early,
+           late, B);
+    cudaFree(dsrc), cudaFree(dout);
+}
+
+/* ---- what the emulator refuses of ldmatrix and cp.async ------------------------ */
+__global__ void ldmatrix_misaligned(uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t r[4];
+    int l = threadIdx.x;
+    for (int i = l; i < 1024; i += 32) dyn[i] = (unsigned char)i;
+    __syncthreads();
+    spb_ldmatrix_x4(r, dyn + 16 * l + (l == 5 ? 8 : 0)); /* lane 5: 8-byte aligned only */
+    out[l] = r[0];
+}
+__global__ void ldmatrix_static_shared(uint32_t *out)
+{
+    __shared__ __align__(16) unsigned char st[1024];
+    uint32_t r[4];
+    int l = threadIdx.x;
+    for (int i = l; i < 1024; i += 32) st[i] = (unsigned char)i;
+    __syncthreads();
+    spb_ldmatrix_x4(r, st + 16 * l);
+    out[l] = r[0];
+}
+__global__ void ldmatrix_past_dynamic(uint32_t *out, int bytes)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    uint32_t r[4];
+    int l = threadIdx.x;
+    spb_ldmatrix_x4(r, dyn + (l == 31 ? bytes : 16 * l)); /* lane 31: just past the end */
+    out[l] = r[0];
+}
+__global__ void cp_async_to_static_shared(const uint32_t *src, uint32_t *out)
+{
+    __shared__ __align__(16) uint32_t st[4 * 32];
+    int t = threadIdx.x;
+    spb_cp_async16(st + 4 * t, src + 4 * t, 16);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    out[t] = st[4 * t];
+}
+__global__ void cp_async_to_global(const uint32_t *src, uint32_t *dst)
+{
+    int t = threadIdx.x;
+    spb_cp_async16(dst + 4 * t, src + 4 * t, 16);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+}
+__global__ void cp_async_misaligned(const uint32_t *src, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    int t = threadIdx.x;
+    spb_cp_async16(dyn + 16 * t + (t == 7 ? 8 : 0), src + 4 * t, 16);
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    out[t] = dyn[16 * t];
+}
+
+/* 1 when f() ends the process as a refusal of the emulator's: killed
+ * (SIGABRT) or a non-zero exit, with a message that is not
+ * AddressSanitizer's; prints the message */
+template <typename F> static int refused(const char *what, F f)
+{
+    fflush(stdout);
+    fflush(stderr);
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        close(fd[1]);
+        f();
+        cudaDeviceSynchronize();
+        _exit(0);
+    }
+    close(fd[1]);
+    std::string msg;
+    char buf[512];
+    ssize_t k;
+    while ((k = read(fd[0], buf, sizeof buf)) > 0) msg.append(buf, (size_t)k);
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int died = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    for (size_t p = 0; (p = msg.find('\n', p)) != std::string::npos; p += 5) msg.replace(p, 1, "\n    ");
+    printf("  %s: %s\n    %s\n", what, died ? (WIFSIGNALED(st) ? "killed by a signal" : "non-zero exit") : "NOT refused",
+           msg.empty() ? "(no message)" : msg.c_str());
+    return died && !msg.empty() && msg.find("AddressSanitizer") == std::string::npos;
+}
+
+static void check_ptx_refusals(void)
+{
+    uint32_t *out = device_array<uint32_t>(1024), *src = device_array<uint32_t>(1024);
+    cudaMemset(src, 0, 4096);
+    EXPECT(refused("ldmatrix, a row 8-byte aligned", [&] { ldmatrix_misaligned<<<1, 32, 1024>>>(out); }),
+           "ldmatrix from a misaligned row not refused");
+    EXPECT(refused("ldmatrix from static shared memory", [&] { ldmatrix_static_shared<<<1, 32>>>(out); }),
+           "ldmatrix outside the dynamic shared memory not refused");
+    EXPECT(refused("ldmatrix, a row past the dynamic shared memory",
+                   [&] { ldmatrix_past_dynamic<<<1, 32, 512>>>(out, 512); }),
+           "ldmatrix past the launch's dynamic shared memory not refused");
+    EXPECT(refused("cp.async to static shared memory", [&] { cp_async_to_static_shared<<<1, 32>>>(src, out); }),
+           "cp.async into static shared memory not refused");
+    EXPECT(refused("cp.async to global memory", [&] { cp_async_to_global<<<1, 32>>>(src, out); }),
+           "cp.async into global memory not refused");
+    EXPECT(refused("cp.async, a destination 8-byte aligned", [&] { cp_async_misaligned<<<1, 32, 512>>>(src, out); }),
+           "cp.async to a misaligned destination not refused");
+    cudaFree(out), cudaFree(src);
+}
+
 int main(void)
 {
     check_barriers();
     check_shuffles();
     check_mma();
     check_refusals();
+    check_ldmatrix();
+    check_cp_async();
+    check_ptx_refusals();
     printf("CUDA emulation: %d checks, %d failed: %s\n", checks, failures, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+#include <vector>
+
 /* the error cudaGetLastError returns next (a launch the device refuses) */
 void spb_emu_set_error(cudaError_t e);
 /* dynamic shared memory a kernel may opt into (sm_90: 227 KiB) */
@@ -17,5 +19,26 @@ void spb_emu_count_launch(void);
  * and receives all 32 lanes' deposits in all[32][bytes] (lanes not
  * running: stale).  `what` names the operation in error reports. */
 void spb_emu_warp_gather(unsigned mask, const void *mine, size_t bytes, void *all, const char *what);
+/* Whether [p, p + bytes) lies in the running launch's dynamic shared memory. */
+int spb_emu_in_dynamic_shared(const void *p, size_t bytes);
+/* The kernel running now, for error reports. */
+const char *spb_emu_kernel_name(void);
+
+/* The cp.async copies a thread has issued and not yet completed, in issue
+ * order, and where its committed groups end (emu_async_copy.cc). */
+struct spb_emu_copy {
+    void *dst;
+    const void *src;
+    int src_bytes;
+};
+struct spb_emu_copy_queue {
+    std::vector<spb_emu_copy> copies;
+    std::vector<size_t> group_end; /* copies[0, group_end[i]) belong to groups 0..i */
+    bool eager = false;            /* copies land at issue (else at the wait that covers them) */
+};
+/* the calling thread's queue */
+spb_emu_copy_queue *spb_emu_thread_copies(void);
+/* completes every copy still queued (a thread's end: a GPU finishes them) */
+void spb_emu_copies_finish(spb_emu_copy_queue *q);
 
 #endif

@@ -4,7 +4,9 @@
  * per switch).
  *
  * A fiber runs until it reaches __syncthreads, a warp operation or its end.
- * The scheduler then runs the next fiber; passes over the block alternate
+ * The scheduler then runs the next fiber of its warp, and keeps running that
+ * warp's fibers until they all wait at a __syncthreads (or have ended)
+ * before it starts the next warp; passes over the block alternate
  * direction, and blocks run in a scrambled order, so that a missing barrier
  * (a read of shared memory another thread has not written yet, or a write
  * over what another has not read yet) and an order dependence between
@@ -86,6 +88,7 @@ struct fiber {
     int warp = 0, lane = 0;
     bool done = false;
     const char *waiting = nullptr; /* what it waits in, for a deadlock report */
+    spb_emu_copy_queue copies;     /* its cp.async copies in flight */
 };
 
 struct warp_state {
@@ -109,6 +112,7 @@ struct block_run {
     fiber *cur = nullptr;
     bool progress = false;
     const char *kernel = "?";
+    size_t shared_bytes = 0; /* the launch's dynamic shared memory */
 };
 
 block_run *run_now = nullptr; /* the launch in progress (one at a time) */
@@ -168,6 +172,7 @@ void fiber_main()
     block_run *r = run_now;
     fiber *f = r->cur;
     (*r->body)();
+    spb_emu_copies_finish(&f->copies);
     f->done = true;
     r->alive--;
     r->warps[f->warp].alive--;
@@ -354,6 +359,16 @@ uint64_t spb_emu_warp_exchange(unsigned mask, uint64_t mine, int src)
 
 void *spb_emu_dynamic_shared(void) { return dynamic_shared; }
 
+int spb_emu_in_dynamic_shared(const void *p, size_t bytes)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    return run_now && c >= dynamic_shared && c + bytes <= dynamic_shared + run_now->shared_bytes;
+}
+
+const char *spb_emu_kernel_name(void) { return run_now ? run_now->kernel : "(none)"; }
+
+spb_emu_copy_queue *spb_emu_thread_copies(void) { return &current("cp.async")->copies; }
+
 /* ---- launches --------------------------------------------------------------- */
 void spb_emu_set_max_dynamic_shared(const void *kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }
 
@@ -388,6 +403,7 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
     block_run r;
     r.body = &body;
     r.kernel = name;
+    r.shared_bytes = c.shared;
     r.fibers.resize(threads);
     r.warps.resize((threads + 31) / 32);
     while ((long)stacks.size() < threads) {
@@ -425,22 +441,36 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
             f.lane = (int)(t % 32);
             f.done = false;
             f.waiting = nullptr;
+            f.copies.copies.clear();
+            f.copies.group_end.clear();
+            f.copies.eager = n % 2 == 1; /* emu_async_copy.cc */
             f.stack = stacks[t];
             start_context(f, r);
         }
+        /* A pass takes the warps one at a time and runs each as far as it
+         * gets (to a __syncthreads, or its end) before the next starts: the
+         * most one warp can run ahead of another on a GPU, so that a race
+         * between warps shows. */
+        const long n_warps = (long)r.warps.size();
         for (int pass = 0; r.alive > 0; pass++) {
-            r.progress = false;
-            bool up = (pass + n) % 2 == 0;
-            for (long x = 0; x < threads; x++) {
-                fiber &f = r.fibers[up ? x : threads - 1 - x];
-                if (f.done) continue;
-                r.cur = &f;
-                spb_emu_here = &f.where;
-                switch_to(&r.sched, &f.ctx);
+            bool up = (pass + n) % 2 == 0, any = false;
+            for (long wx = 0; wx < n_warps; wx++) {
+                long w = up ? wx : n_warps - 1 - wx, first = 32 * w, count = threads - first < 32 ? threads - first : 32;
+                do {
+                    r.progress = false;
+                    for (long x = 0; x < count; x++) {
+                        fiber &f = r.fibers[first + (up ? x : count - 1 - x)];
+                        if (f.done) continue;
+                        r.cur = &f;
+                        spb_emu_here = &f.where;
+                        switch_to(&r.sched, &f.ctx);
+                    }
+                    any = any || r.progress;
+                } while (r.progress);
             }
             r.cur = nullptr;
             spb_emu_here = nullptr;
-            if (!r.progress && r.alive > 0) deadlock(&r);
+            if (!any && r.alive > 0) deadlock(&r);
         }
     }
     run_now = nullptr;

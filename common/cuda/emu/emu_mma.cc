@@ -11,10 +11,19 @@
  *   C, D: element i is at row g (i < 2) or g + 8, column 2t + (i & 1)
  * The products of two 16-bit values are exact in fp32; the sum runs over k
  * in order in fp32 (the hardware's order and internal width differ: the
- * checks' tolerances cover that, docs/EMULATION.md). */
+ * checks' tolerances cover that, docs/EMULATION.md).
+ *
+ * ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16, from the ISA's
+ * description of ldmatrix: lane l gives the address of row l % 8 of matrix
+ * l / 8 (16 bytes, 16-byte aligned, in shared memory); each lane's
+ * register i holds two 16-bit elements of matrix i, the pair at row l / 4,
+ * columns 2(l % 4) and 2(l % 4) + 1 (low half first), or with .trans the
+ * pair at rows 2(l % 4) and 2(l % 4) + 1, column l / 4. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emu_internal.h"
@@ -68,4 +77,34 @@ void spb_emu_mma_m16n8k16(int fp16, float c[4], const uint32_t a[4], uint32_t b0
         for (int k = 0; k < 16; k++) sum += a_elem(all, row, k, fp16) * b_elem(all, k, col, fp16);
         c[i] += sum;
     }
+}
+
+void spb_emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
+{
+    const unsigned char *rows[32];
+    const char *what = trans ? "ldmatrix.m8n8.x4.trans" : "ldmatrix.m8n8.x4";
+    spb_emu_warp_gather(0xffffffffu, &row, sizeof row, rows, what);
+    for (int l = 0; l < 32; l++)
+        if ((uintptr_t)rows[l] % 16 || !spb_emu_in_dynamic_shared(rows[l], 16)) {
+            fprintf(stderr,
+                    "spbench CUDA emulation: kernel %s: %s: lane %d's row %p is not 16 aligned bytes of the "
+                    "launch's dynamic shared memory\n",
+                    spb_emu_kernel_name(), what, l, (const void *)rows[l]);
+            abort();
+        }
+    int lane = spb_emu_lane(), q = lane / 4, p = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo, hi;
+        if (trans) { /* column q of rows 2p, 2p + 1 */
+            memcpy(&lo, rows[8 * i + 2 * p] + 2 * q, 2);
+            memcpy(&hi, rows[8 * i + 2 * p + 1] + 2 * q, 2);
+        } else { /* row q, columns 2p, 2p + 1 */
+            memcpy(&lo, rows[8 * i + q] + 4 * p, 2);
+            memcpy(&hi, rows[8 * i + q] + 4 * p + 2, 2);
+        }
+        r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    /* the warp reads together: no lane goes on (and writes over a row)
+     * before every lane has read */
+    __syncwarp();
 }

@@ -133,6 +133,15 @@ template <typename A, typename B> static inline typename std::common_type<A, B>:
  * A warp collective.  Operand registers as the PTX ISA lays them out
  * (emu_mma.cc writes the layout out from the ISA's tables). */
 void spb_emu_mma_m16n8k16(int fp16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (emu_mma.cc): a warp
+ * collective; rows must lie in the launch's dynamic shared memory */
+void spb_emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans);
+/* cp.async.cg 16 bytes, commit_group, wait_group (emu_async_copy.cc): a
+ * copy happens when a wait_group of its thread covers it, not before, so
+ * that a read that a GPU would not order after the copy sees old bytes */
+void spb_emu_cp_async16(void *dst, const void *src, int src_bytes);
+void spb_emu_cp_async_commit(void);
+void spb_emu_cp_async_wait(int groups_left);
 
 /* cuda_runtime.h's C++ overloads for symbols exist for nvcc only */
 template <typename T>
