@@ -645,7 +645,17 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
                                                            0); }, reps);
             timing_row("attention", "flash bwd (mma, 64 rows)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            /* and with dQ from the dK/dV kernel by atomics, in both shapes */
+            spb_cuda_attention_set_fused_dq(1);
+            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
+                                                           0); }, reps);
+            timing_row("attention", "flash bwd (mma, 64 rows, fused dQ)", N, N, N, Dh, causal, reps, ms,
+                       10.0 * Dh * pairs);
             spb_cuda_attention_set_block_rows(128);
+            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
+                                                           0); }, reps);
+            timing_row("attention", "flash bwd (mma, fused dQ)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            spb_cuda_attention_set_fused_dq(0);
             if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
             /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
              * The first calls of a shape build its plans (heuristics and
@@ -748,6 +758,15 @@ int main(int argc, char **argv)
         check_attention(SPB_CUDA_FAST, 64, fp16, " rows=64");
         check_attention(SPB_CUDA_FAST, 128, fp16, " rows=64");
     }
+    /* and dQ inside the dK/dV kernel (atomics), in both block shapes; bf16
+     * (the element type changes nothing of that step's indexing) */
+    spb_cuda_attention_set_fused_dq(1);
+    for (int rows = 128; rows >= 64; rows /= 2) {
+        spb_cuda_attention_set_block_rows(rows);
+        check_attention(SPB_CUDA_FAST, 64, 0, rows == 64 ? " rows=64 fused dQ" : " fused dQ");
+        check_attention(SPB_CUDA_FAST, 128, 0, rows == 64 ? " rows=64 fused dQ" : " fused dQ");
+    }
+    spb_cuda_attention_set_fused_dq(0);
     spb_cuda_attention_set_block_rows(128);
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {

@@ -538,15 +538,63 @@ __device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const spb_a
     }
 }
 
-template <typename T, int D, int W>
+/* A operand (16 x 16): rows (m) [m0, m0 + 16), k [k0, k0 + 16) of a tile stored
+ * [k][m] (dSᵀ for dS·K), transposed on the way */
+template <int LD> __device__ __forceinline__ void ldm_a_km(uint32_t a[4], const uint16_t *S, int m0, int k0, int lane)
+{
+    int m = lane / 8;
+    spb_ldmatrix_x4_trans(a, S + (k0 + (m >> 1) * 8 + lane % 8) * LD + m0 + (m & 1) * 8);
+}
+
+/* dkv_fast's FUSED step, after every warp has written its dSᵀ rows: dQ of
+ * query rows [i0, i0 + 64) += scale · dS · K over the block's keys */
+template <typename T, int D, int W, bool FUSED>
+__device__ __forceinline__ void dq_from_dst(const spb_attn_desc &d, float *dq, long qb, int i0, const uint16_t *dSt,
+                                            const uint16_t *Ks, int warp, int lane)
+{
+    constexpr int NT = D / (2 * W); /* this warp's n-tiles of 8 columns: 4/W of D */
+    static_assert(NT % 2 == 0, "a warp's share of D is whole pairs of n-tiles");
+    __syncthreads(); /* every warp's dSᵀ rows are written */
+    const int m0 = 16 * (warp % 4), c0 = (warp / 4) * 8 * NT, g = lane / 4, t = lane % 4;
+    float acc[NT][4];
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    for (int kc = 0; kc < W; kc++) { /* the block's 16 W keys, 16 at a time */
+        uint32_t a[4];
+        ldm_a_km<BC + PAD>(a, dSt, m0, kc * 16, lane);
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t bf[4];
+            ldm_b_kn<D + PAD>(bf, Ks, kc * 16, c0 + np * 16, lane);
+            elem<T>::mma(acc[2 * np], a, bf[0], bf[1]);
+            elem<T>::mma(acc[2 * np + 1], a, bf[2], bf[3]);
+        }
+    }
+    for (int x = 0; x < 2; x++) {
+        int i = i0 + m0 + g + 8 * x;
+        if (i >= d.q_len) continue;
+        float *row = dq + qb + (long)i * d.q_token_stride + c0;
+        for (int nt = 0; nt < NT; nt++) {
+            atomicAdd(row + nt * 8 + 2 * t, d.scale * acc[nt][2 * x]);
+            atomicAdd(row + nt * 8 + 2 * t + 1, d.scale * acc[nt][2 * x + 1]);
+        }
+    }
+}
+
+/* FUSED: dQ too, FlashAttention-2's way, instead of dq_fast's second pass:
+ * each warp's dSᵀ (its 16 keys x 64 queries, rounded to T) goes to shared
+ * memory; then the block's warps share dQ(64 queries x D) += dS · K(16 W
+ * keys), warp w taking queries 16 (w % 4).. and a 4/W share of D, and add
+ * it to dq with fp32 atomics (5 products per pair instead of 7; the sum's
+ * order, hence its last bits, then varies from run to run). */
+template <typename T, int D, int W, bool FUSED>
 __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                     const spb_bf16 *v, const float *lse, const float *delta,
-                                                    const spb_bf16 *dout, float *dk, float *dv)
+                                                    const spb_bf16 *dout, float *dk, float *dv, float *dq)
 {
     constexpr int LD = D + PAD;
     extern __shared__ __align__(16) unsigned char smem[];
     uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + 16 * W * LD, *Qs = Vs + 16 * W * LD, *dOs = Qs + 2 * BC * LD;
     float *Ls = (float *)(dOs + 2 * BC * LD), *Ds = Ls + 2 * BC; /* two stages each */
+    uint16_t *dSt = (uint16_t *)(Ds + 2 * BC);                   /* FUSED: [16 W keys][BC + PAD] */
     const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * 16 * W;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r = warp * 16;
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
@@ -583,25 +631,37 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
         spb_cp_async_commit();
         spb_cp_async_wait<1>();
         __syncthreads();
-        if (d.causal && d.q_offset + i0 + BC - 1 < warp_first_k) continue; /* no query here sees these keys */
+        const bool none = d.causal && d.q_offset + i0 + BC - 1 < warp_first_k; /* no query here sees these keys */
+        if (none && !FUSED) continue;
         const uint16_t *Qc = Qs + st * BC * LD, *dOc = dOs + st * BC * LD;
         const float *Lc = Ls + st * BC, *Dc = Ds + st * BC;
-        float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, columns = 64 queries */
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-        mma_rows_rowsT<T, D>(s, Ks, r, Qc, lane);
-        mma_rows_rowsT<T, D>(dp, Vs, r, dOc, lane);
-        const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
-                bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
-                float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
-                s[nt][e] = p;                          /* Pᵀ */
-                dp[nt][e] = p * (dp[nt][e] - Dc[col]); /* dSᵀ */
-            }
-        mma_p_m<T, D>(dva, s, dOc, lane);
-        mma_p_m<T, D>(dka, dp, Qc, lane);
+        if (!none) {
+            float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, columns = 64 queries */
+            for (int nt = 0; nt < 8; nt++)
+                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+            mma_rows_rowsT<T, D>(s, Ks, r, Qc, lane);
+            mma_rows_rowsT<T, D>(dp, Vs, r, dOc, lane);
+            const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
+            for (int nt = 0; nt < 8; nt++)
+                for (int e = 0; e < 4; e++) {
+                    int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
+                    bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
+                    float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
+                    s[nt][e] = p;                          /* Pᵀ */
+                    dp[nt][e] = p * (dp[nt][e] - Dc[col]); /* dSᵀ */
+                }
+            mma_p_m<T, D>(dva, s, dOc, lane);
+            mma_p_m<T, D>(dka, dp, Qc, lane);
+            if (FUSED)
+                for (int nt = 0; nt < 8; nt++)
+                    for (int x = 0; x < 2; x++)
+                        *(uint32_t *)(dSt + (r + g + 8 * x) * (BC + PAD) + nt * 8 + 2 * t) =
+                            elem<T>::pack2(dp[nt][2 * x], dp[nt][2 * x + 1]);
+        } else { /* FUSED: this warp's rows of dSᵀ are zeros, and the block's dQ step needs them */
+            for (int e = lane; e < 16 * BC / 2; e += 32)
+                *(uint32_t *)(dSt + (r + e / (BC / 2)) * (BC + PAD) + 2 * (e % (BC / 2))) = 0u;
+        }
+        if (FUSED) dq_from_dst<T, D, W, FUSED>(d, dq, qb, i0, dSt, Ks, warp, lane);
     }
     for (int x = 0; x < 2; x++) {
         int j = j0 + r + g + 8 * x;
@@ -626,6 +686,18 @@ extern "C" int spb_cuda_attention_set_block_rows(int rows)
     if (rows != 64 && rows != 128) SPB_DIE("CUDA attention: %d rows per block (64 or 128)", rows);
     int old = fast_block_rows;
     fast_block_rows = rows;
+    return old;
+}
+
+/* dQ from the dK/dV kernel with atomics (dkv_fast's FUSED) instead of
+ * dq_fast's own pass: off unless a caller asks (it makes dQ's last bits
+ * vary from run to run). */
+static bool fast_fused_dq = false;
+
+extern "C" int spb_cuda_attention_set_fused_dq(int on)
+{
+    int old = fast_fused_dq;
+    fast_fused_dq = on != 0;
     return old;
 }
 
@@ -671,16 +743,22 @@ static void fwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
 template <typename T, int D, int W>
 static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                             const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk, float *dv,
-                            cudaStream_t s)
+                            bool fused, cudaStream_t s)
 {
     size_t sq = 2 * (size_t)(2 * 16 * W + 4 * BC) * (D + PAD), sk = sq + 4 * sizeof(float) * BC;
-    allow_smem(dq_fast<T, D, W>, sq);
-    allow_smem(dkv_fast<T, D, W>, sk);
     dim3 gq((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch),
         gk((d->k_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
+    if (fused) {
+        sk += 2 * (size_t)16 * W * (BC + PAD); /* dSᵀ */
+        allow_smem(dkv_fast<T, D, W, true>, sk);
+        dkv_fast<T, D, W, true><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
+        return;
+    }
+    allow_smem(dq_fast<T, D, W>, sq);
+    allow_smem(dkv_fast<T, D, W, false>, sk);
     dq_fast<T, D, W><<<gq, 32 * W, sq, s>>>(*d, q, k, v, lse, delta, dout, dq);
     SPB_CUDA_CHECK(cudaGetLastError());
-    dkv_fast<T, D, W><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv);
+    dkv_fast<T, D, W, false><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
 }
 
 /* The launchers, for either element type (both are 2 bytes: the shared
@@ -724,11 +802,11 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
     int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 5), wide = fast_block_rows == 128;
     if (fast) {
         if (d->head_dim == 64)
-            wide ? bwd_fast_launch<T, 64, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
-                 : bwd_fast_launch<T, 64, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+            wide ? bwd_fast_launch<T, 64, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s)
+                 : bwd_fast_launch<T, 64, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s);
         else
-            wide ? bwd_fast_launch<T, 128, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
-                 : bwd_fast_launch<T, 128, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+            wide ? bwd_fast_launch<T, 128, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s)
+                 : bwd_fast_launch<T, 128, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s);
     } else {
         dim3 gq((d->q_len + ST - 1) / ST, d->heads, d->batch), gk((d->k_len + ST - 1) / ST, d->heads, d->batch);
         if (d->head_dim == 64) {

@@ -157,6 +157,11 @@ int spb_cuda_attention_backward_half(const spb_attn_desc *d, int fp16, const spb
 /* Rows per block of the FAST kernels: 128 (8 warps, the default) or 64 (4
  * warps), for the GPU check to time both; returns the previous value. */
 int spb_cuda_attention_set_block_rows(int rows);
+/* FAST backward: dQ inside the dK/dV kernel with fp32 atomics (on != 0;
+ * FlashAttention-2's way, 5 products per pair, dQ's rounding order varies
+ * between runs) or in its own kernel (0, the default: 7 products,
+ * deterministic); returns the previous setting. */
+int spb_cuda_attention_set_fused_dq(int on);
 /* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
  * by the attention backward of every caller; grows, never shrinks. */
 float *spb_cuda_attention_workspace(long n);
