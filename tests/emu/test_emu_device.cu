@@ -832,6 +832,134 @@ static void check_ptx_refusals(void)
     cudaFree(out), cudaFree(src);
 }
 
+/* ---- stream order (emu_streams.cc) ------------------------------------------------
+ * Everything still runs at its call; what is checked is the order a GPU
+ * would guarantee: two operations on different streams that touch the same
+ * bytes, one of them writing, with neither an event wait nor a host
+ * synchronisation between them, must stop the program. */
+__global__ void fill_ints(int *out, int v)
+{
+    out[threadIdx.x] = v;
+}
+__global__ void sum_ints(const int *in, int *total)
+{
+    if (threadIdx.x == 0) {
+        int t = 0;
+        for (int i = 0; i < 32; i++) t += in[i];
+        *total = t;
+    }
+}
+
+/* 1 when f() runs to its end (no race reported) */
+template <typename F> static int completes(F f)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        f();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void check_stream_order(void)
+{
+    int *buf = device_array<int>(32), *other = device_array<int>(32), *total = device_array<int>(1);
+    int host[32];
+    cudaStream_t comm, blocking, third;
+    cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&third, cudaStreamNonBlocking);
+    cudaStreamCreate(&blocking);
+    cudaEvent_t ev, ev2;
+    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&ev2, cudaEventDisableTiming);
+    cudaDeviceSynchronize();
+
+    /* a kernel writes on the default stream; a copy on a non-blocking stream reads */
+    EXPECT(aborts([&] {
+               fill_ints<<<1, 32>>>(buf, 1);
+               cudaMemcpyAsync(other, buf, 128, cudaMemcpyDeviceToDevice, comm);
+           }),
+           "a read on another stream with no event wait after the write is not reported");
+    EXPECT(completes([&] {
+               fill_ints<<<1, 32>>>(buf, 1);
+               cudaEventRecord(ev, 0);
+               cudaStreamWaitEvent(comm, ev, 0);
+               cudaMemcpyAsync(other, buf, 128, cudaMemcpyDeviceToDevice, comm);
+           }),
+           "a read ordered by an event is reported as a race");
+    /* the other way: a write on the other stream, then a kernel's const read */
+    EXPECT(aborts([&] {
+               cudaMemsetAsync(buf, 0, 128, comm);
+               sum_ints<<<1, 32>>>(buf, total);
+           }),
+           "a kernel reading what another stream writes, unordered, is not reported");
+    EXPECT(completes([&] {
+               cudaMemsetAsync(buf, 0, 128, comm);
+               cudaStreamSynchronize(comm);
+               sum_ints<<<1, 32>>>(buf, total);
+           }),
+           "a read after the host waited for the writing stream is reported");
+    /* overwriting what another stream still reads (a send buffer reused too early) */
+    EXPECT(aborts([&] {
+               cudaMemcpyAsync(other, buf, 128, cudaMemcpyDeviceToDevice, comm);
+               fill_ints<<<1, 32>>>(buf, 2);
+           }),
+           "an overwrite of what another stream reads, unordered, is not reported");
+    /* only overlapping bytes conflict, and reads never conflict with reads */
+    EXPECT(completes([&] {
+               cudaMemsetAsync(buf, 0, 64, comm);
+               cudaMemsetAsync(buf + 16, 0, 64, 0);
+               cudaMemcpyAsync(host, other, 128, cudaMemcpyDeviceToHost, comm);
+               sum_ints<<<1, 32>>>(other, total);
+           }),
+           "disjoint writes, or two reads, on two streams are reported");
+    /* order is transitive through events: comm -> third -> default */
+    EXPECT(completes([&] {
+               cudaMemsetAsync(buf, 0, 128, comm);
+               cudaEventRecord(ev, comm);
+               cudaStreamWaitEvent(third, ev, 0);
+               cudaEventRecord(ev2, third);
+               cudaStreamWaitEvent(0, ev2, 0);
+               sum_ints<<<1, 32>>>(buf, total);
+           }),
+           "an order through two events is not followed");
+    /* a wait placed before the record does not order what follows it */
+    EXPECT(aborts([&] {
+               cudaEventRecord(ev, comm);
+               cudaStreamWaitEvent(0, ev, 0);
+               cudaMemsetAsync(buf, 0, 128, comm);
+               sum_ints<<<1, 32>>>(buf, total);
+           }),
+           "work recorded after the event is taken as ordered");
+    /* the legacy default stream and a blocking stream order each other */
+    EXPECT(completes([&] {
+               cudaMemsetAsync(buf, 0, 128, blocking);
+               sum_ints<<<1, 32>>>(buf, total);
+               fill_ints<<<1, 32>>>(other, 3);
+               cudaMemsetAsync(other, 0, 128, blocking);
+           }),
+           "the implicit order of the default and blocking streams is not followed");
+    /* a synchronous copy waits for the default stream only */
+    EXPECT(aborts([&] {
+               cudaMemsetAsync(buf, 0, 128, comm);
+               cudaMemcpy(host, buf, 128, cudaMemcpyDeviceToHost);
+           }),
+           "a synchronous copy of what a non-blocking stream writes is not reported");
+    EXPECT(completes([&] {
+               cudaMemsetAsync(buf, 0, 128, comm);
+               cudaDeviceSynchronize();
+               cudaMemcpy(host, buf, 128, cudaMemcpyDeviceToHost);
+           }),
+           "a copy after cudaDeviceSynchronize is reported");
+    cudaEventDestroy(ev), cudaEventDestroy(ev2);
+    cudaStreamDestroy(comm), cudaStreamDestroy(blocking), cudaStreamDestroy(third);
+    cudaFree(buf), cudaFree(other), cudaFree(total);
+}
+
 int main(void)
 {
     check_barriers();
@@ -841,6 +969,7 @@ int main(void)
     check_ldmatrix();
     check_cp_async();
     check_ptx_refusals();
+    check_stream_order();
     printf("CUDA emulation: %d checks, %d failed: %s\n", checks, failures, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }

@@ -41,4 +41,21 @@ spb_emu_copy_queue *spb_emu_thread_copies(void);
 /* completes every copy still queued (a thread's end: a GPU finishes them) */
 void spb_emu_copies_finish(spb_emu_copy_queue *q);
 
+/* Stream ordering (emu_streams.cc).  An operation is issued on a stream,
+ * then names what it touches (bytes 0: where an operand starts); the rest
+ * are the runtime's hooks. */
+void spb_emu_stream_op(cudaStream_t s, const char *what);
+void spb_emu_stream_access(const void *p, size_t bytes, int write);
+void spb_emu_stream_op_end(void);
+void spb_emu_streams_alloc(const void *p, size_t bytes);
+void spb_emu_streams_free(const void *p);
+void spb_emu_streams_created(cudaStream_t s, int blocking);
+void spb_emu_streams_destroyed(cudaStream_t s);
+void spb_emu_streams_record(cudaEvent_t e, cudaStream_t s);
+void spb_emu_streams_wait(cudaStream_t s, cudaEvent_t e);
+void spb_emu_streams_event_destroyed(cudaEvent_t e);
+void spb_emu_streams_host_waits_stream(cudaStream_t s);
+void spb_emu_streams_host_waits_event(cudaEvent_t e);
+void spb_emu_streams_host_waits_all(void);
+
 #endif

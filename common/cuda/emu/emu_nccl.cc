@@ -1,7 +1,8 @@
 /* A CPU stand-in for the part of NCCL that spbench calls (nccl_comm.cu,
  * nccl_device_comm.cu), implemented over MPI, for the CUDA emulation in
  * which "device memory" is host memory and every operation completes
- * before its call returns (streams are accepted and ignored).  Compiled
+ * before its call returns (each operation's stream and buffers go to the
+ * emulation's stream-order checker, emu_streams.cc, where linked).  Compiled
  * with any C++17 compiler against NVIDIA's own nccl.h (declarations, types,
  * enums); links in place of libnccl and needs neither libnccl nor libcudart
  * (cuda_fp16.h's host conversions are header-only).
@@ -96,6 +97,11 @@
 #include <functional>
 #include <type_traits>
 #include <vector>
+
+/* the emulation's stream-order checker (emu_streams.cc), where linked in */
+void spb_emu_stream_op(cudaStream_t s, const char *what) __attribute__((weak));
+void spb_emu_stream_access(const void *p, size_t bytes, int write) __attribute__((weak));
+void spb_emu_stream_op_end(void) __attribute__((weak));
 
 static_assert(sizeof(int) == 4, "ncclInt32 is reduced as MPI_INT");
 
@@ -702,7 +708,21 @@ ncclResult_t issue(std::function<ncclResult_t()> f)
     return f();
 }
 
-ncclResult_t p2p(bool send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, const char *fn)
+/* An operation's place in the streams' order (emu_streams.cc, where the
+ * emulation links it in: weak, as this file also builds on its own): it
+ * runs at once, but a GPU would run it on `s`, reading `send` and writing
+ * `recv` there. */
+void track(cudaStream_t s, const char *fn, const void *send, size_t send_bytes, const void *recv, size_t recv_bytes)
+{
+    if (!spb_emu_stream_op) return;
+    spb_emu_stream_op(s, fn);
+    if (send_bytes) spb_emu_stream_access(send, send_bytes, 0);
+    if (recv_bytes) spb_emu_stream_access(recv, recv_bytes, 1);
+    spb_emu_stream_op_end();
+}
+
+ncclResult_t p2p(bool send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, const char *fn,
+                 cudaStream_t stream)
 {
     TypeInfo ti;
     EMU_TRY(note(check_comm(comm, fn)));
@@ -712,6 +732,8 @@ ncclResult_t p2p(bool send, void *buf, size_t count, ncclDataType_t t, int peer,
                          comm->size));
     EMU_TRY(note(check_buffer(buf, count, send ? "sendbuff" : "recvbuff", fn)));
     EMU_TRY(note(check_size(count, 1, ti.size, fn)));
+    track(stream, fn, send ? buf : nullptr, send ? count * ti.size : 0, send ? nullptr : buf,
+          send ? 0 : count * ti.size);
     P2p op = {send, buf, count, ti, peer, comm};
     if (group.depth > 0) {
         group.p2p.push_back(op);
@@ -932,21 +954,18 @@ ncclResult_t ncclGroupEnd()
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    (void)stream;
-    return p2p(true, const_cast<void *>(sendbuff), count, datatype, peer, comm, "ncclSend");
+    return p2p(true, const_cast<void *>(sendbuff), count, datatype, peer, comm, "ncclSend", stream);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    (void)stream;
-    return p2p(false, recvbuff, count, datatype, peer, comm, "ncclRecv");
+    return p2p(false, recvbuff, count, datatype, peer, comm, "ncclRecv", stream);
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     const char *fn = "ncclAllReduce";
     TypeInfo ti;
     EMU_TRY(note(check_comm(comm, fn)));
@@ -955,13 +974,13 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
     EMU_TRY(note(check_buffer(sendbuff, count, "sendbuff", fn)));
     EMU_TRY(note(check_buffer(recvbuff, count, "recvbuff", fn)));
     EMU_TRY(note(check_size(count, (size_t)comm->size, ti.size, fn)));
+    track(stream, fn, sendbuff, count * ti.size, recvbuff, count * ti.size);
     return issue([=] { return run_allreduce(sendbuff, recvbuff, count, ti, op, comm); });
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     const char *fn = "ncclAllGather";
     TypeInfo ti;
     EMU_TRY(note(check_comm(comm, fn)));
@@ -969,13 +988,13 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
     EMU_TRY(note(check_buffer(sendbuff, sendcount, "sendbuff", fn)));
     EMU_TRY(note(check_buffer(recvbuff, sendcount, "recvbuff", fn)));
     EMU_TRY(note(check_size(sendcount, (size_t)comm->size, ti.size, fn)));
+    track(stream, fn, sendbuff, sendcount * ti.size, recvbuff, sendcount * comm->size * ti.size);
     return issue([=] { return run_allgather(sendbuff, recvbuff, sendcount, ti, comm); });
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     const char *fn = "ncclReduceScatter";
     TypeInfo ti;
     EMU_TRY(note(check_comm(comm, fn)));
@@ -984,13 +1003,13 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
     EMU_TRY(note(check_buffer(sendbuff, recvcount, "sendbuff", fn)));
     EMU_TRY(note(check_buffer(recvbuff, recvcount, "recvbuff", fn)));
     EMU_TRY(note(check_size(recvcount, (size_t)comm->size, ti.size, fn)));
+    track(stream, fn, sendbuff, recvcount * comm->size * ti.size, recvbuff, recvcount * ti.size);
     return issue([=] { return run_reduce_scatter(sendbuff, recvbuff, recvcount, ti, op, comm); });
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     const char *fn = "ncclBroadcast";
     TypeInfo ti;
     EMU_TRY(note(check_comm(comm, fn)));
@@ -1002,6 +1021,8 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
         EMU_TRY(note(check_buffer(sendbuff, count, "sendbuff", fn)));
     EMU_TRY(note(check_buffer(recvbuff, count, "recvbuff", fn)));
     EMU_TRY(note(check_size(count, 1, ti.size, fn)));
+    track(stream, fn, comm->rank == root ? sendbuff : nullptr, comm->rank == root ? count * ti.size : 0, recvbuff,
+          count * ti.size);
     return issue([=] { return run_broadcast(sendbuff, recvbuff, count, ti, root, comm); });
 }
 

@@ -175,7 +175,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
     p->l2CacheSize = 0;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void)
+{
+    spb_emu_streams_host_waits_all();
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value)
@@ -200,6 +204,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
     memset(m, 0xff, n); /* NaN bytes: a read of what nobody wrote shows */
     allocations[(const char *)m] = n;
     allocated += n;
+    spb_emu_streams_alloc(m, n);
     *p = m;
     return cudaSuccess;
 }
@@ -213,6 +218,7 @@ cudaError_t cudaFree(void *p)
     }
     allocated -= it->second;
     allocations.erase(it);
+    spb_emu_streams_free(p);
     free(p);
     return cudaSuccess;
 }
@@ -233,17 +239,30 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
     return cudaSuccess;
 }
 
+/* a copy's place in the streams' order (emu_streams.cc) */
+static void copy_op(cudaStream_t s, const char *what, void *dst, const void *src, size_t n)
+{
+    spb_emu_stream_op(s, what);
+    spb_emu_stream_access(src, n, 0);
+    spb_emu_stream_access(dst, n, 1);
+    spb_emu_stream_op_end();
+}
+
+/* Synchronous: on the legacy default stream, and the host waits for it. */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
     cudaError_t e = check_copy(dst, src, n, kind, "cudaMemcpy");
     if (e != cudaSuccess) return e;
+    if (n) copy_op(0, "cudaMemcpy", dst, src, n);
+    spb_emu_streams_host_waits_stream(0);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t)
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s)
 {
     cudaError_t e = check_copy(dst, src, n, kind, "cudaMemcpyAsync");
     if (e != cudaSuccess) return e;
+    if (n) copy_op(s, "cudaMemcpyAsync", dst, src, n);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
@@ -252,6 +271,13 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
 {
     if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
     if (height == 0 || width == 0) return cudaSuccess;
+    spb_emu_stream_op(0, "cudaMemcpy2D");
+    for (size_t r = 0; r < height; r++) {
+        spb_emu_stream_access((const char *)src + r * spitch, width, 0);
+        spb_emu_stream_access((char *)dst + r * dpitch, width, 1);
+    }
+    spb_emu_stream_op_end();
+    spb_emu_streams_host_waits_stream(0);
     for (size_t r = 0; r < height; r++) {
         cudaError_t e = check_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, "cudaMemcpy2D (a row)");
         if (e != cudaSuccess) return e;
@@ -259,39 +285,60 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
     }
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void *p, int v, size_t n)
+static cudaError_t memset_on(cudaStream_t s, const char *what, void *p, int v, size_t n)
 {
     if (n && !on_device(p, n)) {
-        fprintf(stderr, "spbench CUDA emulation: cudaMemset of %zu bytes at %p: not device memory\n", n, p);
+        fprintf(stderr, "spbench CUDA emulation: %s of %zu bytes at %p: not device memory\n", what, n, p);
         return fail(cudaErrorInvalidValue);
+    }
+    if (n) {
+        spb_emu_stream_op(s, what);
+        spb_emu_stream_access(p, n, 1);
+        spb_emu_stream_op_end();
     }
     memset(p, v, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+/* asynchronous to the host for device memory, on the legacy default stream */
+cudaError_t cudaMemset(void *p, int v, size_t n) { return memset_on(0, "cudaMemset", p, v, n); }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { return memset_on(s, "cudaMemsetAsync", p, v, n); }
 
-/* ---- streams and events: everything has finished when its call returns --- */
+/* ---- streams and events: everything has finished when its call returns;
+ * emu_streams.cc keeps the order a GPU would guarantee, and checks it --- */
 cudaError_t cudaStreamCreate(cudaStream_t *s)
 {
     *s = (cudaStream_t) new stream_state{0};
+    spb_emu_streams_created(*s, 1);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
     *s = (cudaStream_t) new stream_state{flags};
+    spb_emu_streams_created(*s, !(flags & cudaStreamNonBlocking));
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) return fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_destroyed(s);
     delete (stream_state *)s;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned)
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_host_waits_stream(s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    spb_emu_streams_host_waits_stream(s); /* done: the host may rely on it */
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned)
+{
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_wait(s, e);
+    return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *e)
@@ -307,19 +354,31 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     if (!e) return fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_event_destroyed(e);
     delete (event_state *)e;
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!e) return fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_record(e, s);
     event_state *ev = (event_state *)e;
     ev->ms = now_ms();
     ev->recorded = true;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_host_waits_event(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    spb_emu_streams_host_waits_event(e); /* done: the host may rely on it */
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     event_state *x = (event_state *)a, *y = (event_state *)b;

@@ -181,11 +181,27 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
                  const std::function<void()> &body);
 void *spb_emu_dynamic_shared(void);
 
+/* ---- stream order (emu_streams.cc): an operation on a stream, then what
+ * it touches (bytes 0: where an operand starts, its extent unknown) ----- */
+void spb_emu_stream_op(cudaStream_t s, const char *what);
+void spb_emu_stream_access(const void *p, size_t bytes, int write);
+void spb_emu_stream_op_end(void);
+
+/* a kernel argument: a pointer is an operand, written unless it points to const */
+template <typename V> static inline void spb_emu_stream_arg(const V &v)
+{
+    if constexpr (std::is_pointer<V>::value)
+        spb_emu_stream_access((const void *)v, 0, !std::is_const<typename std::remove_pointer<V>::type>::value);
+}
+
 template <typename... P, typename... A>
 static void spb_emu_launch(void (*kernel)(P...), const char *name, const spb_emu_launch_config &c, A &&...a)
 {
     /* a launch copies its arguments, converted to the parameter types */
     std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
+    spb_emu_stream_op(c.stream, name);
+    std::apply([](const auto &...v) { (spb_emu_stream_arg(v), ...); }, args);
+    spb_emu_stream_op_end();
     spb_emu_run(reinterpret_cast<const void *>(kernel), name, c, [&]() { std::apply(kernel, args); });
 }
 
