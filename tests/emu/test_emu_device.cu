@@ -221,8 +221,8 @@ __global__ void count_blocks(int *seen)
     if (threadIdx.x == 0) atomicAdd(&seen[blockIdx.x + gridDim.x * blockIdx.y], 1);
 }
 
-/* 1 when f() ends the process with SIGABRT (the emulation's verdict) */
-template <typename F> static int aborts(F f)
+/* f() in a child process (stderr silenced): its wait status */
+template <typename F> static int in_child(F f)
 {
     fflush(stdout);
     pid_t pid = fork();
@@ -233,7 +233,19 @@ template <typename F> static int aborts(F f)
     }
     int st = 0;
     waitpid(pid, &st, 0);
+    return st;
+}
+/* 1 when f() ends the process with SIGABRT (the emulation's verdict) */
+template <typename F> static int aborts(F f)
+{
+    int st = in_child(f);
     return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+/* 1 when f() runs to its end */
+template <typename F> static int completes(F f)
+{
+    int st = in_child(f);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 static void check_refusals(void)
@@ -617,19 +629,14 @@ static void check_cp_async(void)
     /* src-size 4, 8, 12: the ISA's zero fill of the rest, or a refusal (the
      * wrapper promises only 0 and 16) */
     {
-        fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            freopen("/dev/null", "w", stderr);
+        int st = in_child([&] {
             cp_async_partial<<<1, T, 4 * T * 4>>>(dsrc, dout);
             std::vector<uint32_t> p = to_host(dout, 4 * T);
             int wrong = 0;
             for (int t = 0; t < T; t++)
                 for (int i = 0; i < 4; i++) wrong += p[4 * t + i] != (i < 1 + t % 3 ? src[4 * t + i] : 0u);
             _exit(wrong ? 3 : 0);
-        }
-        int st = 0;
-        waitpid(pid, &st, 0);
+        });
         int exact = WIFEXITED(st) && WEXITSTATUS(st) == 0, refused = WIFSIGNALED(st);
         printf("  cp.async src_bytes 4/8/12: %s\n", exact ? "zero-filled as the ISA says" : refused ? "refused" : "WRONG");
         EXPECT(exact || refused, "cp.async with src_bytes 4, 8, 12 neither zero-fills the rest nor is refused");
@@ -848,21 +855,6 @@ __global__ void sum_ints(const int *in, int *total)
         for (int i = 0; i < 32; i++) t += in[i];
         *total = t;
     }
-}
-
-/* 1 when f() runs to its end (no race reported) */
-template <typename F> static int completes(F f)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        f();
-        _exit(0);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 static void check_stream_order(void)
