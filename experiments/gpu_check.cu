@@ -3,7 +3,7 @@
  *
  *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke]
  *
- * --smoke: the timings at a small shape (gpu_env.h), the code path only.  *
+ * --smoke: the timings at a small shape (gpu_env.h), the code path only.
  * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 77 no CUDA
  * device (ctest's skip code).  Each check runs the GPU kernel and the CPU
  * reference (common/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
@@ -632,29 +632,33 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             d.q_token_stride = d.k_token_stride = d.o_token_stride = H * Dh;
             d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * H * Dh;
             double pairs = spb_attn_visible_pairs(&d);
-            spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); /* a valid O and lse for backward */
-            double ms = time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
-            timing_row("attention", "flash fwd (mma)", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
-                                                           0); }, reps);
-            timing_row("attention", "flash bwd (mma)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
-            /* the other block shape, side by side (4 warps, 64 rows per block) */
-            spb_cuda_attention_set_block_rows(64);
-            ms = time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
-            timing_row("attention", "flash fwd (mma, 64 rows)", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
-                                                           0); }, reps);
-            timing_row("attention", "flash bwd (mma, 64 rows)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
-            /* and with dQ from the dK/dV kernel by atomics, in both shapes */
-            spb_cuda_attention_set_fused_dq(1);
-            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
-                                                           0); }, reps);
-            timing_row("attention", "flash bwd (mma, 64 rows, fused dQ)", N, N, N, Dh, causal, reps, ms,
-                       10.0 * Dh * pairs);
+            auto fwd = [&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); };
+            auto bwd = [&] {
+                spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, 0);
+            };
+            fwd(); /* a valid O and lse for backward */
+            /* the default kernels, then side by side the other block shape
+             * (4 warps, 64 rows) and dQ from the dK/dV kernel by atomics */
+            const struct {
+                int rows, fused, forward;
+                const char *suffix;
+            } variants[] = {{128, 0, 1, ""},           {64, 0, 1, ", 64 rows"}, {64, 1, 0, ", 64 rows, fused dQ"},
+                            {128, 1, 0, ", fused dQ"}};
+            for (const auto &vr : variants) {
+                spb_cuda_attention_set_block_rows(vr.rows);
+                spb_cuda_attention_set_fused_dq(vr.fused);
+                char nm[64];
+                double ms;
+                if (vr.forward) {
+                    ms = time_ms(fwd, reps);
+                    snprintf(nm, sizeof nm, "flash fwd (mma%s)", vr.suffix);
+                    timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
+                }
+                ms = time_ms(bwd, reps);
+                snprintf(nm, sizeof nm, "flash bwd (mma%s)", vr.suffix);
+                timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            }
             spb_cuda_attention_set_block_rows(128);
-            ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST,
-                                                           0); }, reps);
-            timing_row("attention", "flash bwd (mma, fused dQ)", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             spb_cuda_attention_set_fused_dq(0);
             if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
             /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
@@ -673,7 +677,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 continue;
             }
             if (cudnn_setup_s > 60.0) printf("attention  cudnn: plans took %.0f s, later sizes left out\n", cudnn_setup_s);
-            ms = time_ms([&] { spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why); }, reps);
+            double ms = time_ms([&] { spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why); }, reps);
             timing_row("attention", "cudnn fwd", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
             ms = time_ms([&] { spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why,
                                                             sizeof why); }, reps);

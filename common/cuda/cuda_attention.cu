@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf
     for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const long qpos[2] = {d.q_offset + i0 + r + g, d.q_offset + i0 + r + g + 8};
-    const long warp_last_q = d.q_offset + i0 + r + 15;
+    const long warp_first_q = d.q_offset + i0 + r, warp_last_q = warp_first_q + 15;
 
     for (int it = 0; it < n_tiles; it++) {
         const int j0 = it * BC, st = it & 1;
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf
                 elem<T>::mma(s[2 * np + 1], qf[kc], bf[2], bf[3]);
             }
         /* per-element masks only where the tile crosses the sequence's end or the diagonal */
-        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > qpos[0] - g);
+        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
         float mx[2] = {-INFINITY, -INFINITY};
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) {
@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(32 * W) dq_fast(spb_attn_desc d, const spb_bf1
         Dl[x] = i < d.q_len ? delta[row] : 0.0f;
         qpos[x] = d.q_offset + i;
     }
-    const long warp_last_q = d.q_offset + i0 + r + 15;
+    const long warp_first_q = d.q_offset + i0 + r, warp_last_q = warp_first_q + 15;
     float acc[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
     spb_cp_async_wait<0>();
@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(32 * W) dq_fast(spb_attn_desc d, const spb_bf1
             for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
         mma_rows_rowsT<T, D>(s, Qs, r, Kc, lane);
         mma_rows_rowsT<T, D>(dp, dOs, r, Vc, lane);
-        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > qpos[0] - g);
+        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) {
                 int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
@@ -548,7 +548,7 @@ template <int LD> __device__ __forceinline__ void ldm_a_km(uint32_t a[4], const 
 
 /* dkv_fast's FUSED step, after every warp has written its dSᵀ rows: dQ of
  * query rows [i0, i0 + 64) += scale · dS · K over the block's keys */
-template <typename T, int D, int W, bool FUSED>
+template <typename T, int D, int W>
 __device__ __forceinline__ void dq_from_dst(const spb_attn_desc &d, float *dq, long qb, int i0, const uint16_t *dSt,
                                             const uint16_t *Ks, int warp, int lane)
 {
@@ -661,7 +661,7 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
             for (int e = lane; e < 16 * BC / 2; e += 32)
                 *(uint32_t *)(dSt + (r + e / (BC / 2)) * (BC + PAD) + 2 * (e % (BC / 2))) = 0u;
         }
-        if (FUSED) dq_from_dst<T, D, W, FUSED>(d, dq, qb, i0, dSt, Ks, warp, lane);
+        if (FUSED) dq_from_dst<T, D, W>(d, dq, qb, i0, dSt, Ks, warp, lane);
     }
     for (int x = 0; x < 2; x++) {
         int j = j0 + r + g + 8 * x;
@@ -713,10 +713,13 @@ static int fast_ok(const spb_attn_desc *d, const void *const *ptrs, int nptr)
     return 1;
 }
 
+/* The opt-in above 48 KiB; the launchers below make it once per kernel
+ * (the process's one device), not at every call. */
 template <typename K>
-static void allow_smem(K kernel, size_t bytes)
+static bool allow_smem(K kernel, size_t bytes)
 {
     SPB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return true;
 }
 
 /* One buffer that only grows (spb_cuda_grow): a cudaFree would stall the
@@ -735,8 +738,9 @@ template <typename T, int D, int W>
 static void fwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                             spb_bf16 *o, float *lse, cudaStream_t s)
 {
-    size_t sm = 2 * (size_t)(16 * W + 4 * BC) * (D + PAD);
-    allow_smem(fwd_fast<T, D, W>, sm);
+    const size_t sm = 2 * (size_t)(16 * W + 4 * BC) * (D + PAD);
+    static const bool allowed = allow_smem(fwd_fast<T, D, W>, sm);
+    (void)allowed;
     dim3 grid((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
     fwd_fast<T, D, W><<<grid, 32 * W, sm, s>>>(*d, q, k, v, o, lse);
 }
@@ -745,17 +749,18 @@ static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
                             const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk, float *dv,
                             bool fused, cudaStream_t s)
 {
-    size_t sq = 2 * (size_t)(2 * 16 * W + 4 * BC) * (D + PAD), sk = sq + 4 * sizeof(float) * BC;
+    const size_t sq = 2 * (size_t)(2 * 16 * W + 4 * BC) * (D + PAD), sk = sq + 4 * sizeof(float) * BC,
+                 sk_fused = sk + 2 * (size_t)16 * W * (BC + PAD); /* and dSᵀ */
     dim3 gq((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch),
         gk((d->k_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
     if (fused) {
-        sk += 2 * (size_t)16 * W * (BC + PAD); /* dSᵀ */
-        allow_smem(dkv_fast<T, D, W, true>, sk);
-        dkv_fast<T, D, W, true><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
+        static const bool allowed = allow_smem(dkv_fast<T, D, W, true>, sk_fused);
+        (void)allowed;
+        dkv_fast<T, D, W, true><<<gk, 32 * W, sk_fused, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
         return;
     }
-    allow_smem(dq_fast<T, D, W>, sq);
-    allow_smem(dkv_fast<T, D, W, false>, sk);
+    static const bool allowed = allow_smem(dq_fast<T, D, W>, sq) && allow_smem(dkv_fast<T, D, W, false>, sk);
+    (void)allowed;
     dq_fast<T, D, W><<<gq, 32 * W, sq, s>>>(*d, q, k, v, lse, delta, dout, dq);
     SPB_CUDA_CHECK(cudaGetLastError());
     dkv_fast<T, D, W, false><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);

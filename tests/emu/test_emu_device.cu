@@ -483,32 +483,21 @@ __global__ void cp_async_fill(const uint32_t *src, uint32_t *out)
     __syncthreads();
     for (int i = t; i < 8 * n; i += n) out[i] = s[i];
 }
-/* (b) chunk t with src_bytes 0 for even t: zeros, and src not read */
-__global__ void cp_async_zero_fill(const uint32_t *src, uint32_t *out)
+/* (b) chunk t with src_bytes 0 for even t (zeros, src not read) and 16 for
+ * odd t; with `partial`, src_bytes 4, 8 or 12 instead (the ISA allows any up
+ * to 16; the project uses 0 and 16) */
+__global__ void cp_async_sized(const uint32_t *src, uint32_t *out, int partial)
 {
     extern __shared__ __align__(16) unsigned char dyn[];
     uint32_t *s = (uint32_t *)dyn;
     int t = threadIdx.x, n = blockDim.x;
     for (int i = 0; i < 4; i++) s[4 * t + i] = 0x5a5a0000u + 4 * t + i;
     __syncthreads();
-    spb_cp_async16(s + 4 * t, src + 4 * t, t % 2 ? 16 : 0);
+    spb_cp_async16(s + 4 * t, src + 4 * t, partial ? 4 * (1 + t % 3) : t % 2 ? 16 : 0);
     spb_cp_async_commit();
     spb_cp_async_wait<0>();
     __syncthreads();
     for (int i = t; i < 4 * n; i += n) out[i] = s[i];
-}
-/* src-size 4, 8 or 12 (the ISA allows any up to 16; the project uses 0 and 16) */
-__global__ void cp_async_partial(const uint32_t *src, uint32_t *out)
-{
-    extern __shared__ __align__(16) unsigned char dyn[];
-    uint32_t *s = (uint32_t *)dyn;
-    int t = threadIdx.x;
-    for (int i = 0; i < 4; i++) s[4 * t + i] = 0x5a5a0000u + 4 * t + i;
-    __syncthreads();
-    spb_cp_async16(s + 4 * t, src + 4 * t, 4 * (1 + t % 3));
-    spb_cp_async_commit();
-    spb_cp_async_wait<0>();
-    for (int i = 0; i < 4; i++) out[4 * t + i] = s[4 * t + i];
 }
 /* (c) three groups, waited for one at a time; each thread looks at its own
  * chunks in regions A, B, C (pre-filled) after each wait */
@@ -615,7 +604,7 @@ static void check_cp_async(void)
     EXPECT(bad == 0, "cp.async fill: %d of %d words differ from the source", bad, 8 * T);
 
     /* (b) */
-    cp_async_zero_fill<<<1, T, 4 * T * 4>>>(dsrc, dout);
+    cp_async_sized<<<1, T, 4 * T * 4>>>(dsrc, dout, 0);
     o = to_host(dout, 4 * T);
     int bad_zero = 0, bad_copy = 0;
     for (int i = 0; i < 4 * T; i++)
@@ -630,7 +619,7 @@ static void check_cp_async(void)
      * wrapper promises only 0 and 16) */
     {
         int st = in_child([&] {
-            cp_async_partial<<<1, T, 4 * T * 4>>>(dsrc, dout);
+            cp_async_sized<<<1, T, 4 * T * 4>>>(dsrc, dout, 1);
             std::vector<uint32_t> p = to_host(dout, 4 * T);
             int wrong = 0;
             for (int t = 0; t < T; t++)

@@ -60,11 +60,7 @@
 #include <new>
 #include <vector>
 
-/* The emulation's stream-order checker (emu_streams.cc), where linked in
- * (weak: this file also builds on its own, for its test). */
-void spb_emu_stream_op(cudaStream_t s, const char *what) __attribute__((weak));
-void spb_emu_stream_access(const void *p, size_t bytes, int write) __attribute__((weak));
-void spb_emu_stream_op_end(void) __attribute__((weak));
+#include "emu_stream_hooks.h"
 
 /* The handles are pointers to structures the headers leave incomplete. */
 struct cublasLtContext {
@@ -612,14 +608,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               size_t workspaceSizeInBytes, cudaStream_t stream)
 {
     if (!lt_handle_ok(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (spb_emu_stream_op) { /* runs at once; its place in the streams' order is checked */
-        spb_emu_stream_op(stream, "cublasLtMatmul");
-        spb_emu_stream_access(A, 0, 0);
-        spb_emu_stream_access(B, 0, 0);
-        if (C != D) spb_emu_stream_access(C, 0, 0);
-        spb_emu_stream_access(D, 0, 1);
-        spb_emu_stream_op_end();
-    }
+    spb_emu_stream_track(stream, "cublasLtMatmul", {{A, 0, 0}, {B, 0, 0}, {C != D ? C : nullptr, 0, 0}, {D, 0, 1}});
     const EmuDesc *d = desc_of(computeDesc);
     const EmuLayout *a = layout_of(Adesc), *b = layout_of(Bdesc), *c = layout_of(Cdesc), *dd = layout_of(Ddesc);
     Problem pr;
@@ -734,13 +723,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
     if (!blas_handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!valid_op(transa) || !valid_op(transb)) return CUBLAS_STATUS_INVALID_VALUE;
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (spb_emu_stream_op) {
-        spb_emu_stream_op(handle->stream, "cublasSgemm");
-        spb_emu_stream_access(A, 0, 0);
-        spb_emu_stream_access(B, 0, 0);
-        spb_emu_stream_access(C, 0, 1);
-        spb_emu_stream_op_end();
-    }
+    spb_emu_stream_track(handle->stream, "cublasSgemm", {{A, 0, 0}, {B, 0, 0}, {C, 0, 1}});
     const bool ta = is_trans(transa), tb = is_trans(transb);
     const int rows_a = ta ? k : m, rows_b = tb ? n : k;
     if (lda < (rows_a > 1 ? rows_a : 1) || ldb < (rows_b > 1 ? rows_b : 1) || ldc < (m > 1 ? m : 1))

@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "emu_stream_hooks.h"
+
 /* the error cudaGetLastError returns next (a launch the device refuses) */
 void spb_emu_set_error(cudaError_t e);
 /* dynamic shared memory a kernel may opt into (sm_90: 227 KiB) */
@@ -41,12 +43,8 @@ spb_emu_copy_queue *spb_emu_thread_copies(void);
 /* completes every copy still queued (a thread's end: a GPU finishes them) */
 void spb_emu_copies_finish(spb_emu_copy_queue *q);
 
-/* Stream ordering (emu_streams.cc).  An operation is issued on a stream,
- * then names what it touches (bytes 0: where an operand starts); the rest
- * are the runtime's hooks. */
-void spb_emu_stream_op(cudaStream_t s, const char *what);
-void spb_emu_stream_access(const void *p, size_t bytes, int write);
-void spb_emu_stream_op_end(void);
+/* Stream ordering (emu_streams.cc; the operations' entry points are in
+ * emu_stream_hooks.h): the runtime's hooks. */
 void spb_emu_streams_alloc(const void *p, size_t bytes);
 void spb_emu_streams_free(const void *p);
 void spb_emu_streams_created(cudaStream_t s, int blocking);

@@ -98,10 +98,7 @@
 #include <type_traits>
 #include <vector>
 
-/* the emulation's stream-order checker (emu_streams.cc), where linked in */
-void spb_emu_stream_op(cudaStream_t s, const char *what) __attribute__((weak));
-void spb_emu_stream_access(const void *p, size_t bytes, int write) __attribute__((weak));
-void spb_emu_stream_op_end(void) __attribute__((weak));
+#include "emu_stream_hooks.h"
 
 static_assert(sizeof(int) == 4, "ncclInt32 is reduced as MPI_INT");
 
@@ -708,17 +705,12 @@ ncclResult_t issue(std::function<ncclResult_t()> f)
     return f();
 }
 
-/* An operation's place in the streams' order (emu_streams.cc, where the
- * emulation links it in: weak, as this file also builds on its own): it
- * runs at once, but a GPU would run it on `s`, reading `send` and writing
- * `recv` there. */
+/* An operation's place in the streams' order (emu_stream_hooks.h): it runs
+ * at once, but a GPU would run it on `s`, reading `send` and writing `recv`
+ * there (an empty buffer touches nothing). */
 void track(cudaStream_t s, const char *fn, const void *send, size_t send_bytes, const void *recv, size_t recv_bytes)
 {
-    if (!spb_emu_stream_op) return;
-    spb_emu_stream_op(s, fn);
-    if (send_bytes) spb_emu_stream_access(send, send_bytes, 0);
-    if (recv_bytes) spb_emu_stream_access(recv, recv_bytes, 1);
-    spb_emu_stream_op_end();
+    spb_emu_stream_track(s, fn, {{send_bytes ? send : nullptr, send_bytes, 0}, {recv_bytes ? recv : nullptr, recv_bytes, 1}});
 }
 
 ncclResult_t p2p(bool send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, const char *fn,

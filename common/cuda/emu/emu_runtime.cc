@@ -239,21 +239,12 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
     return cudaSuccess;
 }
 
-/* a copy's place in the streams' order (emu_streams.cc) */
-static void copy_op(cudaStream_t s, const char *what, void *dst, const void *src, size_t n)
-{
-    spb_emu_stream_op(s, what);
-    spb_emu_stream_access(src, n, 0);
-    spb_emu_stream_access(dst, n, 1);
-    spb_emu_stream_op_end();
-}
-
 /* Synchronous: on the legacy default stream, and the host waits for it. */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
     cudaError_t e = check_copy(dst, src, n, kind, "cudaMemcpy");
     if (e != cudaSuccess) return e;
-    if (n) copy_op(0, "cudaMemcpy", dst, src, n);
+    if (n) spb_emu_stream_track(0, "cudaMemcpy", {{src, n, 0}, {dst, n, 1}});
     spb_emu_streams_host_waits_stream(0);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
@@ -262,7 +253,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 {
     cudaError_t e = check_copy(dst, src, n, kind, "cudaMemcpyAsync");
     if (e != cudaSuccess) return e;
-    if (n) copy_op(s, "cudaMemcpyAsync", dst, src, n);
+    if (n) spb_emu_stream_track(s, "cudaMemcpyAsync", {{src, n, 0}, {dst, n, 1}});
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
@@ -271,6 +262,11 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
 {
     if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
     if (height == 0 || width == 0) return cudaSuccess;
+    for (size_t r = 0; r < height; r++) {
+        cudaError_t e = check_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, "cudaMemcpy2D (a row)");
+        if (e != cudaSuccess) return e;
+    }
+    /* synchronous, on the legacy default stream, as cudaMemcpy */
     spb_emu_stream_op(0, "cudaMemcpy2D");
     for (size_t r = 0; r < height; r++) {
         spb_emu_stream_access((const char *)src + r * spitch, width, 0);
@@ -278,11 +274,7 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
     }
     spb_emu_stream_op_end();
     spb_emu_streams_host_waits_stream(0);
-    for (size_t r = 0; r < height; r++) {
-        cudaError_t e = check_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, "cudaMemcpy2D (a row)");
-        if (e != cudaSuccess) return e;
-        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
-    }
+    for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     return cudaSuccess;
 }
 static cudaError_t memset_on(cudaStream_t s, const char *what, void *p, int v, size_t n)
@@ -291,11 +283,7 @@ static cudaError_t memset_on(cudaStream_t s, const char *what, void *p, int v, s
         fprintf(stderr, "spbench CUDA emulation: %s of %zu bytes at %p: not device memory\n", what, n, p);
         return fail(cudaErrorInvalidValue);
     }
-    if (n) {
-        spb_emu_stream_op(s, what);
-        spb_emu_stream_access(p, n, 1);
-        spb_emu_stream_op_end();
-    }
+    if (n) spb_emu_stream_track(s, what, {{p, n, 1}});
     memset(p, v, n);
     return cudaSuccess;
 }

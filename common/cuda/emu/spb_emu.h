@@ -137,8 +137,9 @@ void spb_emu_mma_m16n8k16(int fp16, float c[4], const uint32_t a[4], uint32_t b0
  * collective; rows must lie in the launch's dynamic shared memory */
 void spb_emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans);
 /* cp.async.cg 16 bytes, commit_group, wait_group (emu_async_copy.cc): a
- * copy happens when a wait_group of its thread covers it, not before, so
- * that a read that a GPU would not order after the copy sees old bytes */
+ * copy lands at one end of the window a GPU allows (at the covering wait,
+ * or at issue, alternately by block), so that a read the kernel does not
+ * order after the copy, or a copy over what is still being read, shows */
 void spb_emu_cp_async16(void *dst, const void *src, int src_bytes);
 void spb_emu_cp_async_commit(void);
 void spb_emu_cp_async_wait(int groups_left);
@@ -181,11 +182,8 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
                  const std::function<void()> &body);
 void *spb_emu_dynamic_shared(void);
 
-/* ---- stream order (emu_streams.cc): an operation on a stream, then what
- * it touches (bytes 0: where an operand starts, its extent unknown) ----- */
-void spb_emu_stream_op(cudaStream_t s, const char *what);
-void spb_emu_stream_access(const void *p, size_t bytes, int write);
-void spb_emu_stream_op_end(void);
+/* ---- stream order (emu_streams.cc) ------------------------------------- */
+#include "emu_stream_hooks.h"
 
 /* a kernel argument: a pointer is an operand, written unless it points to const */
 template <typename V> static inline void spb_emu_stream_arg(const V &v)
