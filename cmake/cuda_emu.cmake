@@ -19,6 +19,21 @@ if(EXISTS ${spb_emu_dir}/emu_nccl.cc AND EXISTS ${SPB_EMU_CUDA_INCLUDE}/nccl.h)
   set(spb_emu_nccl ON)
 endif()
 
+# Races between blocks (emu_race.cc): every load and store of the
+# translated sources reported to the emulator, through gcc's ThreadSanitizer
+# instrumentation (the emulator defines its entry points; no sanitizer
+# runtime is linked, and -g1 gives the reports their source lines).  Two
+# sanitizers' instrumentations do not mix: a build has this or
+# AddressSanitizer.
+option(SPB_EMU_RACECHECK "CUDA emulation: check every launch for races between its blocks (instead of ASan)" OFF)
+set(spb_emu_race_flags)
+if(SPB_EMU_RACECHECK)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    message(FATAL_ERROR "SPB_EMU_RACECHECK needs g++ (its -fsanitize=thread instrumentation)")
+  endif()
+  set(spb_emu_race_flags -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1)
+endif()
+
 # .cu -> .cc (translate.py), then one C++ source each
 function(spb_emu_translate cu out_var)
   get_filename_component(name ${cu} NAME_WE)
@@ -28,7 +43,7 @@ function(spb_emu_translate cu out_var)
     DEPENDS ${cu} ${spb_emu_dir}/translate.py
     COMMENT "CUDA emulation: translating ${name}.cu")
   set_source_files_properties(${out} PROPERTIES
-    COMPILE_OPTIONS "-include;${spb_emu_dir}/spb_emu.h;-fno-strict-aliasing;-Wno-subobject-linkage;-Wno-unused-parameter")
+    COMPILE_OPTIONS "-include;${spb_emu_dir}/spb_emu.h;-fno-strict-aliasing;-Wno-subobject-linkage;-Wno-unused-parameter;${spb_emu_race_flags}")
   set(${out_var} ${out} PARENT_SCOPE)
 endfunction()
 
@@ -45,7 +60,8 @@ endforeach()
 # holds nothing across it that the fiber could change
 set_source_files_properties(${spb_emu_dir}/emu_launch.cc PROPERTIES COMPILE_OPTIONS -Wno-clobbered)
 add_library(spbcuda STATIC ${spb_emu_sources}
-  ${spb_emu_dir}/emu_launch.cc ${spb_emu_dir}/emu_runtime.cc ${spb_emu_dir}/emu_mma.cc ${spb_emu_dir}/emu_async_copy.cc ${spb_emu_dir}/emu_streams.cc ${spb_emu_dir}/emu_cublas.cc
+  ${spb_emu_dir}/emu_launch.cc ${spb_emu_dir}/emu_runtime.cc ${spb_emu_dir}/emu_mma.cc ${spb_emu_dir}/emu_async_copy.cc
+  ${spb_emu_dir}/emu_streams.cc ${spb_emu_dir}/emu_race.cc ${spb_emu_dir}/emu_cublas.cc
   ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c ${CMAKE_SOURCE_DIR}/common/cuda/cudnn_attention.c)
 set(SPB_EMU_NCCL ${spb_emu_nccl} CACHE INTERNAL "the NCCL stand-in is in the emulation build")
 if(spb_emu_nccl)
@@ -57,7 +73,7 @@ endif()
 # (on a GPU it reads garbage or faults somewhere else).  The CPU reference
 # (spbcore) stays uninstrumented, for speed.
 option(SPB_EMU_ASAN "CUDA emulation: AddressSanitizer on the CUDA sources and the emulator" ON)
-if(SPB_EMU_ASAN)
+if(SPB_EMU_ASAN AND NOT SPB_EMU_RACECHECK)
   include(CheckCXXSourceCompiles)
   set(CMAKE_REQUIRED_FLAGS -fsanitize=address)
   set(CMAKE_REQUIRED_LINK_OPTIONS -fsanitize=address)
@@ -75,12 +91,16 @@ if(SPB_EMU_ASAN)
 endif()
 target_include_directories(spbcuda PUBLIC ${CMAKE_SOURCE_DIR}/common/cuda ${spb_emu_dir} ${SPB_EMU_CUDA_INCLUDE})
 target_compile_definitions(spbcuda PUBLIC SPB_CUDA_EMU=1)
+if(SPB_EMU_RACECHECK)
+  target_compile_definitions(spbcuda PUBLIC SPB_EMU_RACECHECK=1)
+  target_link_libraries(spbcuda PUBLIC ${CMAKE_DL_LIBS})
+endif()
 target_link_libraries(spbcuda PUBLIC MPI::MPI_C)
 target_link_libraries(spbcuda INTERFACE spbcore) # spbcuda calls back into spbcore (spb_die, ...)
 target_link_libraries(spbcore PUBLIC spbcuda)
 target_compile_definitions(spbcore PUBLIC SPB_HAVE_CUDA=1)
 target_sources(spbcore PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/backend_bf16_cuda.c)
-message(STATUS "spbench CUDA backend: CPU emulation (NCCL stand-in: ${spb_emu_nccl}, AddressSanitizer: ${SPB_EMU_HAVE_ASAN})")
+message(STATUS "spbench CUDA backend: CPU emulation (NCCL stand-in: ${spb_emu_nccl}, AddressSanitizer: ${SPB_EMU_HAVE_ASAN}, race check between blocks: ${SPB_EMU_RACECHECK})")
 
 # The GPU check programs on the emulation (their tests: cuda_emu_targets.cmake)
 foreach(spb_gpu_program check layer)

@@ -941,6 +941,138 @@ static void check_stream_order(void)
     cudaFree(buf), cudaFree(other), cudaFree(total);
 }
 
+/* ---- races between the blocks of a launch (SPB_EMU_RACECHECK builds) ------ */
+/* each block writes its own elements (adjacent bf16 values: distinct bytes) */
+__global__ void own_elements(__nv_bfloat16 *out)
+{
+    out[blockIdx.x * blockDim.x + threadIdx.x] = __float2bfloat16((float)blockIdx.x);
+}
+/* every block writes element 0 */
+__global__ void all_write_first(int *out) { if (threadIdx.x == 0) out[0] = (int)blockIdx.x; }
+/* block b reads what block b - 1 writes in the same launch */
+__global__ void read_neighbour_block(int *buf, int *out)
+{
+    if (threadIdx.x) return;
+    buf[blockIdx.x] = (int)blockIdx.x;
+    if (blockIdx.x > 0) out[blockIdx.x] = buf[blockIdx.x - 1];
+}
+/* block b writes what block b + 1 reads, in place: reads first, then writes */
+__global__ void shift_in_place(int *buf)
+{
+    if (threadIdx.x) return;
+    int next = blockIdx.x + 1 < gridDim.x ? buf[blockIdx.x + 1] : 0;
+    buf[blockIdx.x] = next;
+}
+/* out[from, from + n) = 7, and nothing else of out */
+__global__ void fill_tail(int *out, int from, int n)
+{
+    if ((int)threadIdx.x < n) out[from + threadIdx.x] = 7;
+}
+/* every block reads all of in[0, 32) (what an earlier launch wrote) */
+__global__ void each_block_sums(const int *in, int *out)
+{
+    if (threadIdx.x) return;
+    int t = 0;
+    for (int i = 0; i < 32; i++) t += in[i];
+    out[blockIdx.x] = t;
+}
+/* every block adds into one sum: atomics, no race */
+__global__ void atomic_sum(const float *in, float *sum)
+{
+    atomicAdd(sum, in[blockIdx.x * blockDim.x + threadIdx.x]);
+}
+/* the same, and block 0 reads the sum (other blocks' atomics unordered with it) */
+__global__ void atomic_sum_then_read(const float *in, float *sum, float *out)
+{
+    atomicAdd(sum, in[blockIdx.x * blockDim.x + threadIdx.x]);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *out = *sum;
+}
+/* the same sum with a plain read-modify-write: lost updates on a GPU */
+__global__ void plain_sum(const float *in, float *sum)
+{
+    if (threadIdx.x == 0) *sum += in[blockIdx.x * blockDim.x];
+}
+/* a block's own write, then its own read (a barrier between): no race */
+__global__ void write_then_read_own(int *buf, int *out)
+{
+    buf[blockIdx.x * blockDim.x + threadIdx.x] = (int)threadIdx.x;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = buf[blockIdx.x * blockDim.x + (threadIdx.x + 1) % blockDim.x];
+}
+/* cp.async from what another block writes */
+__global__ void cp_async_from_neighbour(uint32_t *buf, uint32_t *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    buf[4 * blockIdx.x + threadIdx.x] = blockIdx.x;
+    __syncthreads();
+    if (threadIdx.x == 0 && blockIdx.x > 0) {
+        spb_cp_async16(dyn, buf + 4 * (blockIdx.x - 1), 16);
+        spb_cp_async_commit();
+        spb_cp_async_wait<0>();
+        out[blockIdx.x] = ((uint32_t *)dyn)[0];
+    }
+}
+
+static void check_block_races(void)
+{
+#ifdef SPB_EMU_RACECHECK
+    __nv_bfloat16 *h = device_array<__nv_bfloat16>(4 * 33);
+    int *buf = device_array<int>(64), *iout = device_array<int>(64);
+    float *in = device_array<float>(4 * 32), *sum = device_array<float>(1), *fout = device_array<float>(1);
+    uint32_t *ubuf = device_array<uint32_t>(64), *uout = device_array<uint32_t>(64);
+    cudaMemset(in, 0, 4 * 32 * sizeof(float));
+    cudaMemset(buf, 0, 64 * sizeof(int));
+    EXPECT(completes([&] { own_elements<<<4, 33>>>(h); }), "blocks writing neighbouring bf16 values reported");
+    EXPECT(completes([&] { atomic_sum<<<4, 32>>>(in, sum); }), "atomics from every block reported");
+    EXPECT(completes([&] { write_then_read_own<<<4, 32>>>(buf, iout); }), "a block reading its own writes reported");
+    EXPECT(completes([&] {
+               all_write_first<<<1, 32>>>(iout);
+               all_write_first<<<1, 32>>>(iout);
+               read_neighbour_block<<<1, 32>>>(buf, iout);
+           }),
+           "one block per launch reported (launches are ordered)");
+    EXPECT(completes([&] {
+               fill_ints<<<1, 32>>>(buf, 1);
+               each_block_sums<<<4, 32>>>(buf, iout);
+           }),
+           "blocks reading what an earlier launch wrote reported");
+    EXPECT(refused("two blocks write one element", [&] { all_write_first<<<3, 32>>>(iout); }),
+           "two blocks writing one element not reported");
+    EXPECT(refused("a block reads what another writes", [&] { read_neighbour_block<<<4, 32>>>(buf, iout); }),
+           "a read of another block's write not reported");
+    EXPECT(refused("a block overwrites what another reads", [&] { shift_in_place<<<4, 32>>>(buf); }),
+           "a write over another block's read not reported");
+    EXPECT(refused("a plain sum over blocks", [&] { plain_sum<<<4, 32>>>(in, sum); }),
+           "a plain read-modify-write from several blocks not reported");
+    EXPECT(refused("a read of an atomic sum in its launch", [&] { atomic_sum_then_read<<<4, 32>>>(in, sum, fout); }),
+           "a read of what other blocks update atomically not reported");
+    EXPECT(refused("cp.async from another block's write",
+                   [&] { cp_async_from_neighbour<<<4, 4, 64>>>(ubuf, uout); }),
+           "cp.async from what another block writes not reported");
+
+    /* stream order, with the bytes a kernel touches known exactly */
+    cudaStream_t comm;
+    cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking);
+    cudaDeviceSynchronize(); /* after the memsets above */
+    int host[16];
+    EXPECT(aborts([&] {
+               fill_tail<<<1, 32>>>(buf, 32, 16);
+               cudaMemcpyAsync(host, buf + 40, 16, cudaMemcpyDeviceToHost, comm);
+           }),
+           "a race away from a kernel operand's first byte not reported");
+    EXPECT(completes([&] {
+               fill_tail<<<1, 32>>>(buf, 32, 16);
+               cudaMemcpyAsync(host, buf, 16, cudaMemcpyDeviceToHost, comm);
+           }),
+           "a copy of bytes the kernel does not touch reported");
+    cudaStreamDestroy(comm);
+    cudaFree(h), cudaFree(buf), cudaFree(iout), cudaFree(in), cudaFree(sum), cudaFree(fout), cudaFree(ubuf),
+        cudaFree(uout);
+#else
+    printf("  races between blocks: not checked (an SPB_EMU_RACECHECK build checks them)\n");
+#endif
+}
+
 int main(void)
 {
     check_barriers();
@@ -951,6 +1083,7 @@ int main(void)
     check_cp_async();
     check_ptx_refusals();
     check_stream_order();
+    check_block_races();
     printf("CUDA emulation: %d checks, %d failed: %s\n", checks, failures, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }

@@ -46,6 +46,7 @@ void spb_emu_cp_async16(void *dst, const void *src, int src_bytes)
     if ((uintptr_t)dst % 16 || !spb_emu_in_dynamic_shared(dst, 16))
         refuse("the destination is not 16 aligned bytes of the launch's dynamic shared memory", dst, src);
     if (src_bytes && (uintptr_t)src % 16) refuse("the source is not 16-byte aligned", dst, src);
+    spb_emu_race_access(src, (size_t)src_bytes, 0, __builtin_return_address(0)); /* another block's bytes? */
     spb_emu_copy_queue *q = spb_emu_thread_copies();
     if (q->eager)
         complete(spb_emu_copy{dst, src, src_bytes});

@@ -56,4 +56,11 @@ void spb_emu_streams_host_waits_stream(cudaStream_t s);
 void spb_emu_streams_host_waits_event(cudaEvent_t e);
 void spb_emu_streams_host_waits_all(void);
 
+/* Races between the blocks of a launch (emu_race.cc): the runtime's and
+ * the launches' hooks (its accesses come from spb_emu_race_access and,
+ * in SPB_EMU_RACECHECK builds, from the compiler's instrumentation). */
+void spb_emu_race_alloc(const void *p, size_t bytes);
+void spb_emu_race_free(const void *p);
+void spb_emu_race_launch(void);
+
 #endif

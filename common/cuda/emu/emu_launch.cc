@@ -416,6 +416,7 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
         stacks.push_back((char *)s);
     }
     run_now = &r;
+    spb_emu_race_launch();
     long stride = block_stride(blocks);
     for (long n = 0; n < blocks; n++) {
         long b = (n * stride) % blocks;

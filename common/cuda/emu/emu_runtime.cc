@@ -205,6 +205,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
     allocations[(const char *)m] = n;
     allocated += n;
     spb_emu_streams_alloc(m, n);
+    spb_emu_race_alloc(m, n);
     *p = m;
     return cudaSuccess;
 }
@@ -219,6 +220,7 @@ cudaError_t cudaFree(void *p)
     allocated -= it->second;
     allocations.erase(it);
     spb_emu_streams_free(p);
+    spb_emu_race_free(p);
     free(p);
     return cudaSuccess;
 }

@@ -99,9 +99,18 @@ template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsig
 }
 
 /* ---- atomics: one OS thread runs every fiber, and a fiber is switched
- * only at a synchronisation point, so a read-modify-write is atomic ------- */
-template <typename V> static inline V atomicAdd(V *p, V v)
+ * only at a synchronisation point, so a read-modify-write is atomic.  The
+ * race check (emu_race.cc) is told it is an atomic, and its own accesses
+ * are left out of the instrumentation. ------------------------------------ */
+void spb_emu_race_access(const void *p, size_t bytes, int kind /* 0 read, 1 write, 2 atomic */, const void *pc);
+#ifdef SPB_EMU_RACECHECK
+#define SPB_EMU_ATOMIC __attribute__((no_sanitize_thread, noinline))
+#else
+#define SPB_EMU_ATOMIC inline
+#endif
+template <typename V> static SPB_EMU_ATOMIC V atomicAdd(V *p, V v)
 {
+    spb_emu_race_access(p, sizeof(V), 2, __builtin_return_address(0));
     V old = *p;
     *p = old + v;
     return old;
@@ -184,6 +193,7 @@ void *spb_emu_dynamic_shared(void);
 
 /* ---- stream order (emu_streams.cc) ------------------------------------- */
 #include "emu_stream_hooks.h"
+void spb_emu_race_stream_accesses(void);
 
 /* a kernel argument: a pointer is an operand, written unless it points to const */
 template <typename V> static inline void spb_emu_stream_arg(const V &v)
@@ -198,9 +208,17 @@ static void spb_emu_launch(void (*kernel)(P...), const char *name, const spb_emu
     /* a launch copies its arguments, converted to the parameter types */
     std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
     spb_emu_stream_op(c.stream, name);
+#ifdef SPB_EMU_RACECHECK
+    /* the bytes it touched, exactly (emu_race.cc) */
+    spb_emu_run(reinterpret_cast<const void *>(kernel), name, c, [&]() { std::apply(kernel, args); });
+    spb_emu_race_stream_accesses();
+    spb_emu_stream_op_end();
+#else
+    /* where its operands start */
     std::apply([](const auto &...v) { (spb_emu_stream_arg(v), ...); }, args);
     spb_emu_stream_op_end();
     spb_emu_run(reinterpret_cast<const void *>(kernel), name, c, [&]() { std::apply(kernel, args); });
+#endif
 }
 
 #endif

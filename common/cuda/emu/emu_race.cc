@@ -1,0 +1,317 @@
+/* Races between the blocks of one launch, for the CPU emulation
+ * (SPB_EMU_RACECHECK builds; docs/EMULATION.md).
+ *
+ * On a GPU the blocks of a launch run in any order and at the same time;
+ * the only ordering between them is what atomics give.  Here they run one
+ * after another, so a kernel in which one block reads what another writes,
+ * or two blocks write the same bytes, still computes something, and only a
+ * wrong number (if any) would show it.  This file sees every load and
+ * store of the translated sources (the compiler's ThreadSanitizer
+ * instrumentation calls the __tsan_* entry points at the end of this file
+ * instead of a sanitizer's runtime), keeps, for each byte of device memory the
+ * running launch has touched, which block wrote it and which read it, and
+ * stops the program at the first byte that two blocks touch, one of them
+ * writing, unless both used atomics.  Bytes, not words: two blocks that
+ * write neighbouring bf16 values do not race.
+ *
+ * The report names the kernel, both blocks, the byte (its offset in its
+ * allocation) and both accesses' source lines (addr2line on the
+ * instrumented code's addresses).  Accesses outside device memory (shared
+ * memory, a thread's locals) are not this file's business; launches that
+ * follow one another are ordered (stream order is emu_streams.cc's). */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emu_internal.h"
+#include "spb_emu.h"
+
+#ifndef SPB_EMU_RACECHECK
+/* Without the instrumentation only atomics and cp.async would report here:
+ * nothing to check. */
+void spb_emu_race_alloc(const void *, size_t) {}
+void spb_emu_race_free(const void *) {}
+void spb_emu_race_launch(void) {}
+void spb_emu_race_stream_accesses(void) {}
+void spb_emu_race_access(const void *, size_t, int, const void *) {}
+#else
+namespace
+{
+const int32_t kNone = -1;
+const int32_t kMany = -2;       /* readers: two blocks or more */
+const int32_t kAtomicMany = -3; /* atomics from two blocks or more */
+/* an atomic writer, block b: -(b + 4) */
+int32_t atomic_of(int32_t b)
+{
+    return -(b + 4);
+}
+bool is_atomic(int32_t w)
+{
+    return w <= kAtomicMany;
+}
+
+struct cell {
+    uint32_t epoch;                /* the launch this byte was last touched in */
+    int32_t writer;                /* block, atomic_of(block), kAtomicMany or kNone */
+    int32_t reader;                /* block, kMany or kNone */
+    uint32_t writer_pc, reader_pc; /* code offsets, for the report */
+};
+struct region {
+    size_t bytes;
+    std::vector<cell> shadow; /* made when a kernel first touches the allocation */
+    uint32_t touched_epoch;   /* the last launch that touched it, and where: */
+    size_t touched_lo, touched_hi;
+};
+
+std::map<uintptr_t, region> regions;
+uintptr_t last_lo = 0, last_hi = 0; /* the allocation found last */
+region *last = nullptr;
+uint32_t epoch = 0;                                      /* the running launch's */
+std::vector<std::pair<uintptr_t, region *>> touched_now; /* the allocations it has touched */
+uintptr_t code_base = 0;
+
+region *find(uintptr_t p, uintptr_t *lo)
+{
+    if (p >= last_lo && p < last_hi) {
+        *lo = last_lo;
+        return last;
+    }
+    auto it = regions.upper_bound(p);
+    if (it == regions.begin())
+        return nullptr;
+    --it;
+    if (p >= it->first + it->second.bytes)
+        return nullptr;
+    last_lo = it->first;
+    last_hi = it->first + it->second.bytes;
+    last = &it->second;
+    *lo = last_lo;
+    return last;
+}
+
+int32_t running_block(void)
+{
+    const spb_emu_where *w = spb_emu_here;
+    long b = (long)w->block.x + (long)w->grid_dim.x * ((long)w->block.y + (long)w->grid_dim.y * w->block.z);
+    return (int32_t)b;
+}
+
+void block_name(int32_t b, char *buf, size_t n)
+{
+    const spb_emu_where *w = spb_emu_here;
+    long gx = w->grid_dim.x, gy = w->grid_dim.y;
+    snprintf(buf, n, "(%ld,%ld,%ld)", b % gx, b / gx % gy, b / (gx * gy));
+}
+
+/* "file.cu:123" for a code offset, through addr2line where it is installed */
+std::string source_line(uint32_t off)
+{
+    Dl_info info;
+    char cmd[1024], line[512];
+    if (!off || !dladdr((void *)(code_base + off), &info) || !info.dli_fname)
+        return "?";
+    snprintf(cmd, sizeof cmd, "addr2line -e '%s' 0x%lx 2>/dev/null", info.dli_fname,
+             (unsigned long)(code_base + off - (uintptr_t)info.dli_fbase));
+    std::string out = "?";
+    if (FILE *f = popen(cmd, "r")) {
+        if (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = 0;
+            if (char *extra = strstr(line, " (discriminator"))
+                *extra = 0;
+            const char *slash = strrchr(line, '/');
+            out = slash ? slash + 1 : line;
+        }
+        pclose(f);
+    }
+    return out;
+}
+
+const char *kind_name(int kind)
+{
+    return kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
+}
+
+[[noreturn]] void report(uintptr_t lo, const region &r, size_t byte, int kind, uint32_t pc, int32_t other,
+                         const char *other_did, uint32_t other_pc)
+{
+    char me[64], them[64];
+    int32_t b = running_block();
+    block_name(b, me, sizeof me);
+    if (other >= 0)
+        block_name(other, them, sizeof them);
+    else if (other == kMany || other == kAtomicMany)
+        snprintf(them, sizeof them, "(several)");
+    else
+        block_name(-other - 4, them, sizeof them);
+    const spb_emu_where *w = spb_emu_here;
+    fprintf(stderr,
+            "spbench CUDA emulation: race between blocks in kernel %s: block %s thread (%u,%u,%u) %s byte %zu of a "
+            "device allocation of %zu at %p (%s), which block %s %s earlier in the same launch (%s), with no "
+            "atomics ordering the two (docs/EMULATION.md)\n",
+            spb_emu_kernel_name(), me, w->thread.x, w->thread.y, w->thread.z, kind_name(kind), byte, r.bytes,
+            (void *)lo, source_line(pc).c_str(), them, other_did, source_line(other_pc).c_str());
+    abort();
+}
+
+void touch(const void *p, size_t n, int kind, const void *caller)
+{
+    if (!spb_emu_here || !n)
+        return; /* host code, or between a launch's blocks */
+    uintptr_t lo, a = (uintptr_t)p;
+    region *r = find(a, &lo);
+    if (!r)
+        return;
+    if (r->shadow.empty())
+        r->shadow.assign(r->bytes, cell{0, kNone, kNone, 0, 0});
+    if (!code_base) {
+        Dl_info info;
+        code_base = dladdr(caller, &info) ? (uintptr_t)info.dli_fbase : 1;
+    }
+    uint32_t pc = (uint32_t)((uintptr_t)caller - code_base);
+    int32_t b = running_block();
+    size_t first = a - lo, end = first + n;
+    if (end > r->bytes)
+        end = r->bytes; /* past its end: the ASan build's business */
+    if (r->touched_epoch != epoch) {
+        r->touched_epoch = epoch, r->touched_lo = first, r->touched_hi = end;
+        touched_now.push_back({lo, r});
+    } else {
+        if (first < r->touched_lo)
+            r->touched_lo = first;
+        if (end > r->touched_hi)
+            r->touched_hi = end;
+    }
+    for (size_t i = first; i < end; i++) {
+        cell &c = r->shadow[i];
+        if (c.epoch != epoch)
+            c = cell{epoch, kNone, kNone, 0, 0};
+        bool other_wrote = c.writer != kNone && c.writer != b && c.writer != atomic_of(b);
+        bool other_read = c.reader != kNone && c.reader != b;
+        if (kind == 0) { /* read */
+            if (other_wrote)
+                report(lo, *r, i, kind, pc, c.writer, is_atomic(c.writer) ? "atomically updated" : "wrote",
+                       c.writer_pc);
+            if (c.reader == kNone)
+                c.reader = b, c.reader_pc = pc;
+            else if (c.reader != b)
+                c.reader = kMany;
+        } else if (kind == 1) { /* write */
+            if (other_wrote)
+                report(lo, *r, i, kind, pc, c.writer, is_atomic(c.writer) ? "atomically updated" : "wrote",
+                       c.writer_pc);
+            if (other_read)
+                report(lo, *r, i, kind, pc, c.reader, "read", c.reader_pc);
+            c.writer = b, c.writer_pc = pc;
+        } else { /* atomic: orders against other atomics, not against plain accesses */
+            if (c.writer >= 0 && c.writer != b)
+                report(lo, *r, i, kind, pc, c.writer, "wrote", c.writer_pc);
+            if (other_read)
+                report(lo, *r, i, kind, pc, c.reader, "read", c.reader_pc);
+            if (c.writer == kNone || c.writer == atomic_of(b))
+                c.writer = atomic_of(b);
+            else if (c.writer != b)
+                c.writer = kAtomicMany; /* a plain write of its own stays one */
+            c.writer_pc = pc;
+        }
+    }
+}
+} // namespace
+
+void spb_emu_race_alloc(const void *p, size_t bytes)
+{
+    regions[(uintptr_t)p] = region{bytes, {}, 0, 0, 0};
+    last_lo = last_hi = 0;
+}
+
+void spb_emu_race_free(const void *p)
+{
+    regions.erase((uintptr_t)p);
+    last_lo = last_hi = 0;
+    last = nullptr;
+}
+
+void spb_emu_race_launch(void)
+{
+    epoch++;
+    touched_now.clear();
+}
+
+/* The launch just run, as the stream-order checker's operation: the byte
+ * ranges it wrote (or updated atomically) and those it only read, exactly,
+ * where without this build's instrumentation only its pointer arguments'
+ * first bytes are known. */
+void spb_emu_race_stream_accesses(void)
+{
+    for (const auto &t : touched_now) {
+        const region &r = *t.second;
+        size_t i = r.touched_lo;
+        while (i < r.touched_hi) {
+            const cell &c = r.shadow[i];
+            if (c.epoch != epoch) {
+                i++;
+                continue;
+            }
+            bool wrote = c.writer != kNone;
+            size_t j = i + 1;
+            while (j < r.touched_hi && r.shadow[j].epoch == epoch && (r.shadow[j].writer != kNone) == wrote)
+                j++;
+            spb_emu_stream_access((const void *)(t.first + i), j - i, wrote);
+            i = j;
+        }
+    }
+}
+
+void spb_emu_race_access(const void *p, size_t bytes, int kind, const void *pc)
+{
+    touch(p, bytes, kind, pc ? pc : __builtin_return_address(0));
+}
+
+/* The instrumentation's entry points: gcc -fsanitize=thread's calls
+ * (cmake/cuda_emu.cmake), answered here instead of by ThreadSanitizer's
+ * runtime.  Its instrumentation, unlike AddressSanitizer's, keeps a store
+ * to an address it has just seen loaded (x += y is two accesses). */
+#define SPB_EMU_RACE_SIZED(n)                                                                                          \
+    extern "C" void __tsan_read##n(void *p)                                                                            \
+    {                                                                                                                  \
+        touch(p, n, 0, __builtin_return_address(0));                                                                   \
+    }                                                                                                                  \
+    extern "C" void __tsan_write##n(void *p)                                                                           \
+    {                                                                                                                  \
+        touch(p, n, 1, __builtin_return_address(0));                                                                   \
+    }                                                                                                                  \
+    extern "C" void __tsan_unaligned_read##n(void *p)                                                                  \
+    {                                                                                                                  \
+        touch(p, n, 0, __builtin_return_address(0));                                                                   \
+    }                                                                                                                  \
+    extern "C" void __tsan_unaligned_write##n(void *p)                                                                 \
+    {                                                                                                                  \
+        touch(p, n, 1, __builtin_return_address(0));                                                                   \
+    }
+SPB_EMU_RACE_SIZED(1)
+SPB_EMU_RACE_SIZED(2)
+SPB_EMU_RACE_SIZED(4)
+SPB_EMU_RACE_SIZED(8)
+SPB_EMU_RACE_SIZED(16)
+extern "C" void __tsan_read_range(void *p, size_t n)
+{
+    touch(p, n, 0, __builtin_return_address(0));
+}
+extern "C" void __tsan_write_range(void *p, size_t n)
+{
+    touch(p, n, 1, __builtin_return_address(0));
+}
+/* a function-local static's guard (the translated sources' only atomics) */
+extern "C" char __tsan_atomic8_load(const volatile char *a, int)
+{
+    return __atomic_load_n(a, __ATOMIC_ACQUIRE);
+}
+extern "C" void __tsan_init(void) {}
+extern "C" void __tsan_func_entry(void *) {}
+extern "C" void __tsan_func_exit(void) {}
+#endif
