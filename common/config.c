@@ -76,6 +76,12 @@ static const option_spec options[] = {
     OPT("bf16-direct", OPT_STRING, bf16_direct,
         "with --bf16-kernels fast: which calls go direct: all (default), none, or a comma list of products, "
         "attention, gelu, layernorm, residual, cross-entropy, memory, optimizer (to tell a wrong kernel)"),
+    OPT("flash-block-rows", OPT_INT, flash_block_rows,
+        "the CUDA flash attention kernels' query rows per block: 128 (8 warps, the default) | 64 (4 warps); "
+        "--device cuda, bf16 or fp16, --bf16-kernels fast (docs/GPU.md)"),
+    OPT("flash-dq", OPT_STRING, flash_dq,
+        "the CUDA flash backward's dQ: split (its own kernel, deterministic; the default) | fused (fp32 atomics in "
+        "the dK/dV kernel, FlashAttention-2's way, last bits vary between runs)"),
     OPT("loss-scale", OPT_DOUBLE, loss_scale, "fp16: a static loss scale (0 = dynamic, the default)"),
     OPT("initial-loss-scale", OPT_DOUBLE, initial_loss_scale, "fp16, dynamic: the first loss scale (65536)"),
     OPT("min-loss-scale", OPT_DOUBLE, min_loss_scale, "fp16, dynamic: the scale is never halved below this (1)"),
@@ -224,6 +230,14 @@ void spb_config_usage(FILE *out)
 
 int spb_config_dp_degree(const spb_config *cfg, int world_size) { return world_size / cfg->sp_degree; }
 
+int spb_config_uses_cuda_flash(const spb_config *cfg)
+{
+    return !strcmp(cfg->device, "cuda") && strcmp(cfg->precision, "fp32") && !strcmp(cfg->bf16_kernels, "fast") &&
+           !strcmp(cfg->attention, "flash");
+}
+int spb_config_flash_block_rows(const spb_config *cfg) { return cfg->flash_block_rows ? cfg->flash_block_rows : 128; }
+const char *spb_config_flash_dq(const spb_config *cfg) { return cfg->flash_dq[0] ? cfg->flash_dq : "split"; }
+
 int spb_config_accum_steps(const spb_config *cfg, int world_size)
 {
     return cfg->global_batch_size / (cfg->micro_batch_size * spb_config_dp_degree(cfg, world_size));
@@ -360,6 +374,18 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
                                      "128", head_dim);
     } else if (!spb_attn_backend_by_name(c->attention))
         return fail(err, errlen, "unknown --attention '%s' (flash, naive, cudnn)", c->attention);
+    if (c->flash_block_rows || c->flash_dq[0]) {
+        /* only the CUDA 16-bit direct path has these kernels: elsewhere the
+         * flags would change nothing, silently */
+        if (!spb_config_uses_cuda_flash(c))
+            return fail(err, errlen, "--flash-block-rows and --flash-dq choose the CUDA flash kernels' variant: they "
+                                     "need --device cuda, --precision bf16 or fp16, --bf16-kernels fast and "
+                                     "--attention flash");
+        if (c->flash_block_rows && c->flash_block_rows != 64 && c->flash_block_rows != 128)
+            return fail(err, errlen, "--flash-block-rows must be 64 or 128 (got %d)", c->flash_block_rows);
+        if (c->flash_dq[0] && strcmp(c->flash_dq, "split") && strcmp(c->flash_dq, "fused"))
+            return fail(err, errlen, "unknown --flash-dq '%s' (split, fused)", c->flash_dq);
+    }
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return fail(err, errlen, "--zero-stage must be 0, 1, 2 or 3 (got %d)", c->zero_stage);
 

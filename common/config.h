@@ -52,6 +52,11 @@ typedef struct spb_config {
     char precision[SPB_NAME_MAX]; /* fp32 | bf16 | fp16 (mixed: 16-bit storage, fp32 arithmetic, masters, moments) */
     char bf16_kernels[SPB_NAME_MAX]; /* bf16: fast (direct products, attention) | reference (fp32 frames) */
     char bf16_direct[128];           /* fast: which kinds of call go direct (all; bf16_direct.h) */
+    /* the CUDA flash kernels' variant (16-bit, fast, --attention flash): rows
+     * per block, 64 or 128 (0: the default, 128), and where dQ is summed:
+     * split (its own kernel, the default) | fused (atomics in the dK/dV kernel) */
+    int flash_block_rows;
+    char flash_dq[SPB_NAME_MAX];
     /* fp16 loss scaling: static (loss_scale > 0) or dynamic (0): halve on
      * overflow (the step is skipped), double after loss_scale_window clean
      * steps, never below min_loss_scale */
@@ -85,6 +90,13 @@ int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t e
 int spb_config_finalize(spb_config *cfg, int world_size, char *err, size_t errlen);
 
 void spb_config_usage(FILE *out);
+/* Whether the run's attention takes the CUDA flash kernels (--device cuda,
+ * 16-bit, --bf16-kernels fast, --attention flash): where --flash-block-rows
+ * and --flash-dq apply.  After finalize (bf16_kernels' default). */
+int spb_config_uses_cuda_flash(const spb_config *cfg);
+/* Their settings for that run: 64 or 128, and "split" or "fused". */
+int spb_config_flash_block_rows(const spb_config *cfg);
+const char *spb_config_flash_dq(const spb_config *cfg);
 
 /* Derived quantities (valid after finalize). */
 int spb_config_dp_degree(const spb_config *cfg, int world_size);

@@ -148,6 +148,9 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
                cfg->bf16_kernels, n.matmul_direct, n.attention_direct, n.rowwise_direct, n.memory_direct,
                n.optimizer_direct, n.matmul_frames, n.attention_frames, n.rowwise_frames, n.memory_frames,
                n.optimizer_frames);
+        if (spb_config_uses_cuda_flash(cfg))
+            printf("flash kernels: %d query rows per block, dQ %s (--flash-block-rows, --flash-dq)\n",
+                   spb_config_flash_block_rows(cfg), spb_config_flash_dq(cfg));
     }
     printf("peak memory/rank (MiB):");
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
@@ -201,6 +204,9 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "precision", "%s", c->precision);
     spb_row_add(&r, "bf16_kernels", "%s", c->bf16_kernels);
     spb_row_add(&r, "attention", "%s", c->attention);
+    const int flash = spb_config_uses_cuda_flash(c);
+    spb_row_add(&r, "flash_block_rows", "%s", flash ? (spb_config_flash_block_rows(c) == 64 ? "64" : "128") : "");
+    spb_row_add(&r, "flash_dq", "%s", flash ? spb_config_flash_dq(c) : "");
     spb_row_add(&r, "world_size", "%d", g->world_size);
     spb_row_add(&r, "dp", "%d", g->dp_size);
     spb_row_add(&r, "sp", "%d", g->sp_size);

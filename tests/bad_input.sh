@@ -55,6 +55,11 @@ cases=(
   "--sparse-block 24 --sparse-local-blocks 2 --seq-length 64" # 24 does not divide 64
   "--sparse-block -8"
   "--sparse-local-blocks 2"                                 # without --sparse-block
+  "--flash-block-rows 64"                                   # the CUDA flash kernels' variant: not on the CPU
+  "--flash-dq fused"
+  "--device cuda --precision bf16 --flash-block-rows 96"
+  "--device cuda --precision bf16 --flash-dq sometimes"
+  "--device cuda --precision bf16 --bf16-kernels reference --flash-dq fused"  # the frames have no flash kernels
 )
 
 passed=0

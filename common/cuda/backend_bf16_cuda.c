@@ -20,10 +20,13 @@
  * table's device entries (open, clock, memory readings), read through
  * spb_backend_cuda at call time (that table is built during C++ dynamic
  * initialisation, so its members are no constants here). */
+#include <string.h>
+
 #include "backend.h"
 #include "bf16_ops.h"
 #include "cuda_backend.h"
 #include "cuda_bf16_storage.h"
+#include "spb_cuda.h"
 
 static void use_device(void)
 {
@@ -42,6 +45,9 @@ static void cb_configure(const spb_config *cfg)
 {
     use_device();
     spb_bf16_configure(cfg);
+    /* the flash kernels' variant (--flash-block-rows, --flash-dq) */
+    spb_cuda_attention_set_block_rows(spb_config_flash_block_rows(cfg));
+    spb_cuda_attention_set_fused_dq(!strcmp(spb_config_flash_dq(cfg), "fused"));
 }
 
 static void cb_synchronize(void) { spb_backend_cuda.synchronize(); }
