@@ -33,8 +33,10 @@ namespace {
     abort();
 }
 
+/* in the issuing thread: its write of shared memory lands now (race check) */
 void complete(const spb_emu_copy &c)
 {
+    spb_emu_race_access(c.dst, 16, 1, c.pc);
     if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
     memset((char *)c.dst + c.src_bytes, 0, 16 - (size_t)c.src_bytes);
 }
@@ -46,12 +48,13 @@ void spb_emu_cp_async16(void *dst, const void *src, int src_bytes)
     if ((uintptr_t)dst % 16 || !spb_emu_in_dynamic_shared(dst, 16))
         refuse("the destination is not 16 aligned bytes of the launch's dynamic shared memory", dst, src);
     if (src_bytes && (uintptr_t)src % 16) refuse("the source is not 16-byte aligned", dst, src);
-    spb_emu_race_access(src, (size_t)src_bytes, 0, __builtin_return_address(0)); /* another block's bytes? */
+    const void *pc = __builtin_return_address(0);
+    spb_emu_race_access(src, (size_t)src_bytes, 0, pc); /* another block's bytes? */
     spb_emu_copy_queue *q = spb_emu_thread_copies();
     if (q->eager)
-        complete(spb_emu_copy{dst, src, src_bytes});
+        complete(spb_emu_copy{dst, src, src_bytes, pc});
     else
-        q->copies.push_back(spb_emu_copy{dst, src, src_bytes});
+        q->copies.push_back(spb_emu_copy{dst, src, src_bytes, pc});
 }
 
 void spb_emu_cp_async_commit(void)

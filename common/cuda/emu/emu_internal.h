@@ -32,6 +32,7 @@ struct spb_emu_copy {
     void *dst;
     const void *src;
     int src_bytes;
+    const void *pc; /* where it was issued (race check) */
 };
 struct spb_emu_copy_queue {
     std::vector<spb_emu_copy> copies;
@@ -62,5 +63,14 @@ void spb_emu_streams_host_waits_all(void);
 void spb_emu_race_alloc(const void *p, size_t bytes);
 void spb_emu_race_free(const void *p);
 void spb_emu_race_launch(void);
+/* Where the calling thread stands in its block's synchronisation, for the
+ * race check of shared memory: 0 outside a kernel. */
+struct spb_emu_sync_point {
+    long block_serial;        /* counts the blocks run so far (shared memory is per block) */
+    int thread, warp;         /* in the block */
+    unsigned long block_gen;  /* __syncthreads completed in this block so far */
+    unsigned long warp_gen;   /* warp operations (__syncwarp, shuffles, mma, ldmatrix) its warp completed */
+};
+int spb_emu_sync_point_now(spb_emu_sync_point *s);
 
 #endif

@@ -116,6 +116,7 @@ struct block_run {
 };
 
 block_run *run_now = nullptr; /* the launch in progress (one at a time) */
+long blocks_run = 0;          /* every block of every launch so far */
 std::vector<char *> stacks;   /* kept between launches */
 alignas(256) unsigned char dynamic_shared[kDynamicShared];
 std::map<const void *, int> max_dynamic_shared; /* cudaFuncSetAttribute's opt-ins */
@@ -367,6 +368,18 @@ int spb_emu_in_dynamic_shared(const void *p, size_t bytes)
 
 const char *spb_emu_kernel_name(void) { return run_now ? run_now->kernel : "(none)"; }
 
+int spb_emu_sync_point_now(spb_emu_sync_point *s)
+{
+    if (!run_now || !run_now->cur) return 0;
+    const fiber *f = run_now->cur;
+    s->block_serial = blocks_run;
+    s->thread = (int)(f - run_now->fibers.data());
+    s->warp = f->warp;
+    s->block_gen = run_now->gen;
+    s->warp_gen = run_now->warps[(size_t)f->warp].gen;
+    return 1;
+}
+
 spb_emu_copy_queue *spb_emu_thread_copies(void) { return &current("cp.async")->copies; }
 
 /* ---- launches --------------------------------------------------------------- */
@@ -424,6 +437,7 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
                     (unsigned)(b / ((long)c.grid.x * c.grid.y))};
         /* shared memory starts as NaN bytes: a read of what nobody wrote shows */
         if (c.shared) memset(dynamic_shared, 0xff, c.shared);
+        blocks_run++;
         r.alive = (int)threads;
         r.arrived = 0;
         for (size_t w = 0; w < r.warps.size(); w++) {

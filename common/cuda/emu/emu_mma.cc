@@ -83,6 +83,8 @@ void spb_emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans)
 {
     const unsigned char *rows[32];
     const char *what = trans ? "ldmatrix.m8n8.x4.trans" : "ldmatrix.m8n8.x4";
+    /* the row this lane names, read before the warp meets (race check) */
+    spb_emu_race_access(row, 16, 0, __builtin_return_address(0));
     spb_emu_warp_gather(0xffffffffu, &row, sizeof row, rows, what);
     for (int l = 0; l < 32; l++)
         if ((uintptr_t)rows[l] % 16 || !spb_emu_in_dynamic_shared(rows[l], 16)) {

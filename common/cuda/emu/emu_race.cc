@@ -1,24 +1,31 @@
-/* Races between the blocks of one launch, for the CPU emulation
- * (SPB_EMU_RACECHECK builds; docs/EMULATION.md).
+/* Races the emulation's order of execution would hide, for the CPU
+ * emulation (SPB_EMU_RACECHECK builds; docs/EMULATION.md).
  *
  * On a GPU the blocks of a launch run in any order and at the same time;
  * the only ordering between them is what atomics give.  Here they run one
  * after another, so a kernel in which one block reads what another writes,
  * or two blocks write the same bytes, still computes something, and only a
- * wrong number (if any) would show it.  This file sees every load and
- * store of the translated sources (the compiler's ThreadSanitizer
- * instrumentation calls the __tsan_* entry points at the end of this file
- * instead of a sanitizer's runtime), keeps, for each byte of device memory the
- * running launch has touched, which block wrote it and which read it, and
- * stops the program at the first byte that two blocks touch, one of them
- * writing, unless both used atomics.  Bytes, not words: two blocks that
- * write neighbouring bf16 values do not race.
+ * wrong number (if any) would show it.  Inside a block, threads that touch
+ * the same shared memory are ordered only by a __syncthreads (or, in one
+ * warp, a warp operation); here the scheduler's order makes most missing
+ * barriers give wrong numbers in some block, not all.
  *
- * The report names the kernel, both blocks, the byte (its offset in its
- * allocation) and both accesses' source lines (addr2line on the
- * instrumented code's addresses).  Accesses outside device memory (shared
- * memory, a thread's locals) are not this file's business; launches that
- * follow one another are ordered (stream order is emu_streams.cc's). */
+ * This file sees every load and store of the translated sources (the
+ * compiler's ThreadSanitizer instrumentation calls the __tsan_* entry
+ * points at the end of this file instead of a sanitizer's runtime) and
+ * keeps, per byte:
+ *   - of device memory, which block of the running launch wrote it and
+ *     which read it, and stops at the first byte two blocks touch, one of
+ *     them writing, unless both used atomics;
+ *   - of the launch's dynamic shared memory, which thread wrote it and
+ *     which read it, with the block's and the warp's synchronisation counts
+ *     at the time, and stops at two threads' accesses, one writing, with
+ *     no synchronisation between them.
+ * Bytes, not words: two blocks that write neighbouring bf16 values do not
+ * race.  The report names the kernel, both blocks or threads, the byte and
+ * both accesses' source lines (addr2line).  Static __shared__ arrays and a
+ * thread's locals are not tracked; launches that follow one another are
+ * ordered (stream order is emu_streams.cc's). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,20 +48,13 @@ void spb_emu_race_launch(void) {}
 void spb_emu_race_stream_accesses(void) {}
 void spb_emu_race_access(const void *, size_t, int, const void *) {}
 #else
-namespace
-{
+namespace {
 const int32_t kNone = -1;
 const int32_t kMany = -2;       /* readers: two blocks or more */
 const int32_t kAtomicMany = -3; /* atomics from two blocks or more */
 /* an atomic writer, block b: -(b + 4) */
-int32_t atomic_of(int32_t b)
-{
-    return -(b + 4);
-}
-bool is_atomic(int32_t w)
-{
-    return w <= kAtomicMany;
-}
+int32_t atomic_of(int32_t b) { return -(b + 4); }
+bool is_atomic(int32_t w) { return w <= kAtomicMany; }
 
 struct cell {
     uint32_t epoch;                /* the launch this byte was last touched in */
@@ -83,11 +83,9 @@ region *find(uintptr_t p, uintptr_t *lo)
         return last;
     }
     auto it = regions.upper_bound(p);
-    if (it == regions.begin())
-        return nullptr;
+    if (it == regions.begin()) return nullptr;
     --it;
-    if (p >= it->first + it->second.bytes)
-        return nullptr;
+    if (p >= it->first + it->second.bytes) return nullptr;
     last_lo = it->first;
     last_hi = it->first + it->second.bytes;
     last = &it->second;
@@ -109,33 +107,29 @@ void block_name(int32_t b, char *buf, size_t n)
     snprintf(buf, n, "(%ld,%ld,%ld)", b % gx, b / gx % gy, b / (gx * gy));
 }
 
-/* "file.cu:123" for a code offset, through addr2line where it is installed */
+/* "file.cu:123" for a code offset, through addr2line where it is installed;
+ * "warp_ptx.cuh:50 < cuda_attention.cu:412" where it was inlined */
 std::string source_line(uint32_t off)
 {
     Dl_info info;
     char cmd[1024], line[512];
-    if (!off || !dladdr((void *)(code_base + off), &info) || !info.dli_fname)
-        return "?";
-    snprintf(cmd, sizeof cmd, "addr2line -e '%s' 0x%lx 2>/dev/null", info.dli_fname,
-             (unsigned long)(code_base + off - (uintptr_t)info.dli_fbase));
-    std::string out = "?";
+    if (!off || !dladdr((void *)(code_base + off), &info) || !info.dli_fname) return "?";
+    snprintf(cmd, sizeof cmd, "addr2line -i -e '%s' 0x%lx 2>/dev/null", info.dli_fname,
+             (unsigned long)(code_base + off - 1 - (uintptr_t)info.dli_fbase)); /* - 1: inside the call */
+    std::string out;
     if (FILE *f = popen(cmd, "r")) {
-        if (fgets(line, sizeof line, f)) {
+        while (fgets(line, sizeof line, f)) {
             line[strcspn(line, "\n")] = 0;
-            if (char *extra = strstr(line, " (discriminator"))
-                *extra = 0;
+            if (char *extra = strstr(line, " (discriminator")) *extra = 0;
             const char *slash = strrchr(line, '/');
-            out = slash ? slash + 1 : line;
+            out += (out.empty() ? "" : " < ") + std::string(slash ? slash + 1 : line);
         }
         pclose(f);
     }
-    return out;
+    return out.empty() ? "?" : out;
 }
 
-const char *kind_name(int kind)
-{
-    return kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
-}
+const char *kind_name(int kind) { return kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates"; }
 
 [[noreturn]] void report(uintptr_t lo, const region &r, size_t byte, int kind, uint32_t pc, int32_t other,
                          const char *other_did, uint32_t other_pc)
@@ -143,12 +137,10 @@ const char *kind_name(int kind)
     char me[64], them[64];
     int32_t b = running_block();
     block_name(b, me, sizeof me);
-    if (other >= 0)
-        block_name(other, them, sizeof them);
+    if (other >= 0) block_name(other, them, sizeof them);
     else if (other == kMany || other == kAtomicMany)
         snprintf(them, sizeof them, "(several)");
-    else
-        block_name(-other - 4, them, sizeof them);
+    else block_name(-other - 4, them, sizeof them);
     const spb_emu_where *w = spb_emu_here;
     fprintf(stderr,
             "spbench CUDA emulation: race between blocks in kernel %s: block %s thread (%u,%u,%u) %s byte %zu of a "
@@ -159,67 +151,132 @@ const char *kind_name(int kind)
     abort();
 }
 
-void touch(const void *p, size_t n, int kind, const void *caller)
+/* ---- the launch's dynamic shared memory: races between a block's threads.
+ * Two accesses of one byte by different threads, one writing (atomics
+ * aside), are ordered only by a __syncthreads between them or, in one
+ * warp, by a warp operation (__syncwarp, a shuffle, mma, ldmatrix). */
+struct scell {
+    long serial;                 /* the block this byte was last touched in */
+    int32_t writer, writer_warp; /* thread, or kNone */
+    uint32_t w_gen, w_wgen;      /* its block and warp generations */
+    int32_t reader, reader_warp; /* thread, kMany or kNone; the readers' warp, or -1: several */
+    uint32_t r_gen, r_wgen;      /* their block generation; the latest warp generation */
+    uint32_t writer_pc, reader_pc;
+    bool atomic; /* the write was an atomic */
+};
+std::vector<scell> shared_shadow;
+
+bool ordered(int32_t u, int32_t u_warp, uint32_t u_gen, uint32_t u_wgen, const spb_emu_sync_point &me)
 {
-    if (!spb_emu_here || !n)
-        return; /* host code, or between a launch's blocks */
-    uintptr_t lo, a = (uintptr_t)p;
-    region *r = find(a, &lo);
-    if (!r)
-        return;
-    if (r->shadow.empty())
-        r->shadow.assign(r->bytes, cell{0, kNone, kNone, 0, 0});
-    if (!code_base) {
-        Dl_info info;
-        code_base = dladdr(caller, &info) ? (uintptr_t)info.dli_fbase : 1;
+    return u == me.thread || u_gen != (uint32_t)me.block_gen || (u_warp == me.warp && u_wgen != (uint32_t)me.warp_gen);
+}
+
+[[noreturn]] void report_shared(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me, int32_t other,
+                                const char *other_did, uint32_t other_pc)
+{
+    const spb_emu_where *w = spb_emu_here;
+    char them[48];
+    if (other >= 0)
+        snprintf(them, sizeof them, "thread %d", other);
+    else
+        snprintf(them, sizeof them, "other threads");
+    fprintf(stderr,
+            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
+            "byte %zu of the dynamic shared memory (%s), which %s %s earlier with no __syncthreads between (nor, in "
+            "one warp, a warp operation) (%s) (docs/EMULATION.md)\n",
+            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
+            source_line(pc).c_str(), them, other_did, source_line(other_pc).c_str());
+    abort();
+}
+
+void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
+{
+    spb_emu_sync_point me;
+    if (!spb_emu_sync_point_now(&me)) return;
+    if (shared_shadow.empty()) shared_shadow.assign(spb_emu_max_shared_optin() + 1024, scell{});
+    const uint32_t gen = (uint32_t)me.block_gen, wgen = (uint32_t)me.warp_gen;
+    for (size_t i = first; i < first + n && i < shared_shadow.size(); i++) {
+        scell &c = shared_shadow[i];
+        if (c.serial != me.block_serial) {
+            c = scell{};
+            c.serial = me.block_serial, c.writer = c.reader = kNone;
+        }
+        if (c.writer != kNone && !ordered(c.writer, c.writer_warp, c.w_gen, c.w_wgen, me) && !(kind == 2 && c.atomic))
+            report_shared(i, kind, pc, me, c.writer, c.atomic ? "atomically updated" : "wrote", c.writer_pc);
+        /* the earlier readers, all ordered before this access? */
+        bool readers_before = c.reader == kNone || c.r_gen != gen ||
+                              (c.reader >= 0 && ordered(c.reader, c.reader_warp, c.r_gen, c.r_wgen, me)) ||
+                              (c.reader == kMany && c.reader_warp == me.warp && c.r_wgen != wgen);
+        if (kind == 0) {
+            if (readers_before)
+                c.reader = me.thread, c.reader_warp = me.warp, c.r_gen = gen, c.r_wgen = wgen, c.reader_pc = pc;
+            else if (c.reader != me.thread)
+                c.reader_warp = c.reader_warp == me.warp ? me.warp : -1, c.reader = kMany, c.r_wgen = wgen;
+            continue;
+        }
+        if (!readers_before) report_shared(i, kind, pc, me, c.reader, "read", c.reader_pc);
+        c.writer = me.thread, c.writer_warp = me.warp, c.w_gen = gen, c.w_wgen = wgen, c.writer_pc = pc;
+        c.atomic = kind == 2;
+        c.reader = kNone; /* every earlier read comes before this write */
     }
-    uint32_t pc = (uint32_t)((uintptr_t)caller - code_base);
-    int32_t b = running_block();
-    size_t first = a - lo, end = first + n;
-    if (end > r->bytes)
-        end = r->bytes; /* past its end: the ASan build's business */
+}
+
+/* ---- device memory: races between the blocks of a launch ---------------- */
+void touch_device(region *r, uintptr_t lo, size_t first, size_t n, int kind, uint32_t pc)
+{
+    const int32_t b = running_block();
+    size_t end = first + n;
+    if (end > r->bytes) end = r->bytes; /* past its end: the ASan build's business */
+    if (r->shadow.empty()) r->shadow.assign(r->bytes, cell{0, kNone, kNone, 0, 0});
     if (r->touched_epoch != epoch) {
         r->touched_epoch = epoch, r->touched_lo = first, r->touched_hi = end;
         touched_now.push_back({lo, r});
     } else {
-        if (first < r->touched_lo)
-            r->touched_lo = first;
-        if (end > r->touched_hi)
-            r->touched_hi = end;
+        if (first < r->touched_lo) r->touched_lo = first;
+        if (end > r->touched_hi) r->touched_hi = end;
     }
     for (size_t i = first; i < end; i++) {
         cell &c = r->shadow[i];
-        if (c.epoch != epoch)
-            c = cell{epoch, kNone, kNone, 0, 0};
-        bool other_wrote = c.writer != kNone && c.writer != b && c.writer != atomic_of(b);
-        bool other_read = c.reader != kNone && c.reader != b;
+        if (c.epoch != epoch) c = cell{epoch, kNone, kNone, 0, 0};
+        const bool other_wrote = c.writer != kNone && c.writer != b && c.writer != atomic_of(b);
+        const bool other_read = c.reader != kNone && c.reader != b;
+        const char *wrote = is_atomic(c.writer) ? "atomically updated" : "wrote";
         if (kind == 0) { /* read */
-            if (other_wrote)
-                report(lo, *r, i, kind, pc, c.writer, is_atomic(c.writer) ? "atomically updated" : "wrote",
-                       c.writer_pc);
+            if (other_wrote) report(lo, *r, i, kind, pc, c.writer, wrote, c.writer_pc);
             if (c.reader == kNone)
                 c.reader = b, c.reader_pc = pc;
             else if (c.reader != b)
                 c.reader = kMany;
         } else if (kind == 1) { /* write */
-            if (other_wrote)
-                report(lo, *r, i, kind, pc, c.writer, is_atomic(c.writer) ? "atomically updated" : "wrote",
-                       c.writer_pc);
-            if (other_read)
-                report(lo, *r, i, kind, pc, c.reader, "read", c.reader_pc);
+            if (other_wrote) report(lo, *r, i, kind, pc, c.writer, wrote, c.writer_pc);
+            if (other_read) report(lo, *r, i, kind, pc, c.reader, "read", c.reader_pc);
             c.writer = b, c.writer_pc = pc;
-        } else { /* atomic: orders against other atomics, not against plain accesses */
-            if (c.writer >= 0 && c.writer != b)
-                report(lo, *r, i, kind, pc, c.writer, "wrote", c.writer_pc);
-            if (other_read)
-                report(lo, *r, i, kind, pc, c.reader, "read", c.reader_pc);
+        } else { /* atomic: ordered with other atomics, not with plain accesses */
+            if (c.writer >= 0 && c.writer != b) report(lo, *r, i, kind, pc, c.writer, "wrote", c.writer_pc);
+            if (other_read) report(lo, *r, i, kind, pc, c.reader, "read", c.reader_pc);
             if (c.writer == kNone || c.writer == atomic_of(b))
                 c.writer = atomic_of(b);
-            else if (c.writer != b)
-                c.writer = kAtomicMany; /* a plain write of its own stays one */
+            else if (c.writer != b) /* a plain write of its own stays one */
+                c.writer = kAtomicMany;
             c.writer_pc = pc;
         }
     }
+}
+
+void touch(const void *p, size_t n, int kind, const void *caller)
+{
+    if (!spb_emu_here || !n) return; /* host code, or between a launch's blocks */
+    if (!code_base) {
+        Dl_info info;
+        code_base = dladdr(caller, &info) ? (uintptr_t)info.dli_fbase : 1;
+    }
+    const uint32_t pc = (uint32_t)((uintptr_t)caller - code_base);
+    uintptr_t lo;
+    if (region *r = find((uintptr_t)p, &lo))
+        touch_device(r, lo, (uintptr_t)p - lo, n, kind, pc);
+    else if (spb_emu_in_dynamic_shared(p, 1))
+        touch_shared((size_t)((const char *)p - (const char *)spb_emu_dynamic_shared()), n, kind, pc);
+    /* else a thread's locals, static shared memory */
 }
 } // namespace
 
@@ -277,40 +334,19 @@ void spb_emu_race_access(const void *p, size_t bytes, int kind, const void *pc)
  * runtime.  Its instrumentation, unlike AddressSanitizer's, keeps a store
  * to an address it has just seen loaded (x += y is two accesses). */
 #define SPB_EMU_RACE_SIZED(n)                                                                                          \
-    extern "C" void __tsan_read##n(void *p)                                                                            \
-    {                                                                                                                  \
-        touch(p, n, 0, __builtin_return_address(0));                                                                   \
-    }                                                                                                                  \
-    extern "C" void __tsan_write##n(void *p)                                                                           \
-    {                                                                                                                  \
-        touch(p, n, 1, __builtin_return_address(0));                                                                   \
-    }                                                                                                                  \
-    extern "C" void __tsan_unaligned_read##n(void *p)                                                                  \
-    {                                                                                                                  \
-        touch(p, n, 0, __builtin_return_address(0));                                                                   \
-    }                                                                                                                  \
-    extern "C" void __tsan_unaligned_write##n(void *p)                                                                 \
-    {                                                                                                                  \
-        touch(p, n, 1, __builtin_return_address(0));                                                                   \
-    }
+    extern "C" void __tsan_read##n(void *p) { touch(p, n, 0, __builtin_return_address(0)); }                          \
+    extern "C" void __tsan_write##n(void *p) { touch(p, n, 1, __builtin_return_address(0)); }                         \
+    extern "C" void __tsan_unaligned_read##n(void *p) { touch(p, n, 0, __builtin_return_address(0)); }                \
+    extern "C" void __tsan_unaligned_write##n(void *p) { touch(p, n, 1, __builtin_return_address(0)); }
 SPB_EMU_RACE_SIZED(1)
 SPB_EMU_RACE_SIZED(2)
 SPB_EMU_RACE_SIZED(4)
 SPB_EMU_RACE_SIZED(8)
 SPB_EMU_RACE_SIZED(16)
-extern "C" void __tsan_read_range(void *p, size_t n)
-{
-    touch(p, n, 0, __builtin_return_address(0));
-}
-extern "C" void __tsan_write_range(void *p, size_t n)
-{
-    touch(p, n, 1, __builtin_return_address(0));
-}
+extern "C" void __tsan_read_range(void *p, size_t n) { touch(p, n, 0, __builtin_return_address(0)); }
+extern "C" void __tsan_write_range(void *p, size_t n) { touch(p, n, 1, __builtin_return_address(0)); }
 /* a function-local static's guard (the translated sources' only atomics) */
-extern "C" char __tsan_atomic8_load(const volatile char *a, int)
-{
-    return __atomic_load_n(a, __ATOMIC_ACQUIRE);
-}
+extern "C" char __tsan_atomic8_load(const volatile char *a, int) { return __atomic_load_n(a, __ATOMIC_ACQUIRE); }
 extern "C" void __tsan_init(void) {}
 extern "C" void __tsan_func_entry(void *) {}
 extern "C" void __tsan_func_exit(void) {}
