@@ -33,10 +33,11 @@ namespace {
     abort();
 }
 
-/* in the issuing thread: its write of shared memory lands now (race check) */
+/* in the issuing thread: its write of shared memory lands now (race check:
+ * kind 4) */
 void complete(const spb_emu_copy &c)
 {
-    spb_emu_race_access(c.dst, 16, 1, c.pc);
+    spb_emu_race_access(c.dst, 16, 4, c.pc);
     if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
     memset((char *)c.dst + c.src_bytes, 0, 16 - (size_t)c.src_bytes);
 }
@@ -51,10 +52,12 @@ void spb_emu_cp_async16(void *dst, const void *src, int src_bytes)
     const void *pc = __builtin_return_address(0);
     spb_emu_race_access(src, (size_t)src_bytes, 0, pc); /* another block's bytes? */
     spb_emu_copy_queue *q = spb_emu_thread_copies();
-    if (q->eager)
+    if (q->eager) {
         complete(spb_emu_copy{dst, src, src_bytes, pc});
-    else
+    } else {
+        spb_emu_race_access(dst, 16, 3, pc); /* in flight until a wait: nobody may touch it */
         q->copies.push_back(spb_emu_copy{dst, src, src_bytes, pc});
+    }
 }
 
 void spb_emu_cp_async_commit(void)

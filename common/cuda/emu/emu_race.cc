@@ -129,7 +129,12 @@ std::string source_line(uint32_t off)
     return out.empty() ? "?" : out;
 }
 
-const char *kind_name(int kind) { return kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates"; }
+/* kinds of access: spb_emu_race_access's 0-2, and a cp.async's two ends */
+const int kCopyIssued = 3, kCopyLands = 4;
+const char *kind_name(int kind)
+{
+    return kind == 0 ? "reads" : kind == 2 ? "atomically updates" : kind == kCopyIssued ? "issues a cp.async to" : "writes";
+}
 
 [[noreturn]] void report(uintptr_t lo, const region &r, size_t byte, int kind, uint32_t pc, int32_t other,
                          const char *other_did, uint32_t other_pc)
@@ -162,7 +167,9 @@ struct scell {
     int32_t reader, reader_warp; /* thread, kMany or kNone; the readers' warp, or -1: several */
     uint32_t r_gen, r_wgen;      /* their block generation; the latest warp generation */
     uint32_t writer_pc, reader_pc;
-    bool atomic; /* the write was an atomic */
+    bool atomic;     /* the write was an atomic */
+    int32_t pending; /* a thread whose cp.async to it has not landed, or kNone */
+    uint32_t pending_pc;
 };
 std::vector<scell> shared_shadow;
 
@@ -189,6 +196,19 @@ bool ordered(int32_t u, int32_t u_warp, uint32_t u_gen, uint32_t u_wgen, const s
     abort();
 }
 
+[[noreturn]] void report_pending(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me, int32_t issuer,
+                                 uint32_t issued_pc)
+{
+    const spb_emu_where *w = spb_emu_here;
+    fprintf(stderr,
+            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
+            "byte %zu of the dynamic shared memory (%s), the destination of thread %d's cp.async (%s), which has not "
+            "landed: no cp.async.wait_group of that thread covers it yet (docs/EMULATION.md)\n",
+            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
+            source_line(pc).c_str(), issuer, source_line(issued_pc).c_str());
+    abort();
+}
+
 void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
 {
     spb_emu_sync_point me;
@@ -199,24 +219,35 @@ void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
         scell &c = shared_shadow[i];
         if (c.serial != me.block_serial) {
             c = scell{};
-            c.serial = me.block_serial, c.writer = c.reader = kNone;
+            c.serial = me.block_serial, c.writer = c.reader = c.pending = kNone;
         }
-        if (c.writer != kNone && !ordered(c.writer, c.writer_warp, c.w_gen, c.w_wgen, me) && !(kind == 2 && c.atomic))
-            report_shared(i, kind, pc, me, c.writer, c.atomic ? "atomically updated" : "wrote", c.writer_pc);
+        int k = kind;
+        if (k == kCopyLands) {
+            c.pending = kNone;
+            k = 1;
+        } else if (c.pending != kNone) {
+            report_pending(i, k, pc, me, c.pending, c.pending_pc);
+        }
+        if (k == kCopyIssued) { /* checked as the write it will be, where it is issued */
+            c.pending = me.thread, c.pending_pc = pc;
+            k = 1;
+        }
+        if (c.writer != kNone && !ordered(c.writer, c.writer_warp, c.w_gen, c.w_wgen, me) && !(k == 2 && c.atomic))
+            report_shared(i, k, pc, me, c.writer, c.atomic ? "atomically updated" : "wrote", c.writer_pc);
         /* the earlier readers, all ordered before this access? */
         bool readers_before = c.reader == kNone || c.r_gen != gen ||
                               (c.reader >= 0 && ordered(c.reader, c.reader_warp, c.r_gen, c.r_wgen, me)) ||
                               (c.reader == kMany && c.reader_warp == me.warp && c.r_wgen != wgen);
-        if (kind == 0) {
+        if (k == 0) {
             if (readers_before)
                 c.reader = me.thread, c.reader_warp = me.warp, c.r_gen = gen, c.r_wgen = wgen, c.reader_pc = pc;
             else if (c.reader != me.thread)
                 c.reader_warp = c.reader_warp == me.warp ? me.warp : -1, c.reader = kMany, c.r_wgen = wgen;
             continue;
         }
-        if (!readers_before) report_shared(i, kind, pc, me, c.reader, "read", c.reader_pc);
+        if (!readers_before) report_shared(i, k, pc, me, c.reader, "read", c.reader_pc);
         c.writer = me.thread, c.writer_warp = me.warp, c.w_gen = gen, c.w_wgen = wgen, c.writer_pc = pc;
-        c.atomic = kind == 2;
+        c.atomic = k == 2;
         c.reader = kNone; /* every earlier read comes before this write */
     }
 }

@@ -102,7 +102,9 @@ template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsig
  * only at a synchronisation point, so a read-modify-write is atomic.  The
  * race check (emu_race.cc) is told it is an atomic, and its own accesses
  * are left out of the instrumentation. ------------------------------------ */
-void spb_emu_race_access(const void *p, size_t bytes, int kind /* 0 read, 1 write, 2 atomic */, const void *pc);
+/* kind: 0 read, 1 write, 2 atomic; 3 a cp.async issued into it, 4 that
+ * copy landing (emu_async_copy.cc) */
+void spb_emu_race_access(const void *p, size_t bytes, int kind, const void *pc);
 #ifdef SPB_EMU_RACECHECK
 #define SPB_EMU_ATOMIC __attribute__((no_sanitize_thread, noinline))
 #else
