@@ -507,6 +507,26 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
 /* ------------------------------------------------------------ the timings -- */
 
 static double peak_tflops;
+/* Which of the flash kernels' variants a training run should take (spbench
+ * --flash-block-rows, --flash-dq): forward + backward, each summed over the
+ * shapes just timed (the longest sequences weigh most). */
+static void print_flash_variants(const double fwd_sum[2], const double bwd_sum[2][2])
+{
+    int best_rows = 0, best_fused = 0;
+    printf("flash variants, fwd + bwd summed over the shapes above (ms):");
+    for (int r = 0; r < 2; r++)
+        for (int f = 0; f < 2; f++) {
+            printf(" %d rows %s %.3f%s", r ? 64 : 128, f ? "fused dQ" : "split dQ", fwd_sum[r] + bwd_sum[r][f],
+                   r == 1 && f == 1 ? "\n" : " |");
+            if (fwd_sum[r] + bwd_sum[r][f] < fwd_sum[best_rows] + bwd_sum[best_rows][best_fused])
+                best_rows = r, best_fused = f;
+        }
+    printf("fastest: spbench --flash-block-rows %d --flash-dq %s (%.2fx the default's time)%s\n",
+           best_rows ? 64 : 128, best_fused ? "fused" : "split",
+           (fwd_sum[best_rows] + bwd_sum[best_rows][best_fused]) / (fwd_sum[0] + bwd_sum[0][0]),
+           timing.smoke ? "; smoke shape: the code path only, not a figure" : "");
+}
+
 static void timing_row(const char *kind, const char *name, long tokens, long m, long n, long k, int causal, int reps,
                        double ms, double flops)
 {
@@ -623,6 +643,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
     SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
     double cudnn_setup_s = 0.0;
+    /* each variant's forward and backward, summed over the shapes timed */
+    double fwd_sum[2] = {0, 0}, bwd_sum[2][2] = {{0, 0}, {0, 0}}; /* [64 rows?][fused?] */
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
             spb_attn_desc d;
@@ -653,8 +675,10 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     ms = time_ms(fwd, reps);
                     snprintf(nm, sizeof nm, "flash fwd (mma%s)", vr.suffix);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
+                    fwd_sum[vr.rows == 64] += ms;
                 }
                 ms = time_ms(bwd, reps);
+                bwd_sum[vr.rows == 64][vr.fused] += ms;
                 snprintf(nm, sizeof nm, "flash bwd (mma%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
@@ -683,6 +707,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                                                             sizeof why); }, reps);
             timing_row("attention", "cudnn bwd", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
         }
+    print_flash_variants(fwd_sum, bwd_sum);
     /* The same kernels on fp16 (the paper's runs' precision; --precision
      * fp16's attention): the flash rows again, causal, from fp16 operands. */
     fill_fp16(q, nq), fill_fp16(k, nq), fill_fp16(v, nq), fill_fp16(dout, nq);
