@@ -204,9 +204,13 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "precision", "%s", c->precision);
     spb_row_add(&r, "bf16_kernels", "%s", c->bf16_kernels);
     spb_row_add(&r, "attention", "%s", c->attention);
-    const int flash = spb_config_uses_cuda_flash(c);
-    spb_row_add(&r, "flash_block_rows", "%s", flash ? (spb_config_flash_block_rows(c) == 64 ? "64" : "128") : "");
-    spb_row_add(&r, "flash_dq", "%s", flash ? spb_config_flash_dq(c) : "");
+    if (spb_config_uses_cuda_flash(c)) {
+        spb_row_add(&r, "flash_block_rows", "%d", spb_config_flash_block_rows(c));
+        spb_row_add(&r, "flash_dq", "%s", spb_config_flash_dq(c));
+    } else { /* no flash kernels in this run: empty, as bf16_kernels for fp32 */
+        spb_row_add(&r, "flash_block_rows", "%s", "");
+        spb_row_add(&r, "flash_dq", "%s", "");
+    }
     spb_row_add(&r, "world_size", "%d", g->world_size);
     spb_row_add(&r, "dp", "%d", g->dp_size);
     spb_row_add(&r, "sp", "%d", g->sp_size);

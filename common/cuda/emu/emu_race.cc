@@ -45,7 +45,6 @@
 void spb_emu_race_alloc(const void *, size_t) {}
 void spb_emu_race_free(const void *) {}
 void spb_emu_race_launch(void) {}
-void spb_emu_race_stream_accesses(void) {}
 void spb_emu_race_access(const void *, size_t, int, const void *) {}
 #else
 namespace {
@@ -142,10 +141,12 @@ const char *kind_name(int kind)
     char me[64], them[64];
     int32_t b = running_block();
     block_name(b, me, sizeof me);
-    if (other >= 0) block_name(other, them, sizeof them);
+    if (other >= 0)
+        block_name(other, them, sizeof them);
     else if (other == kMany || other == kAtomicMany)
         snprintf(them, sizeof them, "(several)");
-    else block_name(-other - 4, them, sizeof them);
+    else
+        block_name(-other - 4, them, sizeof them); /* atomic_of(block) */
     const spb_emu_where *w = spb_emu_here;
     fprintf(stderr,
             "spbench CUDA emulation: race between blocks in kernel %s: block %s thread (%u,%u,%u) %s byte %zu of a "
