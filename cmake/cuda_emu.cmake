@@ -19,13 +19,14 @@ if(EXISTS ${spb_emu_dir}/emu_nccl.cc AND EXISTS ${SPB_EMU_CUDA_INCLUDE}/nccl.h)
   set(spb_emu_nccl ON)
 endif()
 
-# Races between blocks (emu_race.cc): every load and store of the
+# Races between blocks, and between a block's threads in shared memory
+# (emu_race.cc): every load and store of the
 # translated sources reported to the emulator, through gcc's ThreadSanitizer
 # instrumentation (the emulator defines its entry points; no sanitizer
 # runtime is linked, and -g1 gives the reports their source lines).  Two
 # sanitizers' instrumentations do not mix: a build has this or
 # AddressSanitizer.
-option(SPB_EMU_RACECHECK "CUDA emulation: check every launch for races between its blocks (instead of ASan)" OFF)
+option(SPB_EMU_RACECHECK "CUDA emulation: check every launch for races between its blocks and, in shared memory, its threads (instead of ASan)" OFF)
 set(spb_emu_race_flags)
 if(SPB_EMU_RACECHECK)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
@@ -100,7 +101,7 @@ target_link_libraries(spbcuda INTERFACE spbcore) # spbcuda calls back into spbco
 target_link_libraries(spbcore PUBLIC spbcuda)
 target_compile_definitions(spbcore PUBLIC SPB_HAVE_CUDA=1)
 target_sources(spbcore PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda/backend_bf16_cuda.c)
-message(STATUS "spbench CUDA backend: CPU emulation (NCCL stand-in: ${spb_emu_nccl}, AddressSanitizer: ${SPB_EMU_HAVE_ASAN}, race check between blocks: ${SPB_EMU_RACECHECK})")
+message(STATUS "spbench CUDA backend: CPU emulation (NCCL stand-in: ${spb_emu_nccl}, AddressSanitizer: ${SPB_EMU_HAVE_ASAN}, race check: ${SPB_EMU_RACECHECK})")
 
 # The GPU check programs on the emulation (their tests: cuda_emu_targets.cmake)
 foreach(spb_gpu_program check layer)
