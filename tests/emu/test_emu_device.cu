@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../common/cuda/warp_ptx.cuh"
+#include "../../common/cuda/warpgroup_ptx.cuh"
 
 static int failures = 0, checks = 0;
 #define EXPECT(cond, ...)                                                                                              \
@@ -841,6 +842,253 @@ static void check_ptx_refusals(void)
     cudaFree(out), cudaFree(src);
 }
 
+
+/* ---- wgmma (warpgroup_ptx.cuh, emu_wgmma.cc) ---------------------------------------
+ * Operands laid out here from the PTX ISA's text, not from the emulator's
+ * code: the canonical no-swizzle layouts (K-major: element (row m, k) at
+ * byte 16 (m % 8) + SBO (m / 8) + 2 (k % 8) + LBO (k / 8); MN-major:
+ * (k, n) at 2 (n % 8) + SBO (n / 8) + 16 (k % 8) + LBO (k / 8)), D in the
+ * "register fragment layout for accumulator D" (warp w of the group: rows
+ * 16w + g, 16w + g + 8; register 4i + e at column 8i + 2t + (e & 1)), and
+ * A from registers in mma.m16n8k16's A layout.  Strides with gaps, so a
+ * model that assumed dense tiles would read the wrong bytes. */
+static uint32_t km_byte(int m, int k, uint32_t lbo, uint32_t sbo)
+{
+    return 16u * (m % 8) + sbo * (m / 8) + 2u * (k % 8) + lbo * (k / 8);
+}
+static uint32_t mn_byte(int k, int n, uint32_t lbo, uint32_t sbo)
+{
+    return 2u * (n % 8) + sbo * (n / 8) + 16u * (k % 8) + lbo * (k / 8);
+}
+struct wg_layout {
+    uint32_t a_off, a_lbo, a_sbo, b_off, b_lbo, b_sbo, bytes;
+};
+/* the D fragment of this thread (n/2 values) to out[64][n] */
+__device__ void store_d(float *out, const float *d, int n)
+{
+    int w = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int i = 0; i < n / 8; i++)
+        for (int e = 0; e < 4; e++) out[(16 * w + g + 8 * (e >= 2)) * n + 8 * i + 2 * t + (e & 1)] = d[4 * i + e];
+}
+/* D = A B (SS: both K-major from shared memory), over WG warpgroups (each the same product) */
+template <int FP16> __global__ void wgmma_ss(const unsigned char *img, wg_layout L, float *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    for (uint32_t i = threadIdx.x; i < L.bytes; i += blockDim.x) dyn[i] = img[i];
+    spb_fence_proxy_async();
+    __syncthreads();
+    float d[32];
+    for (int i = 0; i < 32; i++) d[i] = 1e30f; /* accumulate = 0: never read */
+    spb_wgmma_fence();
+    spb_wgmma_m64n64_ss<FP16>(d, spb_wgmma_desc(dyn + L.a_off, L.a_lbo, L.a_sbo),
+                              spb_wgmma_desc(dyn + L.b_off, L.b_lbo, L.b_sbo), 0);
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    store_d(out + threadIdx.x / 128 * 64 * 64, d, 64);
+}
+/* D = C + A B, A (64 x 16, row-major in global memory) into registers in
+ * mma's A layout, B MN-major from shared memory */
+template <int FP16, int N>
+__global__ void wgmma_rs(const uint16_t *A, const float *C, const unsigned char *img, wg_layout L, float *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    for (uint32_t i = threadIdx.x; i < L.bytes; i += blockDim.x) dyn[i] = img[i];
+    spb_fence_proxy_async();
+    __syncthreads();
+    int w = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    uint32_t a[4];
+    for (int j = 0; j < 4; j++) { /* register j: elements 2j (low half), 2j + 1 */
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            int i = 2 * j + h, row = 16 * w + g + 8 * ((i / 2) % 2), col = 2 * t + (i % 2) + 8 * (i / 4);
+            e[h] = A[row * 16 + col];
+        }
+        a[j] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    float d[N / 2];
+    for (int i = 0; i < N / 8; i++)
+        for (int e = 0; e < 4; e++) d[4 * i + e] = C[(16 * w + g + 8 * (e >= 2)) * N + 8 * i + 2 * t + (e & 1)];
+    spb_wgmma_fence();
+    spb_wgmma_m64nN_rs_mn<FP16, N>(d, a, spb_wgmma_desc(dyn + L.b_off, L.b_lbo, L.b_sbo));
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    store_d(out, d, N);
+}
+/* the operand overwritten by another warpgroup after the product's issue
+ * and before its wait (behind a barrier): the product is computed from
+ * what is there at the wait */
+__global__ void wgmma_overwritten_in_flight(const unsigned char *img, wg_layout L, float *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    for (uint32_t i = threadIdx.x; i < L.bytes; i += blockDim.x) dyn[i] = img[i];
+    spb_fence_proxy_async();
+    __syncthreads();
+    float d[32];
+    if (threadIdx.x < 128) {
+        spb_wgmma_fence();
+        spb_wgmma_m64n64_ss<0>(d, spb_wgmma_desc(dyn + L.a_off, L.a_lbo, L.a_sbo),
+                               spb_wgmma_desc(dyn + L.b_off, L.b_lbo, L.b_sbo), 0);
+        spb_wgmma_commit();
+    }
+    __syncthreads();
+    if (threadIdx.x >= 128) /* the second warpgroup zeroes B: a GPU may or may not have read it yet */
+        for (uint32_t i = threadIdx.x - 128; i < L.bytes - L.b_off; i += 128) dyn[L.b_off + i] = 0;
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        spb_wgmma_wait<0>();
+        store_d(out, d, 64);
+    }
+}
+__global__ void wgmma_without_fence(float *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    float d[32] = {0};
+    spb_wgmma_m64n64_ss<0>(d, spb_wgmma_desc(dyn, 128, 256), spb_wgmma_desc(dyn, 128, 256), 0);
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    out[threadIdx.x] = d[0];
+}
+__global__ void wgmma_operand(float *out, uint64_t extra_bits, int start)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    float d[32] = {0};
+    spb_wgmma_fence();
+    spb_wgmma_m64n64_ss<0>(d, spb_wgmma_desc(dyn, 128, 256), spb_wgmma_desc(dyn + start, 128, 256) | extra_bits, 0);
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    out[threadIdx.x] = d[0];
+}
+
+static uint16_t half_bits(float v, int fp16)
+{
+    uint16_t b;
+    if (fp16) {
+        __half h = __float2half_rn(v);
+        memcpy(&b, &h, 2);
+    } else {
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        memcpy(&b, &h, 2);
+    }
+    return b;
+}
+static float small_value(int i, int mod) { return (float)((i * 7 + 3) % mod) - (float)(mod / 2); }
+
+template <int FP16> static void check_wgmma_ss(void)
+{
+    /* A 64x16 then B 64x16 (B[n][k]: N = 64 rows), K-major, padded strides */
+    wg_layout L;
+    L.a_off = 0, L.a_sbo = 144, L.a_lbo = 8 * 144 + 32;      /* 8-row groups 144 B apart, then the next 8 columns */
+    L.b_off = 2 * L.a_lbo + 64, L.b_sbo = 128 + 16 * 3, L.b_lbo = 8 * L.b_sbo + 16;
+    L.bytes = L.b_off + 2 * L.b_lbo;
+    std::vector<unsigned char> img(L.bytes, 0xff); /* gaps: NaN either way */
+    std::vector<float> A(64 * 16), B(64 * 16);
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < 16; k++) {
+            A[m * 16 + k] = small_value(m * 16 + k, 9), B[m * 16 + k] = small_value(m * 31 + k * 5, 7);
+            uint16_t a = half_bits(A[m * 16 + k], FP16), b = half_bits(B[m * 16 + k], FP16);
+            memcpy(&img[L.a_off + km_byte(m, k, L.a_lbo, L.a_sbo)], &a, 2);
+            memcpy(&img[L.b_off + km_byte(m, k, L.b_lbo, L.b_sbo)], &b, 2);
+        }
+    unsigned char *dimg = device_array<unsigned char>(L.bytes);
+    float *dout = device_array<float>(2 * 64 * 64);
+    cudaMemcpy(dimg, img.data(), L.bytes, cudaMemcpyHostToDevice);
+    wgmma_ss<FP16><<<1, 256, L.bytes>>>(dimg, L, dout); /* two warpgroups, the same product */
+    std::vector<float> D = to_host(dout, 2 * 64 * 64);
+    int bad = 0;
+    for (int q = 0; q < 2; q++)
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < 64; n++) {
+                float want = 0.0f;
+                for (int k = 0; k < 16; k++) want += A[m * 16 + k] * B[n * 16 + k];
+                bad += D[q * 4096 + m * 64 + n] != want;
+            }
+    EXPECT(bad == 0, "%s wgmma m64n64k16, A and B K-major from shared memory: %d of 8192 elements wrong",
+           FP16 ? "fp16" : "bf16", bad);
+    cudaFree(dimg), cudaFree(dout);
+}
+
+template <int FP16, int N> static void check_wgmma_rs(void)
+{
+    /* B (16 x N) MN-major: 8-column groups SBO apart, 8-key groups LBO apart */
+    wg_layout L;
+    L.a_off = L.a_lbo = L.a_sbo = 0;
+    L.b_off = 32, L.b_sbo = 128 + 16, L.b_lbo = (N / 8) * L.b_sbo + 48;
+    L.bytes = L.b_off + 2 * L.b_lbo;
+    std::vector<unsigned char> img(L.bytes, 0xff);
+    std::vector<float> A(64 * 16), B(16 * N), C(64 * N);
+    std::vector<uint16_t> Abits(64 * 16);
+    for (int i = 0; i < 64 * 16; i++) A[i] = small_value(i, 11), Abits[i] = half_bits(A[i], FP16);
+    for (int i = 0; i < 64 * N; i++) C[i] = small_value(i, 13);
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < N; n++) {
+            B[k * N + n] = small_value(k * 17 + n * 3, 5);
+            uint16_t b = half_bits(B[k * N + n], FP16);
+            memcpy(&img[L.b_off + mn_byte(k, n, L.b_lbo, L.b_sbo)], &b, 2);
+        }
+    unsigned char *dimg = device_array<unsigned char>(L.bytes);
+    uint16_t *dA = device_array<uint16_t>(64 * 16);
+    float *dC = device_array<float>(64 * N), *dout = device_array<float>(64 * N);
+    cudaMemcpy(dimg, img.data(), L.bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(dA, Abits.data(), 2 * 64 * 16, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C.data(), 4 * 64 * N, cudaMemcpyHostToDevice);
+    wgmma_rs<FP16, N><<<1, 128, L.bytes>>>(dA, dC, dimg, L, dout);
+    std::vector<float> D = to_host(dout, (size_t)64 * N);
+    int bad = 0;
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < N; n++) {
+            float want = C[m * N + n];
+            for (int k = 0; k < 16; k++) want += A[m * 16 + k] * B[k * N + n];
+            bad += D[m * N + n] != want;
+        }
+    EXPECT(bad == 0, "%s wgmma m64n%dk16, A from registers, B MN-major, D += : %d of %d elements wrong",
+           FP16 ? "fp16" : "bf16", N, bad, 64 * N);
+    cudaFree(dimg), cudaFree(dA), cudaFree(dC), cudaFree(dout);
+}
+
+static void check_wgmma(void)
+{
+    check_wgmma_ss<0>();
+    check_wgmma_ss<1>();
+    check_wgmma_rs<0, 64>();
+    check_wgmma_rs<1, 64>();
+    check_wgmma_rs<0, 128>();
+    check_wgmma_rs<1, 128>();
+    /* the product reads its operands at the wait: B overwritten in flight gives A·0 */
+    wg_layout L;
+    L.a_off = 0, L.a_sbo = 128, L.a_lbo = 1024, L.b_off = 2048, L.b_sbo = 128, L.b_lbo = 1024, L.bytes = 4096;
+    std::vector<unsigned char> img(L.bytes);
+    for (uint32_t i = 0; i < L.bytes; i += 2) {
+        uint16_t one = half_bits(1.0f, 0);
+        memcpy(&img[i], &one, 2);
+    }
+    unsigned char *dimg = device_array<unsigned char>(L.bytes);
+    float *dout = device_array<float>(64 * 64);
+    cudaMemcpy(dimg, img.data(), L.bytes, cudaMemcpyHostToDevice);
+#ifdef SPB_EMU_RACECHECK
+    EXPECT(refused("wgmma operand overwritten before the wait",
+                   [&] { wgmma_overwritten_in_flight<<<1, 256, L.bytes>>>(dimg, L, dout); }),
+           "a wgmma operand overwritten in flight not reported as a race");
+#else
+    wgmma_overwritten_in_flight<<<1, 256, L.bytes>>>(dimg, L, dout);
+    std::vector<float> D = to_host(dout, 64 * 64);
+    EXPECT(D[0] == 0.0f && D[64 * 64 - 1] == 0.0f,
+           "an operand overwritten before the wait: D[0] = %g (16 if read at issue, 0 at the wait)", D[0]);
+#endif
+    cudaFree(dimg), cudaFree(dout);
+    float *out = device_array<float>(256);
+    EXPECT(refused("wgmma without wgmma.fence", [&] { wgmma_without_fence<<<1, 128, 4096>>>(out); }),
+           "a wgmma with no wgmma.fence before it not refused");
+    EXPECT(refused("wgmma in a block of 96 threads", [&] { wgmma_operand<<<1, 96, 4096>>>(out, 0, 0); }),
+           "a wgmma from a block that is not whole warpgroups not refused");
+    EXPECT(refused("wgmma, a 128-byte swizzled descriptor",
+                   [&] { wgmma_operand<<<1, 128, 4096>>>(out, (uint64_t)1 << 62, 0); }),
+           "a swizzled descriptor not refused (only no-swizzle is modelled)");
+    EXPECT(refused("wgmma, an operand past the dynamic shared memory",
+                   [&] { wgmma_operand<<<1, 128, 4096>>>(out, 0, 3072); }),
+           "a wgmma operand past the launch's dynamic shared memory not refused");
+    cudaFree(out);
+}
+
 /* ---- stream order (emu_streams.cc) ------------------------------------------------
  * Everything still runs at its call; what is checked is the order a GPU
  * would guarantee: two operations on different streams that touch the same
@@ -1171,6 +1419,7 @@ int main(void)
     check_ldmatrix();
     check_cp_async();
     check_ptx_refusals();
+    check_wgmma();
     check_stream_order();
     check_block_races();
     printf("CUDA emulation: %d checks, %d failed: %s\n", checks, failures, failures ? "FAIL" : "PASS");

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <vector>
 
@@ -12,6 +13,9 @@
 
 /* the error cudaGetLastError returns next (a launch the device refuses) */
 void spb_emu_set_error(cudaError_t e);
+/* the emulated device's compute capability, 10 major + minor (90 unless
+ * SPB_EMU_COMPUTE_CAPABILITY says otherwise) */
+int spb_emu_compute_capability(void);
 /* dynamic shared memory a kernel may opt into (sm_90: 227 KiB) */
 size_t spb_emu_max_shared_optin(void);
 /* cudaFuncSetAttribute(MaxDynamicSharedMemorySize) for one kernel */
@@ -43,6 +47,24 @@ struct spb_emu_copy_queue {
 spb_emu_copy_queue *spb_emu_thread_copies(void);
 /* completes every copy still queued (a thread's end: a GPU finishes them) */
 void spb_emu_copies_finish(spb_emu_copy_queue *q);
+
+/* The wgmma.mma_async operations a thread has issued and not yet
+ * completed (emu_wgmma.cc), and where its committed groups end. */
+struct spb_emu_wgmma_op {
+    float *d;                  /* the issuing thread's accumulators */
+    int n, fp16, accumulate, trans_b, a_in_regs;
+    uint32_t a_regs[32][4];    /* the warp's A registers at issue */
+    uint64_t a_desc, b_desc;
+    const void *pc;
+};
+struct spb_emu_wgmma_queue {
+    std::vector<spb_emu_wgmma_op> ops;
+    std::vector<size_t> group_end;
+    bool need_fence = true; /* no wgmma.fence since the thread began or last waited */
+};
+spb_emu_wgmma_queue *spb_emu_thread_wgmma(void);
+/* the value of a 16-bit element held in half of a 32-bit register */
+float spb_emu_half_value(uint32_t reg, int high, int fp16);
 
 /* Stream ordering (emu_streams.cc; the operations' entry points are in
  * emu_stream_hooks.h): the runtime's hooks. */

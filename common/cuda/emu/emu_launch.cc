@@ -89,6 +89,7 @@ struct fiber {
     bool done = false;
     const char *waiting = nullptr; /* what it waits in, for a deadlock report */
     spb_emu_copy_queue copies;     /* its cp.async copies in flight */
+    spb_emu_wgmma_queue wgmma;     /* its wgmma operations in flight */
 };
 
 struct warp_state {
@@ -381,6 +382,7 @@ int spb_emu_sync_point_now(spb_emu_sync_point *s)
 }
 
 spb_emu_copy_queue *spb_emu_thread_copies(void) { return &current("cp.async")->copies; }
+spb_emu_wgmma_queue *spb_emu_thread_wgmma(void) { return &current("wgmma")->wgmma; }
 
 /* ---- launches --------------------------------------------------------------- */
 void spb_emu_set_max_dynamic_shared(const void *kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }
@@ -459,6 +461,7 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
             f.copies.copies.clear();
             f.copies.group_end.clear();
             f.copies.eager = n % 2 == 1; /* emu_async_copy.cc */
+            f.wgmma = spb_emu_wgmma_queue();
             f.stack = stacks[t];
             start_context(f, r);
         }

@@ -34,7 +34,9 @@ struct lane_operands {
     uint32_t a[4], b[2];
 };
 
-float half_value(uint32_t reg, int high, int fp16)
+} // namespace
+
+float spb_emu_half_value(uint32_t reg, int high, int fp16)
 {
     uint16_t bits = (uint16_t)(high ? reg >> 16 : reg & 0xffffu);
     if (fp16) {
@@ -47,12 +49,14 @@ float half_value(uint32_t reg, int high, int fp16)
     return __bfloat162float(__nv_bfloat16(b));
 }
 
+namespace {
+
 /* A[row][k] from the lanes' registers */
 float a_elem(const lane_operands *L, int row, int k, int fp16)
 {
     int g = row % 8, t = (k % 8) / 2;
     int i = (k % 2) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0); /* element index 0..7 */
-    return half_value(L[4 * g + t].a[i / 2], i % 2, fp16);
+    return spb_emu_half_value(L[4 * g + t].a[i / 2], i % 2, fp16);
 }
 
 /* B[k][n] */
@@ -60,7 +64,7 @@ float b_elem(const lane_operands *L, int k, int n, int fp16)
 {
     int t = (k % 8) / 2;
     int i = (k % 2) + (k >= 8 ? 2 : 0); /* element index 0..3 */
-    return half_value(L[4 * n + t].b[i / 2], i % 2, fp16);
+    return spb_emu_half_value(L[4 * n + t].b[i / 2], i % 2, fp16);
 }
 } // namespace
 

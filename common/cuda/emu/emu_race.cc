@@ -128,11 +128,16 @@ std::string source_line(uint32_t off)
     return out.empty() ? "?" : out;
 }
 
-/* kinds of access: spb_emu_race_access's 0-2, and a cp.async's two ends */
-const int kCopyIssued = 3, kCopyLands = 4;
+/* kinds of access: spb_emu_race_access's 0-2, a cp.async's two ends, and
+ * an asynchronous read's (wgmma's operands: issue, and the wait that
+ * covers it) */
+const int kCopyIssued = 3, kCopyLands = 4, kAsyncReadIssued = 5, kAsyncReadDone = 6;
 const char *kind_name(int kind)
 {
-    return kind == 0 ? "reads" : kind == 2 ? "atomically updates" : kind == kCopyIssued ? "issues a cp.async to" : "writes";
+    return kind == 0 || kind == kAsyncReadIssued || kind == kAsyncReadDone ? "reads"
+           : kind == 2                                                    ? "atomically updates"
+           : kind == kCopyIssued                                          ? "issues a cp.async to"
+                                                                          : "writes";
 }
 
 [[noreturn]] void report(uintptr_t lo, const region &r, size_t byte, int kind, uint32_t pc, int32_t other,
@@ -171,6 +176,9 @@ struct scell {
     bool atomic;     /* the write was an atomic */
     int32_t pending; /* a thread whose cp.async to it has not landed, or kNone */
     uint32_t pending_pc;
+    uint32_t async_reads; /* wgmma reads of it issued and not yet waited for */
+    int32_t async_reader; /* the last one's thread (its warpgroup's first) */
+    uint32_t async_pc;
 };
 std::vector<scell> shared_shadow;
 
@@ -210,6 +218,19 @@ bool ordered(int32_t u, int32_t u_warp, uint32_t u_gen, uint32_t u_wgen, const s
     abort();
 }
 
+[[noreturn]] void report_async_read(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me,
+                                    const scell &c)
+{
+    const spb_emu_where *w = spb_emu_here;
+    fprintf(stderr,
+            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
+            "byte %zu of the dynamic shared memory (%s), an operand of a wgmma (issued by the warpgroup of thread %d, "
+            "%s) that no wgmma.wait_group has covered yet: the tensor cores may still read it (docs/EMULATION.md)\n",
+            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
+            source_line(pc).c_str(), c.async_reader, source_line(c.async_pc).c_str());
+    abort();
+}
+
 void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
 {
     spb_emu_sync_point me;
@@ -220,9 +241,18 @@ void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
         scell &c = shared_shadow[i];
         if (c.serial != me.block_serial) {
             c = scell{};
-            c.serial = me.block_serial, c.writer = c.reader = c.pending = kNone;
+            c.serial = me.block_serial, c.writer = c.reader = c.pending = c.async_reader = kNone;
         }
         int k = kind;
+        if (k == kAsyncReadIssued) {
+            c.async_reads++, c.async_reader = me.thread, c.async_pc = pc;
+            k = 0;
+        } else if (k == kAsyncReadDone) {
+            if (c.async_reads) c.async_reads--;
+            k = 0;
+        } else if (k != 0 && c.async_reads) {
+            report_async_read(i, k, pc, me, c);
+        }
         if (k == kCopyLands) {
             c.pending = kNone;
             k = 1;
@@ -305,7 +335,7 @@ void touch(const void *p, size_t n, int kind, const void *caller)
     const uint32_t pc = (uint32_t)((uintptr_t)caller - code_base);
     uintptr_t lo;
     if (region *r = find((uintptr_t)p, &lo))
-        touch_device(r, lo, (uintptr_t)p - lo, n, kind, pc);
+        touch_device(r, lo, (uintptr_t)p - lo, n, kind >= kAsyncReadIssued ? 0 : kind, pc);
     else if (spb_emu_in_dynamic_shared(p, 1))
         touch_shared((size_t)((const char *)p - (const char *)spb_emu_dynamic_shared()), n, kind, pc);
     /* else a thread's locals, static shared memory */

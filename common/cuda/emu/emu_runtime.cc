@@ -96,6 +96,19 @@ void spb_emu_set_error(cudaError_t e) { last_error = e; }
 size_t spb_emu_max_shared_optin(void) { return kSharedOptin; }
 void spb_emu_count_launch(void) { launches++; }
 
+/* 90 (an H100's 9.0), or SPB_EMU_COMPUTE_CAPABILITY (e.g. 8.0 or 80: an
+ * A100's), so that the paths for GPUs without Hopper's instructions run
+ * too; wgmma refuses to run on less than 9.0 (emu_wgmma.cc). */
+int spb_emu_compute_capability(void)
+{
+    const char *e = getenv("SPB_EMU_COMPUTE_CAPABILITY");
+    if (!e || !*e) return 90;
+    int major = 0, minor = 0;
+    if (strchr(e, '.') ? sscanf(e, "%d.%d", &major, &minor) != 2 : sscanf(e, "%d", &major) != 1) return 90;
+    if (!strchr(e, '.')) minor = major % 10, major /= 10;
+    return major >= 7 && major <= 12 && minor >= 0 && minor <= 9 ? 10 * major + minor : 90;
+}
+
 extern "C" {
 
 cudaError_t cudaGetLastError(void)
@@ -130,6 +143,7 @@ static int device_count(void)
     return n < 1 ? 1 : n > 64 ? 64 : n;
 }
 static int device_now = 0;
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = device_count();
@@ -161,7 +175,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
     if (d < 0 || d >= device_count()) return fail(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulation of a CUDA device (no GPU)");
-    p->major = 9, p->minor = 0;
+    int cc = spb_emu_compute_capability();
+    p->major = cc / 10, p->minor = cc % 10;
     p->totalGlobalMem = kTotalMemory;
     p->sharedMemPerBlock = 48 << 10;
     p->sharedMemPerBlockOptin = kSharedOptin;

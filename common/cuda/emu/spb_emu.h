@@ -103,7 +103,8 @@ template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsig
  * race check (emu_race.cc) is told it is an atomic, and its own accesses
  * are left out of the instrumentation. ------------------------------------ */
 /* kind: 0 read, 1 write, 2 atomic; 3 a cp.async issued into it, 4 that
- * copy landing (emu_async_copy.cc) */
+ * copy landing (emu_async_copy.cc); 5 a wgmma's read of it issued, 6 the
+ * wait that covers that read (emu_wgmma.cc) */
 void spb_emu_race_access(const void *p, size_t bytes, int kind, const void *pc);
 #ifdef SPB_EMU_RACECHECK
 #define SPB_EMU_ATOMIC __attribute__((no_sanitize_thread, noinline))
@@ -154,6 +155,16 @@ void spb_emu_ldmatrix_x4(uint32_t r[4], const void *row, int trans);
 void spb_emu_cp_async16(void *dst, const void *src, int src_bytes);
 void spb_emu_cp_async_commit(void);
 void spb_emu_cp_async_wait(int groups_left);
+
+/* wgmma.mma_async.sync.aligned.m64nNk16.f32 and its fence, commit_group and
+ * wait_group (emu_wgmma.cc): a warpgroup's product, computed at the wait
+ * that covers it; a = null: A from shared memory through a_desc */
+void spb_emu_wgmma(int fp16, int n, float *d, const uint32_t *a, uint64_t a_desc, uint64_t b_desc, int accumulate,
+                   int trans_b);
+void spb_emu_wgmma_fence(void);
+void spb_emu_wgmma_commit(void);
+void spb_emu_wgmma_wait(int groups_left);
+void spb_emu_fence_proxy_async(void);
 
 /* cuda_runtime.h's C++ overloads for symbols exist for nvcc only */
 template <typename T>
