@@ -399,7 +399,7 @@ struct attn_case {
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
  * (offsets, partly masked), and a block above it where early rows see no key. */
-static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "")
+static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "", bool backward = true)
 {
     const attn_case cases[] = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     const int B = 2, H = 3;
@@ -423,6 +423,10 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
         snprintf(kname, sizeof kname, "flash fwd O");
         check(kname, impl, shape, host_half(fp16, go, no), ro, spb_tol_attn_forward());
         check("flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
+        if (!backward) {
+            spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl);
+            continue;
+        }
         /* backward from the same O (rounded to the 16-bit format, as the GPU stores it) and lse */
         std::vector<float> ob = ro;
         for (auto &x : ob) x = half_round(fp16, x);
@@ -510,20 +514,21 @@ static double peak_tflops;
 /* Which of the flash kernels' variants a training run should take (spbench
  * --flash-block-rows, --flash-dq): forward + backward, each summed over the
  * shapes just timed (the longest sequences weigh most). */
-static void print_flash_variants(const double fwd_sum[2], const double bwd_sum[2][2])
+static void print_flash_variants(const double fwd_sum[2][2], const double bwd_sum[2][2], bool wgmma)
 {
-    int best_rows = 0, best_fused = 0;
-    printf("flash variants, fwd + bwd summed over the shapes above (ms):");
-    for (int r = 0; r < 2; r++)
-        for (int f = 0; f < 2; f++) {
-            printf(" %d rows %s %.3f%s", r ? 64 : 128, f ? "fused dQ" : "split dQ", fwd_sum[r] + bwd_sum[r][f],
-                   r == 1 && f == 1 ? "\n" : " |");
-            if (fwd_sum[r] + bwd_sum[r][f] < fwd_sum[best_rows] + bwd_sum[best_rows][best_fused])
-                best_rows = r, best_fused = f;
-        }
-    printf("fastest: spbench --flash-block-rows %d --flash-dq %s (%.2fx the default's time)%s\n",
-           best_rows ? 64 : 128, best_fused ? "fused" : "split",
-           (fwd_sum[best_rows] + bwd_sum[best_rows][best_fused]) / (fwd_sum[0] + bwd_sum[0][0]),
+    int best_w = 0, best_rows = 0, best_fused = 0;
+    auto total = [&](int w, int r, int f) { return fwd_sum[w][r] + bwd_sum[r][f]; };
+    printf("flash variants, fwd + bwd summed over the shapes above (ms):\n");
+    for (int w = 0; w < (wgmma ? 2 : 1); w++)
+        for (int r = 0; r < 2; r++)
+            for (int f = 0; f < 2; f++) {
+                printf("  fwd %-5s %3d rows, %s dQ: %.3f\n", w ? "wgmma" : "mma", r ? 64 : 128, f ? "fused" : "split",
+                       total(w, r, f));
+                if (total(w, r, f) < total(best_w, best_rows, best_fused)) best_w = w, best_rows = r, best_fused = f;
+            }
+    printf("fastest: spbench --flash-fwd %s --flash-block-rows %d --flash-dq %s (%.2fx the default's time)%s\n",
+           best_w ? "wgmma" : "mma", best_rows ? 64 : 128, best_fused ? "fused" : "split",
+           total(best_w, best_rows, best_fused) / total(0, 0, 0),
            timing.smoke ? "; smoke shape: the code path only, not a figure" : "");
 }
 
@@ -644,7 +649,9 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
     double cudnn_setup_s = 0.0;
     /* each variant's forward and backward, summed over the shapes timed */
-    double fwd_sum[2] = {0, 0}, bwd_sum[2][2] = {{0, 0}, {0, 0}}; /* [64 rows?][fused?] */
+    const bool wgmma = spb_cuda_attention_wgmma_available();
+    /* [wgmma?][64 rows?], [64 rows?][fused?] */
+    double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[2][2] = {{0, 0}, {0, 0}};
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
             spb_attn_desc d;
@@ -662,28 +669,33 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             /* the default kernels, then side by side the other block shape
              * (4 warps, 64 rows) and dQ from the dK/dV kernel by atomics */
             const struct {
-                int rows, fused, forward;
+                int rows, fused, forward, backward;
                 const char *suffix;
-            } variants[] = {{128, 0, 1, ""},           {64, 0, 1, ", 64 rows"}, {64, 1, 0, ", 64 rows, fused dQ"},
-                            {128, 1, 0, ", fused dQ"}};
+            } variants[] = {{128, 0, 1, 1, "mma"},           {64, 0, 1, 1, "mma, 64 rows"},
+                            {64, 1, 0, 1, "mma, 64 rows, fused dQ"}, {128, 1, 0, 1, "mma, fused dQ"},
+                            {128, 0, 2, 0, "wgmma"},         {64, 0, 2, 0, "wgmma, 64 rows"}};
             for (const auto &vr : variants) {
+                if (vr.forward == 2 && !wgmma) continue;
                 spb_cuda_attention_set_block_rows(vr.rows);
                 spb_cuda_attention_set_fused_dq(vr.fused);
+                if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.forward == 2);
                 char nm[64];
                 double ms;
                 if (vr.forward) {
                     ms = time_ms(fwd, reps);
-                    snprintf(nm, sizeof nm, "flash fwd (mma%s)", vr.suffix);
+                    snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-                    fwd_sum[vr.rows == 64] += ms;
+                    fwd_sum[vr.forward == 2][vr.rows == 64] += ms;
                 }
+                if (!vr.backward) continue;
                 ms = time_ms(bwd, reps);
                 bwd_sum[vr.rows == 64][vr.fused] += ms;
-                snprintf(nm, sizeof nm, "flash bwd (mma%s)", vr.suffix);
+                snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
             spb_cuda_attention_set_block_rows(128);
             spb_cuda_attention_set_fused_dq(0);
+            if (wgmma) spb_cuda_attention_set_fwd_wgmma(0);
             if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
             /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
              * The first calls of a shape build its plans (heuristics and
@@ -707,7 +719,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                                                             sizeof why); }, reps);
             timing_row("attention", "cudnn bwd", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
         }
-    print_flash_variants(fwd_sum, bwd_sum);
+    print_flash_variants(fwd_sum, bwd_sum, wgmma);
     /* The same kernels on fp16 (the paper's runs' precision; --precision
      * fp16's attention): the flash rows again, causal, from fp16 operands. */
     fill_fp16(q, nq), fill_fp16(k, nq), fill_fp16(v, nq), fill_fp16(dout, nq);
@@ -796,6 +808,23 @@ int main(int argc, char **argv)
         check_attention(SPB_CUDA_FAST, 128, 0, rows == 64 ? " rows=64 fused dQ" : " fused dQ");
     }
     spb_cuda_attention_set_fused_dq(0);
+    /* the forward on Hopper's warpgroup products (wgmma), both block
+     * shapes, where this GPU and build have them; its backward is the
+     * mma.sync kernels' (checked above) */
+    if (spb_cuda_attention_wgmma_available()) {
+        spb_cuda_attention_set_fwd_wgmma(1);
+        for (int rows = 128; rows >= 64; rows /= 2) {
+            spb_cuda_attention_set_block_rows(rows);
+            for (int fp16 = 0; fp16 < 2; fp16++) {
+                check_attention(SPB_CUDA_FAST, 64, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma", false);
+                check_attention(SPB_CUDA_FAST, 128, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma", false);
+            }
+        }
+        spb_cuda_attention_set_fwd_wgmma(0);
+    } else {
+        printf("%-28s %-6s skipped: no wgmma here (compute capability 9.0 and an sm_90a build)\n", "flash fwd (wgmma)",
+               "fast");
+    }
     spb_cuda_attention_set_block_rows(128);
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {

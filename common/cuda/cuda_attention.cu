@@ -47,6 +47,7 @@
 #include "cuda_check.h"
 #include "spb_cuda.h"
 #include "warp_ptx.cuh"
+#include "warpgroup_ptx.cuh"
 
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -56,6 +57,7 @@
  * m16n8k16 tensor-core product with fp32 accumulators. */
 template <typename T> struct elem;
 template <> struct elem<__nv_bfloat16> {
+    static constexpr int is_fp16 = 0;
     static __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
     static __device__ __forceinline__ __nv_bfloat16 from_f(float x) { return __float2bfloat16_rn(x); }
     static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
@@ -69,6 +71,7 @@ template <> struct elem<__nv_bfloat16> {
     }
 };
 template <> struct elem<__half> {
+    static constexpr int is_fp16 = 1;
     static __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
     static __device__ __forceinline__ __half from_f(float x) { return __float2half_rn(x); }
     static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
@@ -676,6 +679,173 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
     }
 }
 
+/* ========================== HOPPER forward (wgmma) ================================ */
+/* The forward of FAST with Hopper's warpgroup products (warpgroup_ptx.cuh)
+ * in place of mma.sync: WG warpgroups per block (2 by default, 1 with 64
+ * block rows), 64 query rows each; K and V streamed in tiles of BC = 64
+ * rows by cp.async into two stages, as above.  Per tile and warpgroup:
+ *   S (64 x 64)  = Q Kᵀ   wgmma m64n64k16, Q and K from shared memory (K-major)
+ *   softmax       in registers: S's fragments are mma.sync's C layout, so
+ *                 the code is FAST's, row for row
+ *   O (64 x D)  += P V    wgmma m64nDk16, P from registers (rounded to T),
+ *                 V from shared memory as it lies (MN-major: no transpose)
+ * Shared tiles are laid out in core matrices (8 rows x 16 bytes, 128
+ * contiguous bytes): the 16-byte chunk (row r, columns 8c..8c+7) of an
+ * R-row tile at 16 (r % 8) + 128 (r / 8) + c (16 R + 16).  The 16 bytes
+ * after each column of core matrices turn the bank group of chunk c of a
+ * row by one, so the 8 chunks a quarter-warp copies land in 8 different
+ * bank groups; wgmma reads whole core matrices, conflict-free anyway.
+ * One descriptor per operand: K-major Q and K have LBO = 16 R + 16 (the
+ * next 8 columns) and SBO = 128 (the next 8 rows); V, read MN-major, has
+ * LBO = 128 (the next 8 keys) and SBO = 16 BC + 16 (the next 8 columns).
+ * Each product waits for its own (no overlap of one warpgroup's softmax
+ * with its next product: the two warpgroups of a block, and blocks sharing
+ * an SM, interleave instead). */
+template <int R> __host__ __device__ constexpr int cm_stride() { return 16 * R + 16; }
+
+template <int R, int D, int NT>
+__device__ __forceinline__ void load_rows_cm(unsigned char *S, const spb_bf16 *g, long base, long stride, int r0,
+                                             int len)
+{
+    constexpr int CHUNKS = D / 8;
+    for (int e = threadIdx.x; e < R * CHUNKS; e += NT) {
+        int r = e / CHUNKS, c = e % CHUNKS;
+        bool in = r0 + r < len;
+        spb_cp_async16(S + 16 * (r % 8) + 128 * (r / 8) + c * cm_stride<R>(),
+                       g + base + (long)(in ? r0 + r : r0) * stride + c * 8, in ? 16 : 0);
+    }
+}
+
+template <typename T, int D, int WG>
+__global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                       const spb_bf16 *v, spb_bf16 *o, float *lse)
+{
+#ifdef SPB_WGMMA_HERE
+    constexpr int RQ = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16;
+    constexpr int QB = D / 8 * cm_stride<RQ>(), KB = D / 8 * cm_stride<BC>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *Qs = smem, *Ks = Qs + QB, *Vs = Ks + 2 * KB; /* K, V: two stages each */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<4 * WG>(d);
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first row */
+    const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D;
+    const float c = d.scale * LOG2E;
+    const int n_tiles = (keys_for_rows<4 * WG>(d, i0) + BC - 1) / BC;
+
+    load_rows_cm<RQ, D, NT>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    if (n_tiles > 0) {
+        load_rows_cm<BC, D, NT>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
+        load_rows_cm<BC, D, NT>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
+    }
+    spb_cp_async_commit();
+    spb_cp_async_wait<0>();
+    spb_fence_proxy_async(); /* the copies, before the warpgroups' products read them */
+    __syncthreads();
+    const uint64_t qdesc = spb_wgmma_desc(Qs + 1024 * wg, cm_stride<RQ>(), 128);
+
+    float oacc[D / 8][4];
+    for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const long qpos[2] = {d.q_offset + i0 + r + g, d.q_offset + i0 + r + g + 8};
+    const long warp_first_q = d.q_offset + i0 + r, group_last_q = d.q_offset + i0 + 64 * wg + 63;
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int j0 = it * BC, st = it & 1;
+        __syncthreads(); /* every warpgroup's products on the other stage (tile it - 1) are complete */
+        if (it + 1 < n_tiles) {
+            load_rows_cm<BC, D, NT>(Ks + (st ^ 1) * KB, k, kb, d.k_token_stride, j0 + BC, d.k_len);
+            load_rows_cm<BC, D, NT>(Vs + (st ^ 1) * KB, v, kb, d.k_token_stride, j0 + BC, d.k_len);
+        }
+        spb_cp_async_commit(); /* possibly empty: one group per tile keeps the count */
+        spb_cp_async_wait<1>(); /* tile it has landed, tile it + 1 may still fly */
+        spb_fence_proxy_async();
+        __syncthreads();
+        /* nothing visible to any row of this warpgroup (the whole group issues a wgmma, or none) */
+        if (d.causal && d.k_offset + j0 > group_last_q) continue;
+        const unsigned char *Kc = Ks + st * KB, *Vc = Vs + st * KB;
+        float s[8][4];
+        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        const uint64_t kdesc = spb_wgmma_desc(Kc, cm_stride<BC>(), 128);
+        spb_wgmma_fence();
+        for (int kc = 0; kc < D / 16; kc++)
+            spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_add(qdesc, 2 * kc * cm_stride<RQ>()),
+                                      spb_wgmma_desc_add(kdesc, 2 * kc * cm_stride<BC>()), kc > 0);
+        spb_wgmma_commit();
+        spb_wgmma_wait<0>();
+        /* per-element masks only where the tile crosses the sequence's end or the diagonal */
+        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                int j = j0 + nt * 8 + 2 * t + (e & 1);
+                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
+                s[nt][e] = vis ? s[nt][e] * c : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+            }
+        float corr[2], base[2];
+        for (int x = 0; x < 2; x++) {
+            mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+            mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
+            float mn = fmaxf(m[x], mx[x]);
+            base[x] = mn == -INFINITY ? 0.0f : mn; /* a row with nothing visible yet */
+            corr[x] = exp2f(m[x] - base[x]);
+            m[x] = mn;
+            l[x] *= corr[x];
+        }
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                s[nt][e] = exp2f(s[nt][e] - base[e >> 1]);
+                l[e >> 1] += s[nt][e];
+            }
+        for (int dn = 0; dn < D / 8; dn++) {
+            oacc[dn][0] *= corr[0], oacc[dn][1] *= corr[0];
+            oacc[dn][2] *= corr[1], oacc[dn][3] *= corr[1];
+        }
+        /* P as four k16 A fragments, all rounded before the fence (ordinary
+         * code between two wgmmas of a batch would make ptxas add fences) */
+        uint32_t pa[4][4];
+        for (int kk = 0; kk < 4; kk++) {
+            pa[kk][0] = elem<T>::pack2(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = elem<T>::pack2(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = elem<T>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = elem<T>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        const uint64_t vdesc = spb_wgmma_desc(Vc, 128, cm_stride<BC>());
+        spb_wgmma_fence();
+        for (int kk = 0; kk < 4; kk++)
+            spb_wgmma_m64nN_rs_mn<FP16, D>(&oacc[0][0], pa[kk], spb_wgmma_desc_add(vdesc, 2 * kk * 128));
+        spb_wgmma_commit();
+        spb_wgmma_wait<0>();
+    }
+    for (int x = 0; x < 2; x++) {
+        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
+        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
+    }
+    for (int x = 0; x < 2; x++) {
+        int i = i0 + r + g + 8 * x;
+        if (i >= d.q_len) continue;
+        float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
+        T *orow = (T *)o + b * d.o_batch_stride + (long)i * d.o_token_stride + (long)h * D;
+        for (int dn = 0; dn < D / 8; dn++)
+            *(uint32_t *)(orow + dn * 8 + 2 * t) = elem<T>::pack2(oacc[dn][2 * x] * inv, oacc[dn][2 * x + 1] * inv);
+        if (t == 0) lse[((long)b * d.heads + h) * d.q_len + i] = l[x] > 0.0f ? (m[x] + log2f(l[x])) * LN2 : -INFINITY;
+    }
+#else
+    (void)d, (void)q, (void)k, (void)v, (void)o, (void)lse;
+    __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
+#endif
+}
+
+/* 1 where this compilation of the device code has wgmma (sm_90a, or the emulation) */
+__global__ void wgmma_probe(int *out)
+{
+#ifdef SPB_WGMMA_HERE
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
 /* ========================== launchers ============================================= */
 /* Rows per block of the fast kernels (16 per warp): 128 unless a caller
  * asks for 64 (spb_cuda_attention_set_block_rows). */
@@ -698,6 +868,40 @@ extern "C" int spb_cuda_attention_set_fused_dq(int on)
 {
     int old = fast_fused_dq;
     fast_fused_dq = on != 0;
+    return old;
+}
+
+/* The FAST forward on Hopper's wgmma (fwd_wgmma) instead of mma.sync: off
+ * unless a caller asks, and only where spb_cuda_attention_wgmma_available. */
+static bool fast_fwd_wgmma = false;
+
+extern "C" int spb_cuda_attention_wgmma_available(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        /* sm_90a code runs on 9.0 only; the probe says whether the build has it */
+        int dev = 0;
+        cudaDeviceProp p;
+        SPB_CUDA_CHECK(cudaGetDevice(&dev));
+        SPB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+        if (p.major != 9 || p.minor != 0) return known = 0;
+        int *flag = (int *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(int)), h = 0;
+        wgmma_probe<<<1, 1>>>(flag);
+        SPB_CUDA_CHECK(cudaGetLastError());
+        SPB_CUDA_CHECK(cudaMemcpy(&h, flag, sizeof h, cudaMemcpyDeviceToHost));
+        spb_cuda_free(flag);
+        known = h;
+    }
+    return known;
+}
+
+extern "C" int spb_cuda_attention_set_fwd_wgmma(int on)
+{
+    if (on && !spb_cuda_attention_wgmma_available())
+        SPB_DIE("CUDA attention: the wgmma forward needs a GPU of compute capability 9.0 (H100/H200) and a build "
+                "with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default); this one has neither or not both");
+    int old = fast_fwd_wgmma;
+    fast_fwd_wgmma = on != 0;
     return old;
 }
 
@@ -766,6 +970,19 @@ static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
     dkv_fast<T, D, W, false><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
 }
 
+/* Shared memory: the resident query rows and two stages of K and V, in
+ * core-matrix tiles (cm_stride). */
+template <typename T, int D, int WG>
+static void fwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                             spb_bf16 *o, float *lse, cudaStream_t s)
+{
+    const size_t sm = (size_t)(D / 8) * (cm_stride<64 * WG>() + 4 * cm_stride<BC>());
+    static const bool allowed = allow_smem(fwd_wgmma<T, D, WG>, sm);
+    (void)allowed;
+    dim3 grid((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
+    fwd_wgmma<T, D, WG><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
+}
+
 /* The launchers, for either element type (both are 2 bytes: the shared
  * memory sizes above hold for both). */
 template <typename T>
@@ -776,7 +993,13 @@ static int attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const sp
     if (d->q_len <= 0 || d->batch <= 0 || d->heads <= 0) return impl == SPB_CUDA_FAST;
     const void *ptrs[4] = {q, k, v, o};
     int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4), wide = fast_block_rows == 128;
-    if (fast) {
+    if (fast && fast_fwd_wgmma) {
+        if (d->head_dim == 64)
+            wide ? fwd_wgmma_launch<T, 64, 2>(d, q, k, v, o, lse, s) : fwd_wgmma_launch<T, 64, 1>(d, q, k, v, o, lse, s);
+        else
+            wide ? fwd_wgmma_launch<T, 128, 2>(d, q, k, v, o, lse, s)
+                 : fwd_wgmma_launch<T, 128, 1>(d, q, k, v, o, lse, s);
+    } else if (fast) {
         if (d->head_dim == 64)
             wide ? fwd_fast_launch<T, 64, 8>(d, q, k, v, o, lse, s) : fwd_fast_launch<T, 64, 4>(d, q, k, v, o, lse, s);
         else

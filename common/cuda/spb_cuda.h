@@ -29,6 +29,7 @@ extern "C" {
 
 #include "../attention.h" /* C headers without their own extern "C" */
 #include "../memory.h"
+#include "cuda_device.h"
 
 typedef uint16_t spb_bf16; /* bits of a bfloat16 (same as __nv_bfloat16) */
 
@@ -162,6 +163,11 @@ int spb_cuda_attention_set_block_rows(int rows);
  * between runs) or in its own kernel (0, the default: 7 products,
  * deterministic); returns the previous setting. */
 int spb_cuda_attention_set_fused_dq(int on);
+/* FAST forward on Hopper's warpgroup products (wgmma, sm_90a) instead of
+ * mma.sync, in the same block shapes (2 warpgroups for 128 rows, 1 for 64);
+ * the backward is unchanged.  Dies where unavailable; returns the previous
+ * setting. */
+int spb_cuda_attention_set_fwd_wgmma(int on);
 /* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
  * by the attention backward of every caller; grows, never shrinks. */
 float *spb_cuda_attention_workspace(long n);
