@@ -45,6 +45,10 @@ else()
            COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_script.sh ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-gpu-check)
   list(APPEND spb_emu_tests emu_gpu_check)
 endif()
+# --flash-fwd wgmma: runs on the emulated 9.0 device, refused on an emulated 8.0 one
+add_test(NAME emu_wgmma_refused COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/wgmma_refused.sh $<TARGET_FILE:spbench>
+                                        ${MPIEXEC_EXECUTABLE})
+list(APPEND spb_emu_tests emu_wgmma_refused)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
 list(APPEND spb_emu_tests emu_gpu_strategies)

@@ -108,6 +108,21 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+#ifdef SPB_HAVE_CUDA
+    /* The Hopper flash forward where the GPU or the build has no wgmma: the
+     * same verdict on every rank, before anything runs */
+    if (spb_config_uses_cuda_flash(&cfg) && !strcmp(spb_config_flash_fwd(&cfg), "wgmma")) {
+        int wbad = !spb_cuda_attention_wgmma_available();
+        if (wbad)
+            snprintf(err, sizeof err, "--flash-fwd wgmma needs a GPU of compute capability 9.0 (H100/H200) and a "
+                                      "build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default): "
+                                      "not both here (docs/GPU.md)");
+        if (agree_on_error(wbad, err, rank)) {
+            MPI_Finalize();
+            return 2;
+        }
+    }
+#endif
 #ifdef SPB_HAVE_NCCL
     /* Collectives on device buffers through NCCL, on the device just bound. */
     if (use_nccl) spb_comm_set_device_ops(spb_nccl_device_ops());

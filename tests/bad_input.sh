@@ -59,6 +59,8 @@ cases=(
   "--flash-dq fused"
   "--device cuda --precision bf16 --flash-block-rows 96"
   "--device cuda --precision bf16 --flash-dq sometimes"
+  "--flash-fwd wgmma"                                       # not on the CPU either
+  "--device cuda --precision bf16 --flash-fwd tma"
   "--device cuda --precision bf16 --bf16-kernels reference --flash-dq fused"  # the frames have no flash kernels
 )
 
