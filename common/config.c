@@ -85,6 +85,9 @@ static const option_spec options[] = {
     OPT("flash-fwd", OPT_STRING, flash_fwd,
         "the CUDA flash forward's tensor-core instruction: mma (mma.sync, any GPU from sm_80; the default) | wgmma "
         "(Hopper's warpgroup products: an H100/H200 and a build with sm_90a)"),
+    OPT("flash-bwd", OPT_STRING, flash_bwd,
+        "the CUDA flash backward's: mma (the default) | wgmma (Hopper; dQ in its own kernel: not with --flash-dq "
+        "fused)"),
     OPT("loss-scale", OPT_DOUBLE, loss_scale, "fp16: a static loss scale (0 = dynamic, the default)"),
     OPT("initial-loss-scale", OPT_DOUBLE, initial_loss_scale, "fp16, dynamic: the first loss scale (65536)"),
     OPT("min-loss-scale", OPT_DOUBLE, min_loss_scale, "fp16, dynamic: the scale is never halved below this (1)"),
@@ -241,6 +244,12 @@ int spb_config_uses_cuda_flash(const spb_config *cfg)
 int spb_config_flash_block_rows(const spb_config *cfg) { return cfg->flash_block_rows ? cfg->flash_block_rows : 128; }
 const char *spb_config_flash_dq(const spb_config *cfg) { return cfg->flash_dq[0] ? cfg->flash_dq : "split"; }
 const char *spb_config_flash_fwd(const spb_config *cfg) { return cfg->flash_fwd[0] ? cfg->flash_fwd : "mma"; }
+const char *spb_config_flash_bwd(const spb_config *cfg) { return cfg->flash_bwd[0] ? cfg->flash_bwd : "mma"; }
+int spb_config_flash_wgmma(const spb_config *cfg)
+{
+    return spb_config_uses_cuda_flash(cfg) &&
+           (!strcmp(spb_config_flash_fwd(cfg), "wgmma") || !strcmp(spb_config_flash_bwd(cfg), "wgmma"));
+}
 
 int spb_config_accum_steps(const spb_config *cfg, int world_size)
 {
@@ -378,12 +387,12 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
                                      "128", head_dim);
     } else if (!spb_attn_backend_by_name(c->attention))
         return fail(err, errlen, "unknown --attention '%s' (flash, naive, cudnn)", c->attention);
-    if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0]) {
+    if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0]) {
         /* only the CUDA 16-bit direct path has these kernels: elsewhere the
          * flags would change nothing, silently */
         if (!spb_config_uses_cuda_flash(c))
-            return fail(err, errlen, "--flash-block-rows, --flash-dq and --flash-fwd choose the CUDA flash kernels' "
-                                     "variant: they "
+            return fail(err, errlen, "--flash-block-rows, --flash-dq, --flash-fwd and --flash-bwd choose the CUDA "
+                                     "flash kernels' variant: they "
                                      "need --device cuda, --precision bf16 or fp16, --bf16-kernels fast and "
                                      "--attention flash");
         if (c->flash_block_rows && c->flash_block_rows != 64 && c->flash_block_rows != 128)
@@ -392,6 +401,11 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
             return fail(err, errlen, "unknown --flash-dq '%s' (split, fused)", c->flash_dq);
         if (c->flash_fwd[0] && strcmp(c->flash_fwd, "mma") && strcmp(c->flash_fwd, "wgmma"))
             return fail(err, errlen, "unknown --flash-fwd '%s' (mma, wgmma)", c->flash_fwd);
+        if (c->flash_bwd[0] && strcmp(c->flash_bwd, "mma") && strcmp(c->flash_bwd, "wgmma"))
+            return fail(err, errlen, "unknown --flash-bwd '%s' (mma, wgmma)", c->flash_bwd);
+        if (!strcmp(c->flash_bwd, "wgmma") && !strcmp(c->flash_dq, "fused"))
+            return fail(err, errlen, "--flash-bwd wgmma computes dQ in its own kernel: it does not take --flash-dq "
+                                     "fused");
     }
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return fail(err, errlen, "--zero-stage must be 0, 1, 2 or 3 (got %d)", c->zero_stage);

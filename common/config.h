@@ -58,6 +58,7 @@ typedef struct spb_config {
     int flash_block_rows;
     char flash_dq[SPB_NAME_MAX];
     char flash_fwd[SPB_NAME_MAX];
+    char flash_bwd[SPB_NAME_MAX];
     /* fp16 loss scaling: static (loss_scale > 0) or dynamic (0): halve on
      * overflow (the step is skipped), double after loss_scale_window clean
      * steps, never below min_loss_scale */
@@ -93,13 +94,17 @@ int spb_config_finalize(spb_config *cfg, int world_size, char *err, size_t errle
 void spb_config_usage(FILE *out);
 /* Whether the run's attention takes the CUDA flash kernels (--device cuda,
  * 16-bit, --bf16-kernels fast, --attention flash): where --flash-block-rows,
- * --flash-dq and --flash-fwd apply.  After finalize (bf16_kernels' default). */
+ * --flash-dq, --flash-fwd and --flash-bwd apply.  After finalize (bf16_kernels' default). */
 int spb_config_uses_cuda_flash(const spb_config *cfg);
 /* Their settings for that run: 64 or 128, "split" or "fused", and the
- * forward's tensor-core instruction, "mma" (mma.sync) or "wgmma" (Hopper). */
+ * forward's and the backward's tensor-core instruction, "mma" (mma.sync)
+ * or "wgmma" (Hopper). */
 int spb_config_flash_block_rows(const spb_config *cfg);
 const char *spb_config_flash_dq(const spb_config *cfg);
 const char *spb_config_flash_fwd(const spb_config *cfg);
+const char *spb_config_flash_bwd(const spb_config *cfg);
+/* whether either asks for wgmma */
+int spb_config_flash_wgmma(const spb_config *cfg);
 
 /* Derived quantities (valid after finalize). */
 int spb_config_dp_degree(const spb_config *cfg, int world_size);

@@ -514,21 +514,23 @@ static double peak_tflops;
 /* Which of the flash kernels' variants a training run should take (spbench
  * --flash-block-rows, --flash-dq): forward + backward, each summed over the
  * shapes just timed (the longest sequences weigh most). */
-static void print_flash_variants(const double fwd_sum[2][2], const double bwd_sum[2][2], bool wgmma)
+static void print_flash_variants(const double fwd_sum[2][2], const double bwd_sum[3][2], bool wgmma)
 {
-    int best_w = 0, best_rows = 0, best_fused = 0;
-    auto total = [&](int w, int r, int f) { return fwd_sum[w][r] + bwd_sum[r][f]; };
+    static const char *bwd_name[3] = {"mma, split dQ", "mma, fused dQ", "wgmma"};
+    int best_f = 0, best_b = 0, best_r = 0;
+    auto total = [&](int f, int b, int r) { return fwd_sum[f][r] + bwd_sum[b][r]; };
     printf("flash variants, fwd + bwd summed over the shapes above (ms):\n");
-    for (int w = 0; w < (wgmma ? 2 : 1); w++)
-        for (int r = 0; r < 2; r++)
-            for (int f = 0; f < 2; f++) {
-                printf("  fwd %-5s %3d rows, %s dQ: %.3f\n", w ? "wgmma" : "mma", r ? 64 : 128, f ? "fused" : "split",
-                       total(w, r, f));
-                if (total(w, r, f) < total(best_w, best_rows, best_fused)) best_w = w, best_rows = r, best_fused = f;
+    for (int f = 0; f < (wgmma ? 2 : 1); f++)
+        for (int b = 0; b < (wgmma ? 3 : 2); b++)
+            for (int r = 0; r < 2; r++) {
+                printf("  fwd %-5s bwd %-13s %3d rows: %.3f\n", f ? "wgmma" : "mma", bwd_name[b], r ? 64 : 128,
+                       total(f, b, r));
+                if (total(f, b, r) < total(best_f, best_b, best_r)) best_f = f, best_b = b, best_r = r;
             }
-    printf("fastest: spbench --flash-fwd %s --flash-block-rows %d --flash-dq %s (%.2fx the default's time)%s\n",
-           best_w ? "wgmma" : "mma", best_rows ? 64 : 128, best_fused ? "fused" : "split",
-           total(best_w, best_rows, best_fused) / total(0, 0, 0),
+    printf("fastest: spbench --flash-fwd %s --flash-bwd %s --flash-block-rows %d --flash-dq %s (%.2fx the default's "
+           "time)%s\n",
+           best_f ? "wgmma" : "mma", best_b == 2 ? "wgmma" : "mma", best_r ? 64 : 128, best_b == 1 ? "fused" : "split",
+           total(best_f, best_b, best_r) / total(0, 0, 0),
            timing.smoke ? "; smoke shape: the code path only, not a figure" : "");
 }
 
@@ -650,8 +652,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     double cudnn_setup_s = 0.0;
     /* each variant's forward and backward, summed over the shapes timed */
     const bool wgmma = spb_cuda_attention_wgmma_available();
-    /* [wgmma?][64 rows?], [64 rows?][fused?] */
-    double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[2][2] = {{0, 0}, {0, 0}};
+    /* fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma][128, 64 rows] */
+    double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[3][2] = {{0, 0}, {0, 0}, {0, 0}};
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
             spb_attn_desc d;
@@ -668,34 +670,38 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             fwd(); /* a valid O and lse for backward */
             /* the default kernels, then side by side the other block shape
              * (4 warps, 64 rows) and dQ from the dK/dV kernel by atomics */
+            /* the default kernels, then side by side the other block shape
+             * (64 rows), dQ from the dK/dV kernel by atomics, and both
+             * passes on wgmma: fwd/bwd 1 = mma, 2 = wgmma, 0 = not timed */
             const struct {
-                int rows, fused, forward, backward;
+                int rows, fused, fwd, bwd;
                 const char *suffix;
             } variants[] = {{128, 0, 1, 1, "mma"},           {64, 0, 1, 1, "mma, 64 rows"},
                             {64, 1, 0, 1, "mma, 64 rows, fused dQ"}, {128, 1, 0, 1, "mma, fused dQ"},
-                            {128, 0, 2, 0, "wgmma"},         {64, 0, 2, 0, "wgmma, 64 rows"}};
+                            {128, 0, 2, 2, "wgmma"},         {64, 0, 2, 2, "wgmma, 64 rows"}};
             for (const auto &vr : variants) {
-                if (vr.forward == 2 && !wgmma) continue;
+                if ((vr.fwd == 2 || vr.bwd == 2) && !wgmma) continue;
                 spb_cuda_attention_set_block_rows(vr.rows);
                 spb_cuda_attention_set_fused_dq(vr.fused);
-                if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.forward == 2);
+                if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
                 char nm[64];
                 double ms;
-                if (vr.forward) {
+                if (vr.fwd) {
                     ms = time_ms(fwd, reps);
                     snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-                    fwd_sum[vr.forward == 2][vr.rows == 64] += ms;
+                    fwd_sum[vr.fwd == 2][vr.rows == 64] += ms;
                 }
-                if (!vr.backward) continue;
+                if (!vr.bwd) continue;
+                fwd(); /* O and lse from this variant's forward */
                 ms = time_ms(bwd, reps);
-                bwd_sum[vr.rows == 64][vr.fused] += ms;
+                bwd_sum[vr.bwd == 2 ? 2 : vr.fused][vr.rows == 64] += ms;
                 snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
             spb_cuda_attention_set_block_rows(128);
             spb_cuda_attention_set_fused_dq(0);
-            if (wgmma) spb_cuda_attention_set_fwd_wgmma(0);
+            if (wgmma) spb_cuda_attention_set_fwd_wgmma(0), spb_cuda_attention_set_bwd_wgmma(0);
             if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
             /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
              * The first calls of a shape build its plans (heuristics and
@@ -808,21 +814,22 @@ int main(int argc, char **argv)
         check_attention(SPB_CUDA_FAST, 128, 0, rows == 64 ? " rows=64 fused dQ" : " fused dQ");
     }
     spb_cuda_attention_set_fused_dq(0);
-    /* the forward on Hopper's warpgroup products (wgmma), both block
-     * shapes, where this GPU and build have them; its backward is the
-     * mma.sync kernels' (checked above) */
+    /* the forward and backward on Hopper's warpgroup products (wgmma),
+     * both block shapes, where this GPU and build have them */
     if (spb_cuda_attention_wgmma_available()) {
         spb_cuda_attention_set_fwd_wgmma(1);
+        spb_cuda_attention_set_bwd_wgmma(1);
         for (int rows = 128; rows >= 64; rows /= 2) {
             spb_cuda_attention_set_block_rows(rows);
             for (int fp16 = 0; fp16 < 2; fp16++) {
-                check_attention(SPB_CUDA_FAST, 64, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma", false);
-                check_attention(SPB_CUDA_FAST, 128, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma", false);
+                check_attention(SPB_CUDA_FAST, 64, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma");
+                check_attention(SPB_CUDA_FAST, 128, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma");
             }
         }
         spb_cuda_attention_set_fwd_wgmma(0);
+        spb_cuda_attention_set_bwd_wgmma(0);
     } else {
-        printf("%-28s %-6s skipped: no wgmma here (compute capability 9.0 and an sm_90a build)\n", "flash fwd (wgmma)",
+        printf("%-28s %-6s skipped: no wgmma here (compute capability 9.0 and an sm_90a build)\n", "flash (wgmma)",
                "fast");
     }
     spb_cuda_attention_set_block_rows(128);

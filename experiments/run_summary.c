@@ -149,9 +149,10 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
                n.optimizer_direct, n.matmul_frames, n.attention_frames, n.rowwise_frames, n.memory_frames,
                n.optimizer_frames);
         if (spb_config_uses_cuda_flash(cfg))
-            printf("flash kernels: %d query rows per block, dQ %s, forward on %s (--flash-block-rows, --flash-dq, "
-                   "--flash-fwd)\n",
-                   spb_config_flash_block_rows(cfg), spb_config_flash_dq(cfg), spb_config_flash_fwd(cfg));
+            printf("flash kernels: %d query rows per block, dQ %s, forward on %s, backward on %s (--flash-block-rows, "
+                   "--flash-dq, --flash-fwd, --flash-bwd)\n",
+                   spb_config_flash_block_rows(cfg), spb_config_flash_dq(cfg), spb_config_flash_fwd(cfg),
+                   spb_config_flash_bwd(cfg));
     }
     printf("peak memory/rank (MiB):");
     for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
@@ -209,10 +210,12 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
         spb_row_add(&r, "flash_block_rows", "%d", spb_config_flash_block_rows(c));
         spb_row_add(&r, "flash_dq", "%s", spb_config_flash_dq(c));
         spb_row_add(&r, "flash_fwd", "%s", spb_config_flash_fwd(c));
+        spb_row_add(&r, "flash_bwd", "%s", spb_config_flash_bwd(c));
     } else { /* no flash kernels in this run: empty, as bf16_kernels for fp32 */
         spb_row_add(&r, "flash_block_rows", "%s", "");
         spb_row_add(&r, "flash_dq", "%s", "");
         spb_row_add(&r, "flash_fwd", "%s", "");
+        spb_row_add(&r, "flash_bwd", "%s", "");
     }
     spb_row_add(&r, "world_size", "%d", g->world_size);
     spb_row_add(&r, "dp", "%d", g->dp_size);

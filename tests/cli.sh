@@ -44,7 +44,7 @@ verdict "save after 3, load, 3 more: same losses and same checkpoint as 6 straig
 "$spbench" "${args[@]}" --train-iters 2 --results "$tmp/r.csv" --run-name first &&
 "$mpiexec" -np 2 "$spbench" "${args[@]}" --train-iters 2 --results "$tmp/r.csv" --run-name second
 awk -F, 'NR==1 {n=NF; if ($1 != "run_name") exit 1} NF != n {exit 1} END {if (NR != 3) exit 1}' "$tmp/r.csv" &&
-  grep -q '^second,ok,none,cpu,mpi,fp32,,flash,,,,2,2,1,' "$tmp/r.csv"
+  grep -q '^second,ok,none,cpu,mpi,fp32,,flash,,,,,2,2,1,' "$tmp/r.csv"
 verdict "results CSV: header + 2 whole rows (1 and 2 ranks)" $?
 
 # 4. --help exits 0 and lists the options.

@@ -45,11 +45,12 @@ static void cb_configure(const spb_config *cfg)
 {
     use_device();
     spb_bf16_configure(cfg);
-    /* the flash kernels' variant (--flash-block-rows, --flash-dq, --flash-fwd;
+    /* the flash kernels' variant (--flash-block-rows, --flash-dq, --flash-fwd, --flash-bwd;
      * a wgmma forward this GPU or build cannot run stops here, on every rank) */
     spb_cuda_attention_set_block_rows(spb_config_flash_block_rows(cfg));
     spb_cuda_attention_set_fused_dq(!strcmp(spb_config_flash_dq(cfg), "fused"));
     spb_cuda_attention_set_fwd_wgmma(!strcmp(spb_config_flash_fwd(cfg), "wgmma"));
+    spb_cuda_attention_set_bwd_wgmma(!strcmp(spb_config_flash_bwd(cfg), "wgmma"));
 }
 
 static void cb_synchronize(void) { spb_backend_cuda.synchronize(); }

@@ -700,7 +700,7 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
  * LBO = 128 (the next 8 keys) and SBO = 16 BC + 16 (the next 8 columns).
  * Each product waits for its own (no overlap of one warpgroup's softmax
  * with its next product: the two warpgroups of a block, and blocks sharing
- * an SM, interleave instead). */
+ * an SM, interleave instead).  The backward on the same pieces is below. */
 template <int R> __host__ __device__ constexpr int cm_stride() { return 16 * R + 16; }
 
 template <int R, int D, int NT>
@@ -836,6 +836,228 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
 #endif
 }
 
+/* ========================== HOPPER backward (wgmma) =============================== */
+/* dq_fast and dkv_fast (split dQ) on warpgroup products, as fwd_wgmma is
+ * fwd_fast: WG warpgroups of 64 resident rows, the other sequence streamed
+ * in 64-row tiles, shared tiles in core matrices (cm_stride).  Every
+ * product fits the forward's two shapes:
+ *   dQ  : S = Q Kᵀ, dP = dO Vᵀ      m64n64k16, both operands K-major in shared memory
+ *         dQ += dS K                m64nDk16, dS from registers, K MN-major
+ *   dKdV: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ    m64n64k16, both operands K-major in shared memory
+ *         dV += Pᵀ dO, dK += dSᵀ Q  m64nDk16, Pᵀ and dSᵀ from registers, dO and Q MN-major
+ * The elementwise steps are dq_fast's and dkv_fast's, row for row (the
+ * accumulators are mma.sync's C layout).  No fused-dQ variant. */
+
+/* four k16 A fragments (rounded to T) from a 64-column C accumulator */
+template <typename T> __device__ __forceinline__ void c_to_a(uint32_t a[4][4], const float c[8][4])
+{
+    for (int kk = 0; kk < 4; kk++) {
+        a[kk][0] = elem<T>::pack2(c[2 * kk][0], c[2 * kk][1]);
+        a[kk][1] = elem<T>::pack2(c[2 * kk][2], c[2 * kk][3]);
+        a[kk][2] = elem<T>::pack2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        a[kk][3] = elem<T>::pack2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* acc (64 x D) += A (64 x 64, registers) · M (64 rows x D, a core-matrix tile read MN-major); waits */
+template <int FP16, int D>
+__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t a[4][4], const unsigned char *M)
+{
+    const uint64_t desc = spb_wgmma_desc(M, 128, cm_stride<BC>());
+    spb_wgmma_fence();
+    for (int kk = 0; kk < 4; kk++) spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_add(desc, 2 * kk * 128));
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+}
+
+/* s = A(rows of a) · B(64 rows)ᵀ and t = C · E(64 rows)ᵀ over D, four
+ * K-major operands (descriptors at their first rows); one batch, waited */
+template <int FP16, int D, int RA>
+__device__ __forceinline__ void wgmma_two_rows_rowsT(float s[8][4], float t[8][4], const unsigned char *A,
+                                                     const unsigned char *B, const unsigned char *C,
+                                                     const unsigned char *E)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) s[nt][e] = t[nt][e] = 0.0f;
+    const uint64_t da = spb_wgmma_desc(A, cm_stride<RA>(), 128), db = spb_wgmma_desc(B, cm_stride<BC>(), 128),
+                   dc = spb_wgmma_desc(C, cm_stride<RA>(), 128), de = spb_wgmma_desc(E, cm_stride<BC>(), 128);
+    spb_wgmma_fence();
+    for (int kc = 0; kc < D / 16; kc++) {
+        spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_add(da, 2 * kc * cm_stride<RA>()),
+                                  spb_wgmma_desc_add(db, 2 * kc * cm_stride<BC>()), kc > 0);
+        spb_wgmma_m64n64_ss<FP16>(&t[0][0], spb_wgmma_desc_add(dc, 2 * kc * cm_stride<RA>()),
+                                  spb_wgmma_desc_add(de, 2 * kc * cm_stride<BC>()), kc > 0);
+    }
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+}
+
+template <typename T, int D, int WG>
+__global__ void __launch_bounds__(128 * WG) dq_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                      const spb_bf16 *v, const float *lse, const float *delta,
+                                                      const spb_bf16 *dout, float *dq)
+{
+#ifdef SPB_WGMMA_HERE
+    constexpr int RQ = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16;
+    constexpr int QB = D / 8 * cm_stride<RQ>(), KB = D / 8 * cm_stride<BC>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *Qs = smem, *dOs = Qs + QB, *Ks = dOs + QB, *Vs = Ks + 2 * KB;
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<4 * WG>(d);
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first row */
+    const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
+               ob = b * d.o_batch_stride + (long)h * D;
+    const float c = d.scale * LOG2E;
+    const int n_tiles = (keys_for_rows<4 * WG>(d, i0) + BC - 1) / BC;
+    load_rows_cm<RQ, D, NT>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    load_rows_cm<RQ, D, NT>(dOs, dout, ob, d.o_token_stride, i0, d.q_len);
+    if (n_tiles > 0) {
+        load_rows_cm<BC, D, NT>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
+        load_rows_cm<BC, D, NT>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
+    }
+    spb_cp_async_commit();
+    float L2[2], Dl[2];
+    long qpos[2];
+    for (int x = 0; x < 2; x++) {
+        int i = i0 + r + g + 8 * x;
+        long row = ((long)b * d.heads + h) * d.q_len + i;
+        float L = i < d.q_len ? lse[row] : -INFINITY;
+        L2[x] = L > -INFINITY ? L * LOG2E : INFINITY; /* no visible key: P = 0 */
+        Dl[x] = i < d.q_len ? delta[row] : 0.0f;
+        qpos[x] = d.q_offset + i;
+    }
+    const long warp_first_q = d.q_offset + i0 + r, group_last_q = d.q_offset + i0 + 64 * wg + 63;
+    float acc[D / 8][4];
+    for (int dn = 0; dn < D / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    spb_cp_async_wait<0>();
+    for (int it = 0; it < n_tiles; it++) {
+        const int j0 = it * BC, st = it & 1;
+        __syncthreads(); /* the other stage is free: every warpgroup waited for its products */
+        if (it + 1 < n_tiles) {
+            load_rows_cm<BC, D, NT>(Ks + (st ^ 1) * KB, k, kb, d.k_token_stride, j0 + BC, d.k_len);
+            load_rows_cm<BC, D, NT>(Vs + (st ^ 1) * KB, v, kb, d.k_token_stride, j0 + BC, d.k_len);
+        }
+        spb_cp_async_commit();
+        spb_cp_async_wait<1>();
+        spb_fence_proxy_async();
+        __syncthreads();
+        if (d.causal && d.k_offset + j0 > group_last_q) continue; /* the whole warpgroup, or none of it */
+        const unsigned char *Kc = Ks + st * KB, *Vc = Vs + st * KB;
+        float s[8][4], dp[8][4];
+        wgmma_two_rows_rowsT<FP16, D, RQ>(s, dp, Qs + 1024 * wg, Kc, dOs + 1024 * wg, Vc);
+        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
+                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]));
+                float p = vis ? exp2f(s[nt][e] * c - L2[x]) : 0.0f;
+                s[nt][e] = p * (dp[nt][e] - Dl[x]); /* dS */
+            }
+        uint32_t a[4][4];
+        c_to_a<T>(a, s);
+        wgmma_a_regs_times_tile<FP16, D>(&acc[0][0], a, Kc);
+    }
+    for (int x = 0; x < 2; x++) {
+        int i = i0 + r + g + 8 * x;
+        if (i >= d.q_len) continue;
+        float *row = dq + qb + (long)i * d.q_token_stride;
+        for (int dn = 0; dn < D / 8; dn++) {
+            row[dn * 8 + 2 * t] += d.scale * acc[dn][2 * x];
+            row[dn * 8 + 2 * t + 1] += d.scale * acc[dn][2 * x + 1];
+        }
+    }
+#else
+    (void)d, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)dout, (void)dq;
+    __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
+#endif
+}
+
+template <typename T, int D, int WG>
+__global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                       const spb_bf16 *v, const float *lse, const float *delta,
+                                                       const spb_bf16 *dout, float *dk, float *dv)
+{
+#ifdef SPB_WGMMA_HERE
+    constexpr int RK = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16;
+    constexpr int KB = D / 8 * cm_stride<RK>(), QB = D / 8 * cm_stride<BC>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *Ks = smem, *Vs = Ks + KB, *Qs = Vs + KB, *dOs = Qs + 2 * QB;
+    float *Ls = (float *)(dOs + 2 * QB), *Ds = Ls + 2 * BC; /* two stages each */
+    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * RK;
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first key row */
+    const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
+               ob = b * d.o_batch_stride + (long)h * D, rows_base = ((long)b * d.heads + h) * d.q_len;
+    const float c = d.scale * LOG2E;
+    const long kpos[2] = {d.k_offset + j0 + r + g, d.k_offset + j0 + r + g + 8};
+    const bool kin[2] = {j0 + r + g < d.k_len, j0 + r + g + 8 < d.k_len};
+    const long warp_first_k = d.k_offset + j0 + r, group_first_k = d.k_offset + j0 + 64 * wg;
+    /* causal: the first query tile with a row that sees one of these keys */
+    long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
+    const int i_start = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
+    const int n_tiles = (d.q_len - i_start + BC - 1) / BC;
+
+    load_rows_cm<RK, D, NT>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
+    load_rows_cm<RK, D, NT>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
+    if (n_tiles > 0) {
+        load_rows_cm<BC, D, NT>(Qs, q, qb, d.q_token_stride, i_start, d.q_len);
+        load_rows_cm<BC, D, NT>(dOs, dout, ob, d.o_token_stride, i_start, d.q_len);
+        load_row_stats<4 * WG>(Ls, Ds, d, lse, delta, rows_base, i_start);
+    }
+    spb_cp_async_commit();
+    float dka[D / 8][4], dva[D / 8][4];
+    for (int dn = 0; dn < D / 8; dn++)
+        for (int e = 0; e < 4; e++) dka[dn][e] = dva[dn][e] = 0.0f;
+    spb_cp_async_wait<0>();
+    for (int it = 0; it < n_tiles; it++) {
+        const int i0 = i_start + it * BC, st = it & 1;
+        __syncthreads(); /* the other stage is free: every warpgroup waited for its products */
+        if (it + 1 < n_tiles) {
+            load_rows_cm<BC, D, NT>(Qs + (st ^ 1) * QB, q, qb, d.q_token_stride, i0 + BC, d.q_len);
+            load_rows_cm<BC, D, NT>(dOs + (st ^ 1) * QB, dout, ob, d.o_token_stride, i0 + BC, d.q_len);
+            load_row_stats<4 * WG>(Ls + (st ^ 1) * BC, Ds + (st ^ 1) * BC, d, lse, delta, rows_base, i0 + BC);
+        }
+        spb_cp_async_commit();
+        spb_cp_async_wait<1>();
+        spb_fence_proxy_async();
+        __syncthreads();
+        if (d.causal && d.q_offset + i0 + BC - 1 < group_first_k) continue; /* no query here sees these keys */
+        const unsigned char *Qc = Qs + st * QB, *dOc = dOs + st * QB;
+        const float *Lc = Ls + st * BC, *Dc = Ds + st * BC;
+        float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, columns = 64 queries */
+        wgmma_two_rows_rowsT<FP16, D, RK>(s, dp, Ks + 1024 * wg, Qc, Vs + 1024 * wg, dOc);
+        const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
+                bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
+                float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
+                s[nt][e] = p;                          /* Pᵀ */
+                dp[nt][e] = p * (dp[nt][e] - Dc[col]); /* dSᵀ */
+            }
+        uint32_t a[4][4];
+        c_to_a<T>(a, s);
+        wgmma_a_regs_times_tile<FP16, D>(&dva[0][0], a, dOc);
+        c_to_a<T>(a, dp);
+        wgmma_a_regs_times_tile<FP16, D>(&dka[0][0], a, Qc);
+    }
+    for (int x = 0; x < 2; x++) {
+        int j = j0 + r + g + 8 * x;
+        if (j >= d.k_len) continue;
+        float *krow = dk + kb + (long)j * d.k_token_stride, *vrow = dv + kb + (long)j * d.k_token_stride;
+        for (int dn = 0; dn < D / 8; dn++) {
+            krow[dn * 8 + 2 * t] += d.scale * dka[dn][2 * x];
+            krow[dn * 8 + 2 * t + 1] += d.scale * dka[dn][2 * x + 1];
+            vrow[dn * 8 + 2 * t] += dva[dn][2 * x];
+            vrow[dn * 8 + 2 * t + 1] += dva[dn][2 * x + 1];
+        }
+    }
+#else
+    (void)d, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)dout, (void)dk, (void)dv;
+    __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
+#endif
+}
+
 /* 1 where this compilation of the device code has wgmma (sm_90a, or the emulation) */
 __global__ void wgmma_probe(int *out)
 {
@@ -902,6 +1124,20 @@ extern "C" int spb_cuda_attention_set_fwd_wgmma(int on)
                 "with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default); this one has neither or not both");
     int old = fast_fwd_wgmma;
     fast_fwd_wgmma = on != 0;
+    return old;
+}
+
+/* The FAST backward on wgmma (dq_wgmma, dkv_wgmma; dQ always in its own
+ * kernel) instead of mma.sync: off unless a caller asks. */
+static bool fast_bwd_wgmma = false;
+
+extern "C" int spb_cuda_attention_set_bwd_wgmma(int on)
+{
+    if (on && !spb_cuda_attention_wgmma_available())
+        SPB_DIE("CUDA attention: the wgmma backward needs a GPU of compute capability 9.0 (H100/H200) and a build "
+                "with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default); this one has neither or not both");
+    int old = fast_bwd_wgmma;
+    fast_bwd_wgmma = on != 0;
     return old;
 }
 
@@ -983,6 +1219,24 @@ static void fwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const sp
     fwd_wgmma<T, D, WG><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
 }
 
+/* Shared memory: the two resident tiles, two stages of the two streamed
+ * ones, and (dK/dV) two stages of the query rows' statistics. */
+template <typename T, int D, int WG>
+static void bwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                             const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk,
+                             float *dv, cudaStream_t s)
+{
+    const size_t sq = (size_t)(D / 8) * (2 * cm_stride<64 * WG>() + 4 * cm_stride<BC>()),
+                 sk = sq + 4 * sizeof(float) * BC;
+    static const bool allowed = allow_smem(dq_wgmma<T, D, WG>, sq) && allow_smem(dkv_wgmma<T, D, WG>, sk);
+    (void)allowed;
+    dim3 gq((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch),
+        gk((d->k_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
+    dq_wgmma<T, D, WG><<<gq, 128 * WG, sq, s>>>(*d, q, k, v, lse, delta, dout, dq);
+    SPB_CUDA_CHECK(cudaGetLastError());
+    dkv_wgmma<T, D, WG><<<gk, 128 * WG, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv);
+}
+
 /* The launchers, for either element type (both are 2 bytes: the shared
  * memory sizes above hold for both). */
 template <typename T>
@@ -1028,7 +1282,14 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
     SPB_CUDA_CHECK(cudaGetLastError());
     const void *ptrs[5] = {q, k, v, o, dout};
     int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 5), wide = fast_block_rows == 128;
-    if (fast) {
+    if (fast && fast_bwd_wgmma) {
+        if (d->head_dim == 64)
+            wide ? bwd_wgmma_launch<T, 64, 2>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                 : bwd_wgmma_launch<T, 64, 1>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+        else
+            wide ? bwd_wgmma_launch<T, 128, 2>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                 : bwd_wgmma_launch<T, 128, 1>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+    } else if (fast) {
         if (d->head_dim == 64)
             wide ? bwd_fast_launch<T, 64, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s)
                  : bwd_fast_launch<T, 64, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s);

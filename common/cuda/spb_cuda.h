@@ -165,9 +165,13 @@ int spb_cuda_attention_set_block_rows(int rows);
 int spb_cuda_attention_set_fused_dq(int on);
 /* FAST forward on Hopper's warpgroup products (wgmma, sm_90a) instead of
  * mma.sync, in the same block shapes (2 warpgroups for 128 rows, 1 for 64);
- * the backward is unchanged.  Dies where unavailable; returns the previous
- * setting. */
+ * the backward has its own switch (below).  Dies where unavailable;
+ * returns the previous setting. */
 int spb_cuda_attention_set_fwd_wgmma(int on);
+/* FAST backward on warpgroup products too (dQ in its own kernel, as the
+ * default; set_fused_dq does not apply to it).  Dies where unavailable;
+ * returns the previous setting. */
+int spb_cuda_attention_set_bwd_wgmma(int on);
 /* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
  * by the attention backward of every caller; grows, never shrinks. */
 float *spb_cuda_attention_workspace(long n);

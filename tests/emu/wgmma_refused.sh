@@ -11,7 +11,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(--device cuda --precision bf16 --flash-fwd wgmma --num-layers 1 --hidden-size 128 --num-attention-heads 2
+args=(--device cuda --precision bf16 --flash-fwd wgmma --flash-bwd wgmma --num-layers 1 --hidden-size 128 --num-attention-heads 2
       --seq-length 96 --vocab-size 64 --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --quiet)
 passed=0 failed=0
 verdict() { # label, status
@@ -31,7 +31,7 @@ for np in 1 2; do
             --sp-degree 2 >"$tmp/out" 2>"$tmp/err"
     fi
     rc=$?
-    lines=$(grep -c "^spbench: error: --flash-fwd wgmma" "$tmp/err")
+    lines=$(grep -c "^spbench: error: --flash-fwd/--flash-bwd wgmma" "$tmp/err")
     verdict "8.0 device, np $np: refused, rc=$rc, $lines error line(s): $(head -1 "$tmp/err" | cut -c1-110)" \
         $([ "$rc" = 2 ] && [ "$lines" = 1 ] && echo 0 || echo 1)
 done
