@@ -343,6 +343,130 @@ __device__ __forceinline__ void mma_p_m(float out[D / 8][4], const float p[8][4]
     }
 }
 
+/* ---- the per-tile elementwise steps, shared by the mma.sync and wgmma
+ * kernels: both hold a warp's 16 rows x 64 columns in mma.sync's C layout
+ * (this lane: rows g, g + 8; columns 8 nt + 2t, + 1). ---------------------- */
+/* The forward's online softmax of one key tile (keys j0..j0 + 63), as in
+ * FlashAttention-2: s (raw products) becomes P = exp2(S·c - m) in place, m
+ * and l of the lane's two rows move on, and O's rows are rescaled.  masked:
+ * the tile crosses the sequence's end or the diagonal (per-element masks). */
+template <int D>
+__device__ __forceinline__ void online_softmax_tile(float s[8][4], float m[2], float l[2], float oacc[D / 8][4],
+                                                    const spb_attn_desc &d, int j0, bool masked, const long qpos[2],
+                                                    float c, int t)
+{
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            int j = j0 + nt * 8 + 2 * t + (e & 1);
+            bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
+            s[nt][e] = vis ? s[nt][e] * c : -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+        }
+    float corr[2], base[2];
+    for (int x = 0; x < 2; x++) {
+        mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+        mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
+        float mn = fmaxf(m[x], mx[x]);
+        base[x] = mn == -INFINITY ? 0.0f : mn; /* a row with nothing visible yet */
+        corr[x] = exp2f(m[x] - base[x]);
+        m[x] = mn;
+        l[x] *= corr[x];
+    }
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            s[nt][e] = exp2f(s[nt][e] - base[e >> 1]);
+            l[e >> 1] += s[nt][e];
+        }
+    for (int dn = 0; dn < D / 8; dn++) {
+        oacc[dn][0] *= corr[0], oacc[dn][1] *= corr[0];
+        oacc[dn][2] *= corr[1], oacc[dn][3] *= corr[1];
+    }
+}
+
+/* After the last tile: O = oacc / l (rounded to T) and lse of query rows
+ * row0 + g, row0 + g + 8 (those below q_len) */
+template <typename T, int D>
+__device__ __forceinline__ void store_o_lse(const spb_attn_desc &d, spb_bf16 *o, float *lse, const float oacc[D / 8][4],
+                                            const float m[2], float l[2], int b, int h, int row0, int g, int t)
+{
+    for (int x = 0; x < 2; x++) {
+        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
+        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
+    }
+    for (int x = 0; x < 2; x++) {
+        int i = row0 + g + 8 * x;
+        if (i >= d.q_len) continue;
+        float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
+        T *orow = (T *)o + b * d.o_batch_stride + (long)i * d.o_token_stride + (long)h * D;
+        for (int dn = 0; dn < D / 8; dn++)
+            *(uint32_t *)(orow + dn * 8 + 2 * t) = elem<T>::pack2(oacc[dn][2 * x] * inv, oacc[dn][2 * x + 1] * inv);
+        if (t == 0) lse[((long)b * d.heads + h) * d.q_len + i] = l[x] > 0.0f ? (m[x] + log2f(l[x])) * LN2 : -INFINITY;
+    }
+}
+
+/* dQ's statistics of query rows row0 + g (+ 8): lse as log2 (+inf where the
+ * row sees nothing: P = 0), D_i, and the rows' positions */
+__device__ __forceinline__ void query_row_stats(const spb_attn_desc &d, const float *lse, const float *delta, int b,
+                                                int h, int row0, int g, float L2[2], float Dl[2], long qpos[2])
+{
+    for (int x = 0; x < 2; x++) {
+        int i = row0 + g + 8 * x;
+        long row = ((long)b * d.heads + h) * d.q_len + i;
+        float L = i < d.q_len ? lse[row] : -INFINITY;
+        L2[x] = L > -INFINITY ? L * LOG2E : INFINITY;
+        Dl[x] = i < d.q_len ? delta[row] : 0.0f;
+        qpos[x] = d.q_offset + i;
+    }
+}
+
+/* dQ: s (raw S of query rows x keys j0..) becomes dS = P (dP - D) */
+__device__ __forceinline__ void ds_of_rows(float s[8][4], const float dp[8][4], const spb_attn_desc &d, int j0,
+                                           bool masked, const long qpos[2], const float L2[2], const float Dl[2],
+                                           float c, int t)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
+            bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]));
+            float p = vis ? exp2f(s[nt][e] * c - L2[x]) : 0.0f;
+            s[nt][e] = p * (dp[nt][e] - Dl[x]);
+        }
+}
+
+/* dK/dV, transposed (rows: keys kpos; columns: queries i0..): s becomes Pᵀ
+ * and dp becomes dSᵀ; Lc, Dc: the query tile's lse (log2) and D */
+__device__ __forceinline__ void pt_dst_of_keys(float s[8][4], float dp[8][4], const spb_attn_desc &d, int i0,
+                                               bool masked, const long kpos[2], const bool kin[2], const float *Lc,
+                                               const float *Dc, float c, int t)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
+            bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
+            float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
+            s[nt][e] = p;
+            dp[nt][e] = p * (dp[nt][e] - Dc[col]);
+        }
+}
+
+/* fp32 rows row0 + g (+ 8) below `len` of a [token][...] tensor at base
+ * (token stride `stride`) += scale · acc */
+template <int D>
+__device__ __forceinline__ void add_rows(float *base, long stride, int row0, int len, const float acc[D / 8][4],
+                                         float scale, int g, int t)
+{
+    for (int x = 0; x < 2; x++) {
+        int i = row0 + g + 8 * x;
+        if (i >= len) continue;
+        float *row = base + (long)i * stride;
+        for (int dn = 0; dn < D / 8; dn++) {
+            row[dn * 8 + 2 * t] += scale * acc[dn][2 * x];
+            row[dn * 8 + 2 * t + 1] += scale * acc[dn][2 * x + 1];
+        }
+    }
+}
+
 /* query rows [i0, i0 + 16 W) see key indices < keys_for_rows(i0) */
 template <int W> __device__ __forceinline__ int keys_for_rows(const spb_attn_desc &d, int i0)
 {
@@ -410,48 +534,10 @@ __global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf
             }
         /* per-element masks only where the tile crosses the sequence's end or the diagonal */
         const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int j = j0 + nt * 8 + 2 * t + (e & 1);
-                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
-                s[nt][e] = vis ? s[nt][e] * c : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-            }
-        float corr[2], base[2];
-        for (int x = 0; x < 2; x++) {
-            mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
-            mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
-            float mn = fmaxf(m[x], mx[x]);
-            base[x] = mn == -INFINITY ? 0.0f : mn; /* a row with nothing visible yet */
-            corr[x] = exp2f(m[x] - base[x]);
-            m[x] = mn;
-            l[x] *= corr[x];
-        }
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                s[nt][e] = exp2f(s[nt][e] - base[e >> 1]);
-                l[e >> 1] += s[nt][e];
-            }
-        for (int dn = 0; dn < D / 8; dn++) {
-            oacc[dn][0] *= corr[0], oacc[dn][1] *= corr[0];
-            oacc[dn][2] *= corr[1], oacc[dn][3] *= corr[1];
-        }
+        online_softmax_tile<D>(s, m, l, oacc, d, j0, masked, qpos, c, t);
         mma_p_m<T, D>(oacc, s, Vc, lane);
     }
-    for (int x = 0; x < 2; x++) {
-        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
-        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
-    }
-    for (int x = 0; x < 2; x++) {
-        int i = i0 + r + g + 8 * x;
-        if (i >= d.q_len) continue;
-        float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
-        T *orow = (T *)o + b * d.o_batch_stride + (long)i * d.o_token_stride + (long)h * D;
-        for (int dn = 0; dn < D / 8; dn++)
-            *(uint32_t *)(orow + dn * 8 + 2 * t) = elem<T>::pack2(oacc[dn][2 * x] * inv, oacc[dn][2 * x + 1] * inv);
-        if (t == 0) lse[((long)b * d.heads + h) * d.q_len + i] = l[x] > 0.0f ? (m[x] + log2f(l[x])) * LN2 : -INFINITY;
-    }
+    store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
 }
 
 template <typename T, int D, int W>
@@ -477,14 +563,7 @@ __global__ void __launch_bounds__(32 * W) dq_fast(spb_attn_desc d, const spb_bf1
     spb_cp_async_commit();
     float L2[2], Dl[2];
     long qpos[2];
-    for (int x = 0; x < 2; x++) {
-        int i = i0 + r + g + 8 * x;
-        long row = ((long)b * d.heads + h) * d.q_len + i;
-        float L = i < d.q_len ? lse[row] : -INFINITY;
-        L2[x] = L > -INFINITY ? L * LOG2E : INFINITY; /* no visible key: P = 0 */
-        Dl[x] = i < d.q_len ? delta[row] : 0.0f;
-        qpos[x] = d.q_offset + i;
-    }
+    query_row_stats(d, lse, delta, b, h, i0 + r, g, L2, Dl, qpos);
     const long warp_first_q = d.q_offset + i0 + r, warp_last_q = warp_first_q + 15;
     float acc[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
@@ -507,24 +586,10 @@ __global__ void __launch_bounds__(32 * W) dq_fast(spb_attn_desc d, const spb_bf1
         mma_rows_rowsT<T, D>(s, Qs, r, Kc, lane);
         mma_rows_rowsT<T, D>(dp, dOs, r, Vc, lane);
         const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
-                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]));
-                float p = vis ? exp2f(s[nt][e] * c - L2[x]) : 0.0f;
-                s[nt][e] = p * (dp[nt][e] - Dl[x]); /* dS */
-            }
+        ds_of_rows(s, dp, d, j0, masked, qpos, L2, Dl, c, t); /* s: dS */
         mma_p_m<T, D>(acc, s, Kc, lane);
     }
-    for (int x = 0; x < 2; x++) {
-        int i = i0 + r + g + 8 * x;
-        if (i >= d.q_len) continue;
-        float *row = dq + qb + (long)i * d.q_token_stride;
-        for (int dn = 0; dn < D / 8; dn++) {
-            row[dn * 8 + 2 * t] += d.scale * acc[dn][2 * x];
-            row[dn * 8 + 2 * t + 1] += d.scale * acc[dn][2 * x + 1];
-        }
-    }
+    add_rows<D>(dq + qb, d.q_token_stride, i0 + r, d.q_len, acc, d.scale, g, t);
 }
 
 /* lse (as log2, +inf for a row that sees nothing: P = 0) and delta of query
@@ -645,14 +710,7 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
             mma_rows_rowsT<T, D>(s, Ks, r, Qc, lane);
             mma_rows_rowsT<T, D>(dp, Vs, r, dOc, lane);
             const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
-            for (int nt = 0; nt < 8; nt++)
-                for (int e = 0; e < 4; e++) {
-                    int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
-                    bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
-                    float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
-                    s[nt][e] = p;                          /* Pᵀ */
-                    dp[nt][e] = p * (dp[nt][e] - Dc[col]); /* dSᵀ */
-                }
+            pt_dst_of_keys(s, dp, d, i0, masked, kpos, kin, Lc, Dc, c, t); /* s: Pᵀ, dp: dSᵀ */
             mma_p_m<T, D>(dva, s, dOc, lane);
             mma_p_m<T, D>(dka, dp, Qc, lane);
             if (FUSED)
@@ -666,17 +724,8 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
         }
         if (FUSED) dq_from_dst<T, D, W>(d, dq, qb, i0, dSt, Ks, warp, lane);
     }
-    for (int x = 0; x < 2; x++) {
-        int j = j0 + r + g + 8 * x;
-        if (j >= d.k_len) continue;
-        float *krow = dk + kb + (long)j * d.k_token_stride, *vrow = dv + kb + (long)j * d.k_token_stride;
-        for (int dn = 0; dn < D / 8; dn++) {
-            krow[dn * 8 + 2 * t] += d.scale * dka[dn][2 * x];
-            krow[dn * 8 + 2 * t + 1] += d.scale * dka[dn][2 * x + 1];
-            vrow[dn * 8 + 2 * t] += dva[dn][2 * x];
-            vrow[dn * 8 + 2 * t + 1] += dva[dn][2 * x + 1];
-        }
-    }
+    add_rows<D>(dk + kb, d.k_token_stride, j0 + r, d.k_len, dka, d.scale, g, t);
+    add_rows<D>(dv + kb, d.k_token_stride, j0 + r, d.k_len, dva, 1.0f, g, t);
 }
 
 /* ========================== HOPPER forward (wgmma) ================================ */
@@ -714,6 +763,50 @@ __device__ __forceinline__ void load_rows_cm(unsigned char *S, const spb_bf16 *g
         spb_cp_async16(S + 16 * (r % 8) + 128 * (r / 8) + c * cm_stride<R>(),
                        g + base + (long)(in ? r0 + r : r0) * stride + c * 8, in ? 16 : 0);
     }
+}
+
+/* four k16 A fragments (rounded to T) from a 64-column C accumulator */
+template <typename T> __device__ __forceinline__ void c_to_a(uint32_t a[4][4], const float c[8][4])
+{
+    for (int kk = 0; kk < 4; kk++) {
+        a[kk][0] = elem<T>::pack2(c[2 * kk][0], c[2 * kk][1]);
+        a[kk][1] = elem<T>::pack2(c[2 * kk][2], c[2 * kk][3]);
+        a[kk][2] = elem<T>::pack2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        a[kk][3] = elem<T>::pack2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* acc (64 x D) += A (64 x 64, registers) · M (64 rows x D, a core-matrix tile read MN-major); waits */
+template <int FP16, int D>
+__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t a[4][4], const unsigned char *M)
+{
+    const uint64_t desc = spb_wgmma_desc(M, 128, cm_stride<BC>());
+    spb_wgmma_fence();
+    for (int kk = 0; kk < 4; kk++) spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_add(desc, 2 * kk * 128));
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+}
+
+/* s = A(rows of a) · B(64 rows)ᵀ and t = C · E(64 rows)ᵀ over D, four
+ * K-major operands (descriptors at their first rows); one batch, waited */
+template <int FP16, int D, int RA>
+__device__ __forceinline__ void wgmma_two_rows_rowsT(float s[8][4], float t[8][4], const unsigned char *A,
+                                                     const unsigned char *B, const unsigned char *C,
+                                                     const unsigned char *E)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) s[nt][e] = t[nt][e] = 0.0f;
+    const uint64_t da = spb_wgmma_desc(A, cm_stride<RA>(), 128), db = spb_wgmma_desc(B, cm_stride<BC>(), 128),
+                   dc = spb_wgmma_desc(C, cm_stride<RA>(), 128), de = spb_wgmma_desc(E, cm_stride<BC>(), 128);
+    spb_wgmma_fence();
+    for (int kc = 0; kc < D / 16; kc++) {
+        spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_add(da, 2 * kc * cm_stride<RA>()),
+                                  spb_wgmma_desc_add(db, 2 * kc * cm_stride<BC>()), kc > 0);
+        spb_wgmma_m64n64_ss<FP16>(&t[0][0], spb_wgmma_desc_add(dc, 2 * kc * cm_stride<RA>()),
+                                  spb_wgmma_desc_add(de, 2 * kc * cm_stride<BC>()), kc > 0);
+    }
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
 }
 
 template <typename T, int D, int WG>
@@ -774,62 +867,14 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
         spb_wgmma_wait<0>();
         /* per-element masks only where the tile crosses the sequence's end or the diagonal */
         const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int j = j0 + nt * 8 + 2 * t + (e & 1);
-                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
-                s[nt][e] = vis ? s[nt][e] * c : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-            }
-        float corr[2], base[2];
-        for (int x = 0; x < 2; x++) {
-            mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
-            mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
-            float mn = fmaxf(m[x], mx[x]);
-            base[x] = mn == -INFINITY ? 0.0f : mn; /* a row with nothing visible yet */
-            corr[x] = exp2f(m[x] - base[x]);
-            m[x] = mn;
-            l[x] *= corr[x];
-        }
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                s[nt][e] = exp2f(s[nt][e] - base[e >> 1]);
-                l[e >> 1] += s[nt][e];
-            }
-        for (int dn = 0; dn < D / 8; dn++) {
-            oacc[dn][0] *= corr[0], oacc[dn][1] *= corr[0];
-            oacc[dn][2] *= corr[1], oacc[dn][3] *= corr[1];
-        }
+        online_softmax_tile<D>(s, m, l, oacc, d, j0, masked, qpos, c, t);
         /* P as four k16 A fragments, all rounded before the fence (ordinary
          * code between two wgmmas of a batch would make ptxas add fences) */
         uint32_t pa[4][4];
-        for (int kk = 0; kk < 4; kk++) {
-            pa[kk][0] = elem<T>::pack2(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = elem<T>::pack2(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = elem<T>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = elem<T>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        const uint64_t vdesc = spb_wgmma_desc(Vc, 128, cm_stride<BC>());
-        spb_wgmma_fence();
-        for (int kk = 0; kk < 4; kk++)
-            spb_wgmma_m64nN_rs_mn<FP16, D>(&oacc[0][0], pa[kk], spb_wgmma_desc_add(vdesc, 2 * kk * 128));
-        spb_wgmma_commit();
-        spb_wgmma_wait<0>();
+        c_to_a<T>(pa, s);
+        wgmma_a_regs_times_tile<FP16, D>(&oacc[0][0], pa, Vc);
     }
-    for (int x = 0; x < 2; x++) {
-        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
-        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
-    }
-    for (int x = 0; x < 2; x++) {
-        int i = i0 + r + g + 8 * x;
-        if (i >= d.q_len) continue;
-        float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
-        T *orow = (T *)o + b * d.o_batch_stride + (long)i * d.o_token_stride + (long)h * D;
-        for (int dn = 0; dn < D / 8; dn++)
-            *(uint32_t *)(orow + dn * 8 + 2 * t) = elem<T>::pack2(oacc[dn][2 * x] * inv, oacc[dn][2 * x + 1] * inv);
-        if (t == 0) lse[((long)b * d.heads + h) * d.q_len + i] = l[x] > 0.0f ? (m[x] + log2f(l[x])) * LN2 : -INFINITY;
-    }
+    store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
 #else
     (void)d, (void)q, (void)k, (void)v, (void)o, (void)lse;
     __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
@@ -847,50 +892,6 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
  *         dV += Pᵀ dO, dK += dSᵀ Q  m64nDk16, Pᵀ and dSᵀ from registers, dO and Q MN-major
  * The elementwise steps are dq_fast's and dkv_fast's, row for row (the
  * accumulators are mma.sync's C layout).  No fused-dQ variant. */
-
-/* four k16 A fragments (rounded to T) from a 64-column C accumulator */
-template <typename T> __device__ __forceinline__ void c_to_a(uint32_t a[4][4], const float c[8][4])
-{
-    for (int kk = 0; kk < 4; kk++) {
-        a[kk][0] = elem<T>::pack2(c[2 * kk][0], c[2 * kk][1]);
-        a[kk][1] = elem<T>::pack2(c[2 * kk][2], c[2 * kk][3]);
-        a[kk][2] = elem<T>::pack2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-        a[kk][3] = elem<T>::pack2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-    }
-}
-
-/* acc (64 x D) += A (64 x 64, registers) · M (64 rows x D, a core-matrix tile read MN-major); waits */
-template <int FP16, int D>
-__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t a[4][4], const unsigned char *M)
-{
-    const uint64_t desc = spb_wgmma_desc(M, 128, cm_stride<BC>());
-    spb_wgmma_fence();
-    for (int kk = 0; kk < 4; kk++) spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_add(desc, 2 * kk * 128));
-    spb_wgmma_commit();
-    spb_wgmma_wait<0>();
-}
-
-/* s = A(rows of a) · B(64 rows)ᵀ and t = C · E(64 rows)ᵀ over D, four
- * K-major operands (descriptors at their first rows); one batch, waited */
-template <int FP16, int D, int RA>
-__device__ __forceinline__ void wgmma_two_rows_rowsT(float s[8][4], float t[8][4], const unsigned char *A,
-                                                     const unsigned char *B, const unsigned char *C,
-                                                     const unsigned char *E)
-{
-    for (int nt = 0; nt < 8; nt++)
-        for (int e = 0; e < 4; e++) s[nt][e] = t[nt][e] = 0.0f;
-    const uint64_t da = spb_wgmma_desc(A, cm_stride<RA>(), 128), db = spb_wgmma_desc(B, cm_stride<BC>(), 128),
-                   dc = spb_wgmma_desc(C, cm_stride<RA>(), 128), de = spb_wgmma_desc(E, cm_stride<BC>(), 128);
-    spb_wgmma_fence();
-    for (int kc = 0; kc < D / 16; kc++) {
-        spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_add(da, 2 * kc * cm_stride<RA>()),
-                                  spb_wgmma_desc_add(db, 2 * kc * cm_stride<BC>()), kc > 0);
-        spb_wgmma_m64n64_ss<FP16>(&t[0][0], spb_wgmma_desc_add(dc, 2 * kc * cm_stride<RA>()),
-                                  spb_wgmma_desc_add(de, 2 * kc * cm_stride<BC>()), kc > 0);
-    }
-    spb_wgmma_commit();
-    spb_wgmma_wait<0>();
-}
 
 template <typename T, int D, int WG>
 __global__ void __launch_bounds__(128 * WG) dq_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
@@ -918,14 +919,7 @@ __global__ void __launch_bounds__(128 * WG) dq_wgmma(spb_attn_desc d, const spb_
     spb_cp_async_commit();
     float L2[2], Dl[2];
     long qpos[2];
-    for (int x = 0; x < 2; x++) {
-        int i = i0 + r + g + 8 * x;
-        long row = ((long)b * d.heads + h) * d.q_len + i;
-        float L = i < d.q_len ? lse[row] : -INFINITY;
-        L2[x] = L > -INFINITY ? L * LOG2E : INFINITY; /* no visible key: P = 0 */
-        Dl[x] = i < d.q_len ? delta[row] : 0.0f;
-        qpos[x] = d.q_offset + i;
-    }
+    query_row_stats(d, lse, delta, b, h, i0 + r, g, L2, Dl, qpos);
     const long warp_first_q = d.q_offset + i0 + r, group_last_q = d.q_offset + i0 + 64 * wg + 63;
     float acc[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
@@ -946,26 +940,12 @@ __global__ void __launch_bounds__(128 * WG) dq_wgmma(spb_attn_desc d, const spb_
         float s[8][4], dp[8][4];
         wgmma_two_rows_rowsT<FP16, D, RQ>(s, dp, Qs + 1024 * wg, Kc, dOs + 1024 * wg, Vc);
         const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
-                bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]));
-                float p = vis ? exp2f(s[nt][e] * c - L2[x]) : 0.0f;
-                s[nt][e] = p * (dp[nt][e] - Dl[x]); /* dS */
-            }
+        ds_of_rows(s, dp, d, j0, masked, qpos, L2, Dl, c, t); /* s: dS */
         uint32_t a[4][4];
         c_to_a<T>(a, s);
         wgmma_a_regs_times_tile<FP16, D>(&acc[0][0], a, Kc);
     }
-    for (int x = 0; x < 2; x++) {
-        int i = i0 + r + g + 8 * x;
-        if (i >= d.q_len) continue;
-        float *row = dq + qb + (long)i * d.q_token_stride;
-        for (int dn = 0; dn < D / 8; dn++) {
-            row[dn * 8 + 2 * t] += d.scale * acc[dn][2 * x];
-            row[dn * 8 + 2 * t + 1] += d.scale * acc[dn][2 * x + 1];
-        }
-    }
+    add_rows<D>(dq + qb, d.q_token_stride, i0 + r, d.q_len, acc, d.scale, g, t);
 #else
     (void)d, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)dout, (void)dq;
     __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
@@ -1027,31 +1007,15 @@ __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb
         float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, columns = 64 queries */
         wgmma_two_rows_rowsT<FP16, D, RK>(s, dp, Ks + 1024 * wg, Qc, Vs + 1024 * wg, dOc);
         const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
-                bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
-                float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
-                s[nt][e] = p;                          /* Pᵀ */
-                dp[nt][e] = p * (dp[nt][e] - Dc[col]); /* dSᵀ */
-            }
+        pt_dst_of_keys(s, dp, d, i0, masked, kpos, kin, Lc, Dc, c, t); /* s: Pᵀ, dp: dSᵀ */
         uint32_t a[4][4];
         c_to_a<T>(a, s);
         wgmma_a_regs_times_tile<FP16, D>(&dva[0][0], a, dOc);
         c_to_a<T>(a, dp);
         wgmma_a_regs_times_tile<FP16, D>(&dka[0][0], a, Qc);
     }
-    for (int x = 0; x < 2; x++) {
-        int j = j0 + r + g + 8 * x;
-        if (j >= d.k_len) continue;
-        float *krow = dk + kb + (long)j * d.k_token_stride, *vrow = dv + kb + (long)j * d.k_token_stride;
-        for (int dn = 0; dn < D / 8; dn++) {
-            krow[dn * 8 + 2 * t] += d.scale * dka[dn][2 * x];
-            krow[dn * 8 + 2 * t + 1] += d.scale * dka[dn][2 * x + 1];
-            vrow[dn * 8 + 2 * t] += dva[dn][2 * x];
-            vrow[dn * 8 + 2 * t + 1] += dva[dn][2 * x + 1];
-        }
-    }
+    add_rows<D>(dk + kb, d.k_token_stride, j0 + r, d.k_len, dka, d.scale, g, t);
+    add_rows<D>(dv + kb, d.k_token_stride, j0 + r, d.k_len, dva, 1.0f, g, t);
 #else
     (void)d, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)dout, (void)dk, (void)dv;
     __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
