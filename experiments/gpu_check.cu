@@ -1,9 +1,12 @@
 /* spbench-gpu-check: the CUDA kernels against the CPU fp32 reference, then
  * timings at the paper's 7B shape (docs/GPU.md).
  *
- *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke]
+ *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke] [--no-wgmma]
  *
  * --smoke: the timings at a small shape (gpu_env.h), the code path only.
+ * --no-wgmma: leave the Hopper (wgmma) attention kernels out, checks and
+ * timings (experiments/gpu-check reruns with it if a run dies: a kernel
+ * fault ends the process's CUDA context, and with it every later row).
  * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 77 no CUDA
  * device (ctest's skip code).  Each check runs the GPU kernel and the CPU
  * reference (common/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
@@ -395,6 +398,10 @@ struct attn_case {
 #define ATTN_SHARED_CASES                                                                                              \
     {"self causal", 200, 1, 0, 0}, {"self full", 200, 0, 0, 0}, { "ring block q>k", 192, 1, 256, 128 }
 
+/* --no-wgmma; else the Hopper kernels where the GPU and build run them */
+static bool no_wgmma = false;
+static bool use_wgmma(void) { return !no_wgmma && spb_cuda_attention_wgmma_available(); }
+
 /* Attention on a fused QKV buffer [B][T][3][H][D] (the core's layout), O and
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
@@ -651,7 +658,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
     double cudnn_setup_s = 0.0;
     /* each variant's forward and backward, summed over the shapes timed */
-    const bool wgmma = spb_cuda_attention_wgmma_available();
+    const bool wgmma = use_wgmma();
     /* fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma][128, 64 rows] */
     double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[3][2] = {{0, 0}, {0, 0}, {0, 0}};
     for (long N : tokens)
@@ -754,7 +761,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
 /* ------------------------------------------------------------------ main -- */
 static void usage(void)
 {
-    fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke]\n");
+    fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke] "
+                    "[--no-wgmma]\n");
 }
 
 int main(int argc, char **argv)
@@ -767,6 +775,8 @@ int main(int argc, char **argv)
             check_only = 1;
         else if (!strcmp(argv[i], "--smoke"))
             timing = kTimingSmoke;
+        else if (!strcmp(argv[i], "--no-wgmma"))
+            no_wgmma = true;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -814,9 +824,17 @@ int main(int argc, char **argv)
         check_attention(SPB_CUDA_FAST, 128, 0, rows == 64 ? " rows=64 fused dQ" : " fused dQ");
     }
     spb_cuda_attention_set_fused_dq(0);
+    spb_cuda_attention_set_block_rows(128);
+    printf("%s\n", spb_cudnn_attention_version());
+    for (int t = 0; t < 2; t++) {
+        check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
+        check_cudnn_attention(128, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
+    }
     /* the forward and backward on Hopper's warpgroup products (wgmma),
-     * both block shapes, where this GPU and build have them */
-    if (spb_cuda_attention_wgmma_available()) {
+     * both block shapes, where this GPU and build have them; last, so that
+     * a fault there (a descriptor the hardware reads otherwise than the
+     * emulation) leaves every other row written */
+    if (use_wgmma()) {
         spb_cuda_attention_set_fwd_wgmma(1);
         spb_cuda_attention_set_bwd_wgmma(1);
         for (int rows = 128; rows >= 64; rows /= 2) {
@@ -828,15 +846,10 @@ int main(int argc, char **argv)
         }
         spb_cuda_attention_set_fwd_wgmma(0);
         spb_cuda_attention_set_bwd_wgmma(0);
+        spb_cuda_attention_set_block_rows(128);
     } else {
-        printf("%-28s %-6s skipped: no wgmma here (compute capability 9.0 and an sm_90a build)\n", "flash (wgmma)",
-               "fast");
-    }
-    spb_cuda_attention_set_block_rows(128);
-    printf("%s\n", spb_cudnn_attention_version());
-    for (int t = 0; t < 2; t++) {
-        check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
-        check_cudnn_attention(128, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
+        printf("%-28s %-6s skipped: %s\n", "flash (wgmma)", "fast",
+               no_wgmma ? "--no-wgmma" : "no wgmma here (compute capability 9.0 and an sm_90a build)");
     }
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");

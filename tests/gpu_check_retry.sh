@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# experiments/gpu-check when spbench-gpu-check dies (a kernel fault ends its
+# CUDA context): the script must run it once more with --no-wgmma, keep the
+# first run's CSVs as died-run-*, go on, and still exit non-zero.  With
+# stand-in programs (SPB_GPU_CHECK_PREBUILT), so no GPU or emulation build
+# is needed: the first call dies as a fault would (exit 3), the second,
+# with --no-wgmma, passes.  Usage: gpu_check_retry.sh SOURCE_DIR
+set -u
+root=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/build"
+echo "SPB_CUDA_EMU:BOOL=ON" > "$tmp/build/CMakeCache.txt"
+cat > "$tmp/build/spbench-gpu-check" <<'STUB'
+#!/usr/bin/env bash
+out=.
+while [ $# -gt 0 ]; do
+    case "$1" in --out) out=$2; shift 2 ;; *) args="${args:-} $1"; shift ;; esac
+done
+mkdir -p "$out"
+echo "call:${args:-}" >> "$out/../calls.txt"
+case "${args:-}" in
+*--no-wgmma*) echo "kernel,result" > "$out/checks.csv"; echo "gemm,PASS" >> "$out/checks.csv"; exit 0 ;;
+*) echo "kernel,result" > "$out/checks.csv"; echo "flash wgmma,?" >> "$out/checks.csv"
+   echo "spbench: CUDA call failed: an illegal memory access was encountered" >&2; exit 3 ;;
+esac
+STUB
+printf '#!/bin/sh\nexit 0\n' > "$tmp/build/spbench-gpu-layer"
+chmod +x "$tmp/build/spbench-gpu-check" "$tmp/build/spbench-gpu-layer"
+
+SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_PREBUILT=1 SPB_GPU_CHECK_BUILD="$tmp/build" \
+    "$root/experiments/gpu-check" --out "$tmp/out" --check-only --skip strategies > "$tmp/log" 2>&1
+rc=$?
+passed=0 failed=0
+verdict() { # label, status
+    if [ "$2" = 0 ]; then echo "ok   $1"; passed=$((passed + 1)); else echo "FAIL $1"; failed=$((failed + 1)); fi
+}
+verdict "the script exits non-zero after a death (rc=$rc)" $([ "$rc" != 0 ] && echo 0 || echo 1)
+verdict "a second run, with --no-wgmma" $(grep -q "call:.*--no-wgmma" "$tmp/calls.txt" && [ "$(wc -l < "$tmp/calls.txt")" = 2 ] && echo 0 || echo 1)
+verdict "the log says why" $(grep -q "died (exit 3): again with --no-wgmma" "$tmp/log" && echo 0 || echo 1)
+verdict "the first run's CSV kept as died-run-checks.csv" $(grep -q "flash wgmma" "$tmp/out/died-run-checks.csv" 2>/dev/null && echo 0 || echo 1)
+verdict "the second run's CSV in its place" $(grep -q "gemm,PASS" "$tmp/out/checks.csv" 2>/dev/null && echo 0 || echo 1)
+[ "$failed" = 0 ] || { echo "--- gpu-check's output:"; cat "$tmp/log"; }
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
