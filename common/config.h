@@ -53,8 +53,9 @@ typedef struct spb_config {
     char bf16_kernels[SPB_NAME_MAX]; /* bf16: fast (direct products, attention) | reference (fp32 frames) */
     char bf16_direct[128];           /* fast: which kinds of call go direct (all; bf16_direct.h) */
     /* the CUDA flash kernels' variant (16-bit, fast, --attention flash): rows
-     * per block, 64 or 128 (0: the default, 128), and where dQ is summed:
-     * split (its own kernel, the default) | fused (atomics in the dK/dV kernel) */
+     * per block, 64 or 128 (0: the default, 128); where dQ is summed: split
+     * (its own kernel, the default) | fused (atomics in the dK/dV kernel);
+     * each pass's tensor-core instruction: mma (the default) | wgmma */
     int flash_block_rows;
     char flash_dq[SPB_NAME_MAX];
     char flash_fwd[SPB_NAME_MAX];

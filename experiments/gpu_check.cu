@@ -406,7 +406,7 @@ static bool use_wgmma(void) { return !no_wgmma && spb_cuda_attention_wgmma_avail
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
  * (offsets, partly masked), and a block above it where early rows see no key. */
-static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "", bool backward = true)
+static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "")
 {
     const attn_case cases[] = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     const int B = 2, H = 3;
@@ -430,10 +430,6 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
         snprintf(kname, sizeof kname, "flash fwd O");
         check(kname, impl, shape, host_half(fp16, go, no), ro, spb_tol_attn_forward());
         check("flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
-        if (!backward) {
-            spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl);
-            continue;
-        }
         /* backward from the same O (rounded to the 16-bit format, as the GPU stores it) and lse */
         std::vector<float> ob = ro;
         for (auto &x : ob) x = half_round(fp16, x);
@@ -519,8 +515,9 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
 
 static double peak_tflops;
 /* Which of the flash kernels' variants a training run should take (spbench
- * --flash-block-rows, --flash-dq): forward + backward, each summed over the
- * shapes just timed (the longest sequences weigh most). */
+ * --flash-fwd, --flash-bwd, --flash-block-rows, --flash-dq): forward +
+ * backward of one block shape, each summed over the shapes just timed (the
+ * longest sequences weigh most). */
 static void print_flash_variants(const double fwd_sum[2][2], const double bwd_sum[3][2], bool wgmma)
 {
     static const char *bwd_name[3] = {"mma, split dQ", "mma, fused dQ", "wgmma"};
@@ -657,9 +654,9 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
     SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
     double cudnn_setup_s = 0.0;
-    /* each variant's forward and backward, summed over the shapes timed */
     const bool wgmma = use_wgmma();
-    /* fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma][128, 64 rows] */
+    /* each variant's forward and backward, summed over the shapes timed:
+     * fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma][128, 64 rows] */
     double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[3][2] = {{0, 0}, {0, 0}, {0, 0}};
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
@@ -674,9 +671,6 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
             auto bwd = [&] {
                 spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, 0);
             };
-            fwd(); /* a valid O and lse for backward */
-            /* the default kernels, then side by side the other block shape
-             * (4 warps, 64 rows) and dQ from the dK/dV kernel by atomics */
             /* the default kernels, then side by side the other block shape
              * (64 rows), dQ from the dK/dV kernel by atomics, and both
              * passes on wgmma: fwd/bwd 1 = mma, 2 = wgmma, 0 = not timed */

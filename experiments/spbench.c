@@ -109,14 +109,14 @@ int main(int argc, char **argv)
         return 2;
     }
 #ifdef SPB_HAVE_CUDA
-    /* The Hopper flash forward where the GPU or the build has no wgmma: the
+    /* The Hopper flash kernels where the GPU or the build has no wgmma: the
      * same verdict on every rank, before anything runs */
     if (spb_config_flash_wgmma(&cfg)) {
         int wbad = !spb_cuda_attention_wgmma_available();
         if (wbad)
-            snprintf(err, sizeof err, "--flash-fwd/--flash-bwd wgmma needs a GPU of compute capability 9.0 (H100/H200) and a "
-                                      "build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default): "
-                                      "not both here (docs/GPU.md)");
+            snprintf(err, sizeof err, "--flash-fwd/--flash-bwd wgmma needs a GPU of compute capability 9.0 "
+                                      "(H100/H200) and a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, "
+                                      "the default): not both here (docs/GPU.md)");
         if (agree_on_error(wbad, err, rank)) {
             MPI_Finalize();
             return 2;

@@ -1081,29 +1081,23 @@ extern "C" int spb_cuda_attention_wgmma_available(void)
     return known;
 }
 
-extern "C" int spb_cuda_attention_set_fwd_wgmma(int on)
-{
-    if (on && !spb_cuda_attention_wgmma_available())
-        SPB_DIE("CUDA attention: the wgmma forward needs a GPU of compute capability 9.0 (H100/H200) and a build "
-                "with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default); this one has neither or not both");
-    int old = fast_fwd_wgmma;
-    fast_fwd_wgmma = on != 0;
-    return old;
-}
-
 /* The FAST backward on wgmma (dq_wgmma, dkv_wgmma; dQ always in its own
  * kernel) instead of mma.sync: off unless a caller asks. */
 static bool fast_bwd_wgmma = false;
 
-extern "C" int spb_cuda_attention_set_bwd_wgmma(int on)
+/* sets one of the two switches; the previous setting */
+static int set_wgmma(bool *flag, int on, const char *pass)
 {
     if (on && !spb_cuda_attention_wgmma_available())
-        SPB_DIE("CUDA attention: the wgmma backward needs a GPU of compute capability 9.0 (H100/H200) and a build "
-                "with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default); this one has neither or not both");
-    int old = fast_bwd_wgmma;
-    fast_bwd_wgmma = on != 0;
+        SPB_DIE("CUDA attention: the wgmma %s needs a GPU of compute capability 9.0 (H100/H200) and a build with "
+                "sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a, the default); this one has neither or not both",
+                pass);
+    int old = *flag;
+    *flag = on != 0;
     return old;
 }
+extern "C" int spb_cuda_attention_set_fwd_wgmma(int on) { return set_wgmma(&fast_fwd_wgmma, on, "forward"); }
+extern "C" int spb_cuda_attention_set_bwd_wgmma(int on) { return set_wgmma(&fast_bwd_wgmma, on, "backward"); }
 
 static int fast_ok(const spb_attn_desc *d, const void *const *ptrs, int nptr)
 {

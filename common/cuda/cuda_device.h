@@ -14,7 +14,7 @@ int spb_cuda_device_count(void);
 /* One line: "N x NAME (cc X.Y, G GiB), driver D, runtime R" or why none. */
 void spb_cuda_describe(char *buf, size_t len);
 /* 1 where the running GPU executes this build's wgmma code, the Hopper
- * flash forward's (compute capability 9.0 and sm_90a in the build; the
+ * flash kernels' (compute capability 9.0 and sm_90a in the build; the
  * CPU emulation of a 9.0 device too); asks the device once. */
 int spb_cuda_attention_wgmma_available(void);
 

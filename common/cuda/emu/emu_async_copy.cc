@@ -70,13 +70,7 @@ void spb_emu_cp_async_wait(int groups_left)
 {
     spb_emu_copy_queue *q = spb_emu_thread_copies();
     if (groups_left < 0) refuse("wait_group with a negative count", nullptr, nullptr);
-    size_t groups = q->group_end.size();
-    if (groups <= (size_t)groups_left) return;
-    size_t done_groups = groups - (size_t)groups_left, n = q->group_end[done_groups - 1];
-    for (size_t i = 0; i < n; i++) complete(q->copies[i]);
-    q->copies.erase(q->copies.begin(), q->copies.begin() + (long)n);
-    q->group_end.erase(q->group_end.begin(), q->group_end.begin() + (long)done_groups);
-    for (size_t &e : q->group_end) e -= n;
+    spb_emu_complete_groups(q->copies, q->group_end, groups_left, complete);
 }
 
 void spb_emu_copies_finish(spb_emu_copy_queue *q)

@@ -45,6 +45,21 @@ struct spb_emu_copy_queue {
 };
 /* the calling thread's queue */
 spb_emu_copy_queue *spb_emu_thread_copies(void);
+/* wait_group's rule, for a thread's queue of asynchronous operations (the
+ * cp.async copies, the wgmma products): all but the last `groups_left`
+ * committed groups complete, done(item) on each, oldest first; items after
+ * the last commit belong to no group and stay. */
+template <typename T, typename F>
+void spb_emu_complete_groups(std::vector<T> &items, std::vector<size_t> &group_end, int groups_left, F done)
+{
+    size_t groups = group_end.size();
+    if (groups <= (size_t)groups_left) return;
+    size_t done_groups = groups - (size_t)groups_left, n = group_end[done_groups - 1];
+    for (size_t i = 0; i < n; i++) done(items[i]);
+    items.erase(items.begin(), items.begin() + (long)n);
+    group_end.erase(group_end.begin(), group_end.begin() + (long)done_groups);
+    for (size_t &e : group_end) e -= n;
+}
 /* completes every copy still queued (a thread's end: a GPU finishes them) */
 void spb_emu_copies_finish(spb_emu_copy_queue *q);
 
@@ -65,6 +80,9 @@ struct spb_emu_wgmma_queue {
 spb_emu_wgmma_queue *spb_emu_thread_wgmma(void);
 /* the value of a 16-bit element held in half of a 32-bit register */
 float spb_emu_half_value(uint32_t reg, int high, int fp16);
+/* A[row][k] of a 16x16 A operand held by a warp's 32 lanes, four registers
+ * each, in mma.m16n8k16's layout (wgmma's register A per warp too) */
+float spb_emu_a_fragment(const uint32_t (*regs)[4], int row, int k, int fp16);
 
 /* Stream ordering (emu_streams.cc; the operations' entry points are in
  * emu_stream_hooks.h): the runtime's hooks. */

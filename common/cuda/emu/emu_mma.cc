@@ -34,6 +34,13 @@ struct lane_operands {
     uint32_t a[4], b[2];
 };
 
+/* B[k][n] from the lanes' registers */
+float b_elem(const lane_operands *L, int k, int n, int fp16)
+{
+    int t = (k % 8) / 2;
+    int i = (k % 2) + (k >= 8 ? 2 : 0); /* element index 0..3 */
+    return spb_emu_half_value(L[4 * n + t].b[i / 2], i % 2, fp16);
+}
 } // namespace
 
 float spb_emu_half_value(uint32_t reg, int high, int fp16)
@@ -49,24 +56,12 @@ float spb_emu_half_value(uint32_t reg, int high, int fp16)
     return __bfloat162float(__nv_bfloat16(b));
 }
 
-namespace {
-
-/* A[row][k] from the lanes' registers */
-float a_elem(const lane_operands *L, int row, int k, int fp16)
+float spb_emu_a_fragment(const uint32_t (*regs)[4], int row, int k, int fp16)
 {
     int g = row % 8, t = (k % 8) / 2;
     int i = (k % 2) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0); /* element index 0..7 */
-    return spb_emu_half_value(L[4 * g + t].a[i / 2], i % 2, fp16);
+    return spb_emu_half_value(regs[4 * g + t][i / 2], i % 2, fp16);
 }
-
-/* B[k][n] */
-float b_elem(const lane_operands *L, int k, int n, int fp16)
-{
-    int t = (k % 8) / 2;
-    int i = (k % 2) + (k >= 8 ? 2 : 0); /* element index 0..3 */
-    return spb_emu_half_value(L[4 * n + t].b[i / 2], i % 2, fp16);
-}
-} // namespace
 
 void spb_emu_mma_m16n8k16(int fp16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
@@ -74,11 +69,13 @@ void spb_emu_mma_m16n8k16(int fp16, float c[4], const uint32_t a[4], uint32_t b0
     memcpy(mine.a, a, sizeof mine.a);
     mine.b[0] = b0, mine.b[1] = b1;
     spb_emu_warp_gather(0xffffffffu, &mine, sizeof mine, all, "mma.sync.m16n8k16");
+    uint32_t a_regs[32][4];
+    for (int l = 0; l < 32; l++) memcpy(a_regs[l], all[l].a, sizeof a_regs[l]);
     int lane = spb_emu_lane(), g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; i++) {
         int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
         float sum = 0.0f;
-        for (int k = 0; k < 16; k++) sum += a_elem(all, row, k, fp16) * b_elem(all, k, col, fp16);
+        for (int k = 0; k < 16; k++) sum += spb_emu_a_fragment(a_regs, row, k, fp16) * b_elem(all, k, col, fp16);
         c[i] += sum;
     }
 }

@@ -187,47 +187,54 @@ bool ordered(int32_t u, int32_t u_warp, uint32_t u_gen, uint32_t u_wgen, const s
     return u == me.thread || u_gen != (uint32_t)me.block_gen || (u_warp == me.warp && u_wgen != (uint32_t)me.warp_gen);
 }
 
+/* The first half of every report of a race in shared memory: who touched
+ * which byte where ("thread 3 (warp 0) writes byte 96 ... (file:line), ");
+ * the caller says with what it races, then aborts. */
+void shared_race_begins(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me)
+{
+    const spb_emu_where *w = spb_emu_here;
+    fprintf(stderr,
+            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
+            "byte %zu of the dynamic shared memory (%s), ",
+            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
+            source_line(pc).c_str());
+}
+
 [[noreturn]] void report_shared(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me, int32_t other,
                                 const char *other_did, uint32_t other_pc)
 {
-    const spb_emu_where *w = spb_emu_here;
     char them[48];
     if (other >= 0)
         snprintf(them, sizeof them, "thread %d", other);
     else
         snprintf(them, sizeof them, "other threads");
+    shared_race_begins(byte, kind, pc, me);
     fprintf(stderr,
-            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
-            "byte %zu of the dynamic shared memory (%s), which %s %s earlier with no __syncthreads between (nor, in "
-            "one warp, a warp operation) (%s) (docs/EMULATION.md)\n",
-            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
-            source_line(pc).c_str(), them, other_did, source_line(other_pc).c_str());
+            "which %s %s earlier with no __syncthreads between (nor, in one warp, a warp operation) (%s) "
+            "(docs/EMULATION.md)\n",
+            them, other_did, source_line(other_pc).c_str());
     abort();
 }
 
 [[noreturn]] void report_pending(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me, int32_t issuer,
                                  uint32_t issued_pc)
 {
-    const spb_emu_where *w = spb_emu_here;
+    shared_race_begins(byte, kind, pc, me);
     fprintf(stderr,
-            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
-            "byte %zu of the dynamic shared memory (%s), the destination of thread %d's cp.async (%s), which has not "
-            "landed: no cp.async.wait_group of that thread covers it yet (docs/EMULATION.md)\n",
-            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
-            source_line(pc).c_str(), issuer, source_line(issued_pc).c_str());
+            "the destination of thread %d's cp.async (%s), which has not landed: no cp.async.wait_group of that "
+            "thread covers it yet (docs/EMULATION.md)\n",
+            issuer, source_line(issued_pc).c_str());
     abort();
 }
 
 [[noreturn]] void report_async_read(size_t byte, int kind, uint32_t pc, const spb_emu_sync_point &me,
                                     const scell &c)
 {
-    const spb_emu_where *w = spb_emu_here;
+    shared_race_begins(byte, kind, pc, me);
     fprintf(stderr,
-            "spbench CUDA emulation: race in shared memory in kernel %s, block (%u,%u,%u): thread %d (warp %d) %s "
-            "byte %zu of the dynamic shared memory (%s), an operand of a wgmma (issued by the warpgroup of thread %d, "
-            "%s) that no wgmma.wait_group has covered yet: the tensor cores may still read it (docs/EMULATION.md)\n",
-            spb_emu_kernel_name(), w->block.x, w->block.y, w->block.z, me.thread, me.warp, kind_name(kind), byte,
-            source_line(pc).c_str(), c.async_reader, source_line(c.async_pc).c_str());
+            "an operand of a wgmma (issued by the warpgroup of thread %d, %s) that no wgmma.wait_group has covered "
+            "yet: the tensor cores may still read it (docs/EMULATION.md)\n",
+            c.async_reader, source_line(c.async_pc).c_str());
     abort();
 }
 

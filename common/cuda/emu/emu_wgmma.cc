@@ -78,14 +78,6 @@ uint32_t mn_major(const desc_fields &f, int k, int n)
     return f.start + 2u * (n % 8) + f.sbo * (n / 8) + 16u * (k % 8) + f.lbo * (k / 8);
 }
 
-/* A[row][k] (row within the issuing warp's 16) from the warp's registers */
-float a_from_regs(const uint32_t (*regs)[4], int row, int k, int fp16)
-{
-    int g = row % 8, t = (k % 8) / 2;
-    int i = (k % 2) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0);
-    return spb_emu_half_value(regs[4 * g + t][i / 2], i % 2, fp16);
-}
-
 int thread_in_block(void)
 {
     return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
@@ -120,7 +112,7 @@ void execute(const spb_emu_wgmma_op &op)
             int row = g + (e >= 2 ? 8 : 0), m = 16 * w + row, col = 8 * i + 2 * t + (e & 1);
             float sum = 0.0f;
             for (int k = 0; k < 16; k++) {
-                float av = op.a_in_regs ? a_from_regs(op.a_regs, row, k, op.fp16) : smem_elem(k_major(a, m, k), op.fp16);
+                float av = op.a_in_regs ? spb_emu_a_fragment(op.a_regs, row, k, op.fp16) : smem_elem(k_major(a, m, k), op.fp16);
                 float bv = smem_elem(op.trans_b ? mn_major(b, k, col) : k_major(b, col, k), op.fp16);
                 sum += av * bv;
             }
@@ -163,7 +155,7 @@ void spb_emu_wgmma(int fp16, int n, float *d, const uint32_t *a, uint64_t a_desc
     for (int l = 0; l < 32; l++) memcpy(op.a_regs[l], all[l].a, sizeof op.a_regs[l]);
     op.a_desc = a_desc, op.b_desc = b_desc;
     op.pc = __builtin_return_address(0);
-    if (!op.a_in_regs) decode(a_desc);
+    if (!op.a_in_regs) decode(a_desc); /* a descriptor it cannot read is refused at issue */
     decode(b_desc);
     record_reads(op, 5);
     q->ops.push_back(op);
@@ -187,14 +179,7 @@ void spb_emu_wgmma_wait(int groups_left)
 {
     spb_emu_wgmma_queue *q = spb_emu_thread_wgmma();
     if (groups_left < 0 || groups_left > 7) refuse("wait_group with a count outside 0..7");
-    size_t groups = q->group_end.size();
-    if (groups > (size_t)groups_left) {
-        size_t done_groups = groups - (size_t)groups_left, n = q->group_end[done_groups - 1];
-        for (size_t i = 0; i < n; i++) execute(q->ops[i]);
-        q->ops.erase(q->ops.begin(), q->ops.begin() + (long)n);
-        q->group_end.erase(q->group_end.begin(), q->group_end.begin() + (long)done_groups);
-        for (size_t &e : q->group_end) e -= n;
-    }
+    spb_emu_complete_groups(q->ops, q->group_end, groups_left, execute);
     q->need_fence = true;
     __syncwarp();
 }
