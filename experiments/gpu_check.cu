@@ -2,7 +2,11 @@
  * timings at the paper's 7B shape (docs/GPU.md).
  *
  *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke] [--no-wgmma]
+ *                     [--profile]
  *
+ * --profile: no checks and no timings; each flash variant's forward and
+ * backward and cuDNN's once, causal, at the first --tokens, each call
+ * named on stdout in order (for Nsight Compute: experiments/gpu-check).
  * --smoke: the timings at a small shape (gpu_env.h), the code path only.
  * --no-wgmma: leave the Hopper (wgmma) attention kernels out, checks and
  * timings (experiments/gpu-check reruns with it if a run dies: a kernel
@@ -583,6 +587,91 @@ static void fill_fp16(spb_bf16 *d, long n)
     }
 }
 
+/* The flash kernels' variants, timed side by side and profiled: the
+ * default kernels, then the other block shape (64 rows), dQ from the dK/dV
+ * kernel by atomics, and both passes on wgmma: fwd/bwd 1 = mma, 2 = wgmma,
+ * 0 = not run. */
+struct flash_variant {
+    int rows, fused, fwd, bwd;
+    const char *suffix;
+};
+static const flash_variant flash_variants[] = {
+    {128, 0, 1, 1, "mma"},           {64, 0, 1, 1, "mma, 64 rows"}, {64, 1, 0, 1, "mma, 64 rows, fused dQ"},
+    {128, 1, 0, 1, "mma, fused dQ"}, {128, 0, 2, 2, "wgmma"},       {64, 0, 2, 2, "wgmma, 64 rows"}};
+
+/* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
+static bool select_flash_variant(const flash_variant &vr, bool wgmma)
+{
+    if ((vr.fwd == 2 || vr.bwd == 2) && !wgmma) return false;
+    spb_cuda_attention_set_block_rows(vr.rows);
+    spb_cuda_attention_set_fused_dq(vr.fused);
+    if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
+    return true;
+}
+
+/* One causal sequence of N tokens, 32 heads of 128 (the timings' shape). */
+static spb_attn_desc timing_desc(long N, int causal)
+{
+    spb_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = 1, d.heads = (int)timing.H, d.head_dim = (int)timing.Dh, d.q_len = d.k_len = (int)N, d.causal = causal;
+    d.scale = 1.0f / sqrtf((float)timing.Dh);
+    d.q_token_stride = d.k_token_stride = d.o_token_stride = timing.H * timing.Dh;
+    d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * timing.H * timing.Dh;
+    return d;
+}
+
+/* --profile: each flash variant's forward and backward, then cuDNN's, once
+ * each, causal, at the first of tokens, with a line naming every call in
+ * order: for a profiler (experiments/gpu-check runs Nsight Compute over it),
+ * whose kernel rows come in the same order.  No checks, no timings. */
+static void run_attention_profile(long N)
+{
+    const long nq = N * timing.H * timing.Dh;
+    spb_bf16 *q = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *k = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *v = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *o = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
+             *dout = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
+    float *dq = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), *dk = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq),
+          *dv = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq),
+          *lse = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * N * timing.H),
+          *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * N * timing.H);
+    fill_bf16(q, nq), fill_bf16(k, nq), fill_bf16(v, nq), fill_bf16(dout, nq);
+    SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq));
+    SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
+    SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    const spb_attn_desc d = timing_desc(N, 1);
+    const bool wgmma = use_wgmma();
+    int call = 0;
+    for (const auto &vr : flash_variants) {
+        if (!select_flash_variant(vr, wgmma)) continue;
+        /* a variant without a forward of its own takes the last one's O and lse */
+        if (vr.fwd) {
+            printf("profile call %d: flash fwd (%s) N=%ld causal\n", ++call, vr.suffix, N);
+            spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0);
+        }
+        printf("profile call %d: flash bwd (%s) N=%ld causal\n", ++call, vr.suffix, N);
+        spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, 0);
+        SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    select_flash_variant(flash_variants[0], wgmma);
+    char why[512];
+    if (spb_cudnn_attention_built()) {
+        spb_bf16 *dqb = (spb_bf16 *)dq, *dkb = (spb_bf16 *)dk, *dvb = (spb_bf16 *)dv;
+        printf("profile call %d: cudnn fwd N=%ld causal\n", ++call, N);
+        if (spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why))
+            printf("profile: cudnn: %s\n", why);
+        printf("profile call %d: cudnn bwd N=%ld causal\n", ++call, N);
+        if (spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why, sizeof why))
+            printf("profile: cudnn: %s\n", why);
+    }
+    SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    printf("profile: %d calls\n", call);
+    spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
+    spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
+}
+
 static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int reps)
 {
     const long C = timing.C, F = timing.F, H = timing.H, Dh = timing.Dh;
@@ -660,31 +749,14 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[3][2] = {{0, 0}, {0, 0}, {0, 0}};
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
-            spb_attn_desc d;
-            memset(&d, 0, sizeof d);
-            d.batch = 1, d.heads = (int)H, d.head_dim = (int)Dh, d.q_len = d.k_len = (int)N, d.causal = causal;
-            d.scale = 1.0f / sqrtf((float)Dh);
-            d.q_token_stride = d.k_token_stride = d.o_token_stride = H * Dh;
-            d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * H * Dh;
+            spb_attn_desc d = timing_desc(N, causal);
             double pairs = spb_attn_visible_pairs(&d);
             auto fwd = [&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); };
             auto bwd = [&] {
                 spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, 0);
             };
-            /* the default kernels, then side by side the other block shape
-             * (64 rows), dQ from the dK/dV kernel by atomics, and both
-             * passes on wgmma: fwd/bwd 1 = mma, 2 = wgmma, 0 = not timed */
-            const struct {
-                int rows, fused, fwd, bwd;
-                const char *suffix;
-            } variants[] = {{128, 0, 1, 1, "mma"},           {64, 0, 1, 1, "mma, 64 rows"},
-                            {64, 1, 0, 1, "mma, 64 rows, fused dQ"}, {128, 1, 0, 1, "mma, fused dQ"},
-                            {128, 0, 2, 2, "wgmma"},         {64, 0, 2, 2, "wgmma, 64 rows"}};
-            for (const auto &vr : variants) {
-                if ((vr.fwd == 2 || vr.bwd == 2) && !wgmma) continue;
-                spb_cuda_attention_set_block_rows(vr.rows);
-                spb_cuda_attention_set_fused_dq(vr.fused);
-                if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
+            for (const auto &vr : flash_variants) {
+                if (!select_flash_variant(vr, wgmma)) continue;
                 char nm[64];
                 double ms;
                 if (vr.fwd) {
@@ -700,9 +772,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
-            spb_cuda_attention_set_block_rows(128);
-            spb_cuda_attention_set_fused_dq(0);
-            if (wgmma) spb_cuda_attention_set_fwd_wgmma(0), spb_cuda_attention_set_bwd_wgmma(0);
+            select_flash_variant(flash_variants[0], wgmma);
             if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
             /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
              * The first calls of a shape build its plans (heuristics and
@@ -734,12 +804,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
     SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
     for (long N : tokens) {
-        spb_attn_desc d;
-        memset(&d, 0, sizeof d);
-        d.batch = 1, d.heads = (int)H, d.head_dim = (int)Dh, d.q_len = d.k_len = (int)N, d.causal = 1;
-        d.scale = 1.0f / sqrtf((float)Dh);
-        d.q_token_stride = d.k_token_stride = d.o_token_stride = H * Dh;
-        d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * H * Dh;
+        spb_attn_desc d = timing_desc(N, 1);
         double pairs = spb_attn_visible_pairs(&d);
         spb_cuda_attention_forward_half(&d, 1, q, k, v, o, lse, SPB_CUDA_FAST, 0);
         double ms = time_ms([&] { spb_cuda_attention_forward_half(&d, 1, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
@@ -756,12 +821,12 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke] "
-                    "[--no-wgmma]\n");
+                    "[--no-wgmma] [--profile]\n");
 }
 
 int main(int argc, char **argv)
 {
-    int check_only = 0, reps = 7;
+    int check_only = 0, profile = 0, reps = 7;
     const char *out = "results/gpu";
     std::vector<long> tokens = {4096, 8192, 16384, 32768};
     for (int i = 1; i < argc; i++) {
@@ -771,6 +836,8 @@ int main(int argc, char **argv)
             timing = kTimingSmoke;
         else if (!strcmp(argv[i], "--no-wgmma"))
             no_wgmma = true;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -784,6 +851,10 @@ int main(int argc, char **argv)
     }
     if (reps < 1) reps = 1;
     if (int skip = gpu_env_open(&envi, "spbench-gpu-check", SPB_GIT_COMMIT)) return skip;
+    if (profile) {
+        run_attention_profile(tokens[0]);
+        return 0;
+    }
     check_csv = check_only ? NULL
                            : spb_csv_open(out, "checks.csv",
                                           "gpu,driver,cuda_runtime,git_commit,kernel,impl,shape,max_rel_err,tolerance,result");

@@ -52,5 +52,11 @@ fi
 grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape is not announced"; fail=1; }
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
+# --profile (what Nsight Compute runs over): every flash variant's passes and
+# nothing else, each call named; 10 here (4 forwards, 6 backwards; no cuDNN)
+prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
+if ! grep -q "^profile: 10 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 10 ]; then
+    echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
+fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
 exit "$fail"
