@@ -346,17 +346,17 @@ __device__ __forceinline__ void mma_p_m(float out[D / 8][4], const float p[8][4]
 /* ---- the per-tile elementwise steps, shared by the mma.sync and wgmma
  * kernels: both hold a warp's 16 rows x 64 columns in mma.sync's C layout
  * (this lane: rows g, g + 8; columns 8 nt + 2t, + 1). ---------------------- */
-/* The forward's online softmax of one key tile (keys j0..j0 + 63), as in
+/* The forward's online softmax of one key tile (keys j0..j0 + 8 NT - 1), as in
  * FlashAttention-2: s (raw products) becomes P = exp2(S·c - m) in place, m
  * and l of the lane's two rows move on, and O's rows are rescaled.  masked:
  * the tile crosses the sequence's end or the diagonal (per-element masks). */
-template <int D>
-__device__ __forceinline__ void online_softmax_tile(float s[8][4], float m[2], float l[2], float oacc[D / 8][4],
+template <int D, int NT = 8>
+__device__ __forceinline__ void online_softmax_tile(float (*s)[4], float m[2], float l[2], float oacc[D / 8][4],
                                                     const spb_attn_desc &d, int j0, bool masked, const long qpos[2],
                                                     float c, int t)
 {
     float mx[2] = {-INFINITY, -INFINITY};
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
             int j = j0 + nt * 8 + 2 * t + (e & 1);
             bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
@@ -373,7 +373,7 @@ __device__ __forceinline__ void online_softmax_tile(float s[8][4], float m[2], f
         m[x] = mn;
         l[x] *= corr[x];
     }
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
             s[nt][e] = exp2f(s[nt][e] - base[e >> 1]);
             l[e >> 1] += s[nt][e];
@@ -765,10 +765,10 @@ __device__ __forceinline__ void load_rows_cm(unsigned char *S, const spb_bf16 *g
     }
 }
 
-/* four k16 A fragments (rounded to T) from a 64-column C accumulator */
-template <typename T> __device__ __forceinline__ void c_to_a(uint32_t a[4][4], const float c[8][4])
+/* KK k16 A fragments (rounded to T) from a 16 KK-column C accumulator */
+template <typename T, int KK = 4> __device__ __forceinline__ void c_to_a(uint32_t (*a)[4], const float (*c)[4])
 {
-    for (int kk = 0; kk < 4; kk++) {
+    for (int kk = 0; kk < KK; kk++) {
         a[kk][0] = elem<T>::pack2(c[2 * kk][0], c[2 * kk][1]);
         a[kk][1] = elem<T>::pack2(c[2 * kk][2], c[2 * kk][3]);
         a[kk][2] = elem<T>::pack2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
@@ -776,13 +776,13 @@ template <typename T> __device__ __forceinline__ void c_to_a(uint32_t a[4][4], c
     }
 }
 
-/* acc (64 x D) += A (64 x 64, registers) · M (64 rows x D, a core-matrix tile read MN-major); waits */
-template <int FP16, int D>
-__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t a[4][4], const unsigned char *M)
+/* acc (64 x D) += A (64 x R, registers) · M (R rows x D, a core-matrix tile read MN-major); waits */
+template <int FP16, int D, int R = BC>
+__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t (*a)[4], const unsigned char *M)
 {
-    const uint64_t desc = spb_wgmma_desc(M, 128, cm_stride<BC>());
+    const uint64_t desc = spb_wgmma_desc(M, 128, cm_stride<R>());
     spb_wgmma_fence();
-    for (int kk = 0; kk < 4; kk++) spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_add(desc, 2 * kk * 128));
+    for (int kk = 0; kk < R / 16; kk++) spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_add(desc, 2 * kk * 128));
     spb_wgmma_commit();
     spb_wgmma_wait<0>();
 }
@@ -809,13 +809,13 @@ __device__ __forceinline__ void wgmma_two_rows_rowsT(float s[8][4], float t[8][4
     spb_wgmma_wait<0>();
 }
 
-template <typename T, int D, int WG>
+template <typename T, int D, int WG, int KN>
 __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                        const spb_bf16 *v, spb_bf16 *o, float *lse)
 {
 #ifdef SPB_WGMMA_HERE
     constexpr int RQ = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16;
-    constexpr int QB = D / 8 * cm_stride<RQ>(), KB = D / 8 * cm_stride<BC>();
+    constexpr int QB = D / 8 * cm_stride<RQ>(), KB = D / 8 * cm_stride<KN>();
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *Qs = smem, *Ks = Qs + QB, *Vs = Ks + 2 * KB; /* K, V: two stages each */
     const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<4 * WG>(d);
@@ -823,12 +823,12 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
     const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first row */
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D;
     const float c = d.scale * LOG2E;
-    const int n_tiles = (keys_for_rows<4 * WG>(d, i0) + BC - 1) / BC;
+    const int n_tiles = (keys_for_rows<4 * WG>(d, i0) + KN - 1) / KN;
 
     load_rows_cm<RQ, D, NT>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
     if (n_tiles > 0) {
-        load_rows_cm<BC, D, NT>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
-        load_rows_cm<BC, D, NT>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
+        load_rows_cm<KN, D, NT>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
+        load_rows_cm<KN, D, NT>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
     }
     spb_cp_async_commit();
     spb_cp_async_wait<0>();
@@ -843,11 +843,11 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
     const long warp_first_q = d.q_offset + i0 + r, group_last_q = d.q_offset + i0 + 64 * wg + 63;
 
     for (int it = 0; it < n_tiles; it++) {
-        const int j0 = it * BC, st = it & 1;
+        const int j0 = it * KN, st = it & 1;
         __syncthreads(); /* every warpgroup's products on the other stage (tile it - 1) are complete */
         if (it + 1 < n_tiles) {
-            load_rows_cm<BC, D, NT>(Ks + (st ^ 1) * KB, k, kb, d.k_token_stride, j0 + BC, d.k_len);
-            load_rows_cm<BC, D, NT>(Vs + (st ^ 1) * KB, v, kb, d.k_token_stride, j0 + BC, d.k_len);
+            load_rows_cm<KN, D, NT>(Ks + (st ^ 1) * KB, k, kb, d.k_token_stride, j0 + KN, d.k_len);
+            load_rows_cm<KN, D, NT>(Vs + (st ^ 1) * KB, v, kb, d.k_token_stride, j0 + KN, d.k_len);
         }
         spb_cp_async_commit(); /* possibly empty: one group per tile keeps the count */
         spb_cp_async_wait<1>(); /* tile it has landed, tile it + 1 may still fly */
@@ -856,23 +856,25 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
         /* nothing visible to any row of this warpgroup (the whole group issues a wgmma, or none) */
         if (d.causal && d.k_offset + j0 > group_last_q) continue;
         const unsigned char *Kc = Ks + st * KB, *Vc = Vs + st * KB;
-        float s[8][4];
-        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        const uint64_t kdesc = spb_wgmma_desc(Kc, cm_stride<BC>(), 128);
+        /* S = Q·Kᵀ, 64 keys per product: KN / 64 accumulators of 8 column tiles */
+        float s[KN / 8][4];
+        for (int nt = 0; nt < KN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        const uint64_t kdesc = spb_wgmma_desc(Kc, cm_stride<KN>(), 128);
         spb_wgmma_fence();
         for (int kc = 0; kc < D / 16; kc++)
-            spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_add(qdesc, 2 * kc * cm_stride<RQ>()),
-                                      spb_wgmma_desc_add(kdesc, 2 * kc * cm_stride<BC>()), kc > 0);
+            for (int kh = 0; kh < KN / 64; kh++) /* keys 64 kh.. start 1024 kh bytes on (8 rows of 128) */
+                spb_wgmma_m64n64_ss<FP16>(&s[8 * kh][0], spb_wgmma_desc_add(qdesc, 2 * kc * cm_stride<RQ>()),
+                                          spb_wgmma_desc_add(kdesc, 1024 * kh + 2 * kc * cm_stride<KN>()), kc > 0);
         spb_wgmma_commit();
         spb_wgmma_wait<0>();
         /* per-element masks only where the tile crosses the sequence's end or the diagonal */
-        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
-        online_softmax_tile<D>(s, m, l, oacc, d, j0, masked, qpos, c, t);
+        const bool masked = j0 + KN > d.k_len || (d.causal && d.k_offset + j0 + KN - 1 > warp_first_q);
+        online_softmax_tile<D, KN / 8>(s, m, l, oacc, d, j0, masked, qpos, c, t);
         /* P as four k16 A fragments, all rounded before the fence (ordinary
          * code between two wgmmas of a batch would make ptxas add fences) */
-        uint32_t pa[4][4];
-        c_to_a<T>(pa, s);
-        wgmma_a_regs_times_tile<FP16, D>(&oacc[0][0], pa, Vc);
+        uint32_t pa[KN / 16][4];
+        c_to_a<T, KN / 16>(pa, s);
+        wgmma_a_regs_times_tile<FP16, D, KN>(&oacc[0][0], pa, Vc);
     }
     store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
 #else
@@ -1097,6 +1099,19 @@ static int set_wgmma(bool *flag, int on, const char *pass)
     return old;
 }
 extern "C" int spb_cuda_attention_set_fwd_wgmma(int on) { return set_wgmma(&fast_fwd_wgmma, on, "forward"); }
+
+/* Keys per streamed tile of the wgmma forward: 64 (the default, as every
+ * other fast kernel) or 128 (S as two 64-key products per k-step, half the
+ * block barriers, softmax reductions and O rescales per key; 165 KB of
+ * shared memory at head dim 128 and 128 rows). */
+static int fast_fwd_keys = BC;
+extern "C" int spb_cuda_attention_set_fwd_key_block(int keys)
+{
+    if (keys != 64 && keys != 128) SPB_DIE("CUDA attention: %d keys per tile of the wgmma forward (64 or 128)", keys);
+    int old = fast_fwd_keys;
+    fast_fwd_keys = keys;
+    return old;
+}
 extern "C" int spb_cuda_attention_set_bwd_wgmma(int on) { return set_wgmma(&fast_bwd_wgmma, on, "backward"); }
 
 static int fast_ok(const spb_attn_desc *d, const void *const *ptrs, int nptr)
@@ -1166,15 +1181,26 @@ static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
 
 /* Shared memory: the resident query rows and two stages of K and V, in
  * core-matrix tiles (cm_stride). */
-template <typename T, int D, int WG>
+template <typename T, int D, int WG, int KN>
 static void fwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                              spb_bf16 *o, float *lse, cudaStream_t s)
 {
-    const size_t sm = (size_t)(D / 8) * (cm_stride<64 * WG>() + 4 * cm_stride<BC>());
-    static const bool allowed = allow_smem(fwd_wgmma<T, D, WG>, sm);
+    const size_t sm = (size_t)(D / 8) * (cm_stride<64 * WG>() + 4 * cm_stride<KN>());
+    static const bool allowed = allow_smem(fwd_wgmma<T, D, WG, KN>, sm);
     (void)allowed;
     dim3 grid((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
-    fwd_wgmma<T, D, WG><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
+    fwd_wgmma<T, D, WG, KN><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
+}
+
+/* The wgmma forward's key tile: WG and KN picked at run time. */
+template <typename T, int D>
+static void fwd_wgmma_pick(bool wide, int keys, const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
+                           const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s)
+{
+    if (keys == 128)
+        wide ? fwd_wgmma_launch<T, D, 2, 128>(d, q, k, v, o, lse, s) : fwd_wgmma_launch<T, D, 1, 128>(d, q, k, v, o, lse, s);
+    else
+        wide ? fwd_wgmma_launch<T, D, 2, BC>(d, q, k, v, o, lse, s) : fwd_wgmma_launch<T, D, 1, BC>(d, q, k, v, o, lse, s);
 }
 
 /* Shared memory: the two resident tiles, two stages of the two streamed
@@ -1207,10 +1233,9 @@ static int attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const sp
     int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4), wide = fast_block_rows == 128;
     if (fast && fast_fwd_wgmma) {
         if (d->head_dim == 64)
-            wide ? fwd_wgmma_launch<T, 64, 2>(d, q, k, v, o, lse, s) : fwd_wgmma_launch<T, 64, 1>(d, q, k, v, o, lse, s);
+            fwd_wgmma_pick<T, 64>(wide, fast_fwd_keys, d, q, k, v, o, lse, s);
         else
-            wide ? fwd_wgmma_launch<T, 128, 2>(d, q, k, v, o, lse, s)
-                 : fwd_wgmma_launch<T, 128, 1>(d, q, k, v, o, lse, s);
+            fwd_wgmma_pick<T, 128>(wide, fast_fwd_keys, d, q, k, v, o, lse, s);
     } else if (fast) {
         if (d->head_dim == 64)
             wide ? fwd_fast_launch<T, 64, 8>(d, q, k, v, o, lse, s) : fwd_fast_launch<T, 64, 4>(d, q, k, v, o, lse, s);

@@ -168,6 +168,9 @@ int spb_cuda_attention_set_fused_dq(int on);
  * the backward has its own switch (below).  Dies where unavailable;
  * returns the previous setting. */
 int spb_cuda_attention_set_fwd_wgmma(int on);
+/* Keys per streamed tile of the wgmma forward: 64 (the default) or 128;
+ * the mma.sync kernels and the backward keep 64.  Returns the previous value. */
+int spb_cuda_attention_set_fwd_key_block(int keys);
 /* FAST backward on warpgroup products too (dQ in its own kernel, as the
  * default; set_fused_dq does not apply to it).  Dies where unavailable;
  * returns the previous setting. */

@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
 fail=0
 SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
-    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 900 \
+    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 1080 \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
 # every CSV the script promises, each with data rows from the emulation only
 for f in checks.csv timings.csv layer_checks.csv layer_timings.csv core_step.csv; do
@@ -53,9 +53,9 @@ grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
 # --profile (what Nsight Compute runs over): every flash variant's passes and
-# nothing else, each call named; 10 here (4 forwards, 6 backwards; no cuDNN)
+# nothing else, each call named; 12 here (6 forwards, 6 backwards; no cuDNN)
 prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
-if ! grep -q "^profile: 10 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 10 ]; then
+if ! grep -q "^profile: 12 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 12 ]; then
     echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
 fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
