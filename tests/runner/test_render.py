@@ -52,6 +52,36 @@ class Render(unittest.TestCase):
                          "largest difference between any two curves", "4 oom-predicted", "not run (`experiments/run"):
                 self.assertIn(frag, text)
             self.assertTrue(os.path.getsize(os.path.join(d, "fig8-loss.png")) > 2000)
+            self.assertNotIn("## GPU", text)  # no results/gpu: no GPU section
+
+    def test_report_gpu(self):
+        """experiments/report's GPU section, computed from the committed results/gpu CSVs; a failing check counts."""
+        import shutil
+        with tempfile.TemporaryDirectory() as res:
+            g = os.path.join(res, "gpu")
+            os.makedirs(g)
+            for f in ("timings", "layer_timings", "checks", "layer_checks", "strategies"):
+                shutil.copy(os.path.join(ROOT, "results", "gpu", f + ".csv"), g)
+            r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "report"), "--results", res],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(res, "REPORT.md")) as f:
+                text = f.read()
+            for frag in ("## GPU: kernels, the 7B layer and every strategy (measured, NVIDIA H200)",
+                         "406 of 406 kernel checks", "212 of 212 layer and core checks", "35 `spbench --device cuda`",
+                         "84-104 % (median 92 %)", "ours 190-209 TFLOP/s forward and 140-187 backward",
+                         "at 32768 tokens: 33.6 % of the data-sheet peak", "Ulysses 0.98-1.72"):
+                self.assertIn(frag, text)
+            # one kernel check made to fail: the section says so
+            with open(os.path.join(g, "checks.csv")) as f:
+                lines = f.read().splitlines()
+            lines[5] = lines[5].rsplit(",", 1)[0] + ",FAIL"
+            with open(os.path.join(g, "checks.csv"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+            subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "report"), "--results", res],
+                           capture_output=True, text=True, timeout=300, check=True)
+            with open(os.path.join(res, "REPORT.md")) as f:
+                self.assertIn("405 of 406 kernel checks", f.read())
 
     def test_bad_input(self):
         with tempfile.TemporaryDirectory() as out:
