@@ -31,7 +31,7 @@ done
 verdict "attention series: ours mma and wgmma, cuDNN, torch SDPA default and flash" \
     $(yes grep -q "mma kernel; ours: flash attention, wgmma kernel; ours: cuDNN through our binding; torch SDPA, default backend; torch SDPA, flash backend" "$tmp/log")
 verdict "layer series: P=1, the three strategies at P=8, torch" \
-    $(yes grep -q "ring, per-rank compute at P=8, no communication; torch eager: whole layer" "$tmp/log")
+    $(yes grep -q "ring, busiest rank (contiguous) at P=8, no comm.; torch eager: whole layer" "$tmp/log")
 
 mkdir -p "$tmp/notorch"
 cp "$src/timings.csv" "$src/layer_timings.csv" "$tmp/notorch/"
