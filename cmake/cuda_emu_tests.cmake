@@ -52,7 +52,7 @@ list(APPEND spb_emu_tests emu_wgmma_refused)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
 list(APPEND spb_emu_tests emu_gpu_strategies)
-set_tests_properties(${spb_emu_tests} PROPERTIES LABELS emu ENVIRONMENT "${spb_emu_env}" TIMEOUT 1200)
+set_tests_properties(${spb_emu_tests} PROPERTIES LABELS emu ENVIRONMENT "${spb_emu_env}" TIMEOUT 1500)
 
 # What those tests need, and nothing else of the build (scripts/test builds this target only).
 add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer spbrun
