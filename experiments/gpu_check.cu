@@ -613,6 +613,40 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     return true;
 }
 
+/* The attention operands of n tokens of the timings' shape: Q, K, V, dO
+ * random bf16, O, fp32 dQ, dK, dV zeroed, lse and the workspace; freed
+ * with the object. */
+struct attn_buffers {
+    long nq;
+    spb_bf16 *q, *k, *v, *o, *dout;
+    float *dq, *dk, *dv, *lse, *ws;
+    explicit attn_buffers(long n) : nq(n * timing.H * timing.Dh)
+    {
+        q = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq), k = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
+        v = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq), o = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
+        dout = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
+        dq = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), dk = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq);
+        dv = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq);
+        lse = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * n * timing.H);
+        ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * n * timing.H);
+        fill_bf16(q, nq), fill_bf16(k, nq), fill_bf16(v, nq), fill_bf16(dout, nq);
+        zero_grads();
+    }
+    void zero_grads()
+    {
+        SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq));
+        SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
+        SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    }
+    ~attn_buffers()
+    {
+        spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
+        spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
+    }
+    attn_buffers(const attn_buffers &) = delete;
+    attn_buffers &operator=(const attn_buffers &) = delete;
+};
+
 /* One causal sequence of N tokens, 32 heads of 128 (the timings' shape). */
 static spb_attn_desc timing_desc(long N, int causal)
 {
@@ -631,20 +665,9 @@ static spb_attn_desc timing_desc(long N, int causal)
  * whose kernel rows come in the same order.  No checks, no timings. */
 static void run_attention_profile(long N)
 {
-    const long nq = N * timing.H * timing.Dh;
-    spb_bf16 *q = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *k = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *v = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *o = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *dout = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
-    float *dq = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), *dk = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq),
-          *dv = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq),
-          *lse = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * N * timing.H),
-          *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * N * timing.H);
-    fill_bf16(q, nq), fill_bf16(k, nq), fill_bf16(v, nq), fill_bf16(dout, nq);
-    SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq));
-    SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
-    SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    attn_buffers bu(N);
+    spb_bf16 *q = bu.q, *k = bu.k, *v = bu.v, *o = bu.o, *dout = bu.dout;
+    float *dq = bu.dq, *dk = bu.dk, *dv = bu.dv, *lse = bu.lse, *ws = bu.ws;
     const spb_attn_desc d = timing_desc(N, 1);
     const bool wgmma = use_wgmma();
     int call = 0;
@@ -674,8 +697,6 @@ static void run_attention_profile(long N)
     }
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     printf("profile: %d calls\n", call);
-    spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
-    spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
 }
 
 static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int reps)
@@ -735,19 +756,10 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     spb_cuda_free(X), spb_cuda_free(Y), spb_cuda_free(W), spb_cuda_free(dW);
 
     /* flash attention, one sequence of N tokens, 32 heads of 128 */
-    long nq = maxN * H * Dh;
-    spb_bf16 *q = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *k = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *v = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *o = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq),
-             *dout = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * nq);
-    float *dq = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), *dk = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq),
-          *dv = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * nq), *lse = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * maxN * H),
-          *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * maxN * H);
-    fill_bf16(q, nq), fill_bf16(k, nq), fill_bf16(v, nq), fill_bf16(dout, nq);
-    SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq));
-    SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
-    SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    attn_buffers bu(maxN);
+    const long nq = bu.nq;
+    spb_bf16 *q = bu.q, *k = bu.k, *v = bu.v, *o = bu.o, *dout = bu.dout;
+    float *dq = bu.dq, *dk = bu.dk, *dv = bu.dv, *lse = bu.lse, *ws = bu.ws;
     double cudnn_setup_s = 0.0;
     const bool wgmma = use_wgmma();
     /* each variant's forward and backward, summed over the shapes timed:
@@ -806,9 +818,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     /* The same kernels on fp16 (the paper's runs' precision; --precision
      * fp16's attention): the flash rows again, causal, from fp16 operands. */
     fill_fp16(q, nq), fill_fp16(k, nq), fill_fp16(v, nq), fill_fp16(dout, nq);
-    SPB_CUDA_CHECK(cudaMemset(dq, 0, 4 * nq)); /* the cuDNN rows left bf16 bits there */
-    SPB_CUDA_CHECK(cudaMemset(dk, 0, 4 * nq));
-    SPB_CUDA_CHECK(cudaMemset(dv, 0, 4 * nq));
+    bu.zero_grads(); /* the cuDNN rows left bf16 bits there */
     for (long N : tokens) {
         spb_attn_desc d = timing_desc(N, 1);
         double pairs = spb_attn_visible_pairs(&d);
@@ -819,8 +829,6 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                                                             SPB_CUDA_FAST, 0); }, reps);
         timing_row("attention", "flash bwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 10.0 * Dh * pairs);
     }
-    spb_cuda_free(q), spb_cuda_free(k), spb_cuda_free(v), spb_cuda_free(o), spb_cuda_free(dout);
-    spb_cuda_free(dq), spb_cuda_free(dk), spb_cuda_free(dv), spb_cuda_free(lse), spb_cuda_free(ws);
 }
 
 /* ------------------------------------------------------------------ main -- */
