@@ -37,6 +37,17 @@ static void small_config(spb_config *c, int micro, int global)
     c->adam_eps = 1e-6;
 }
 
+/* Parameters of two decompositions after STEPS AdamW steps, max |a - b| over
+ * max |b|.  Their reduced gradients differ by fp32 rounding (~1e-10 per
+ * element here); AdamW's first step lr·g/(|g| + eps) turns a gradient
+ * change δ into up to lr·δ/eps (1e4·δ at g ≈ 0), so an element whose
+ * gradient is small moves up to ~1e-6 differently per step: 2.0e-6 after
+ * three steps on an AMD EPYC with AVX-512 (an fcproj weight; under 1e-6
+ * on the machines CI had used before).  1e-5 bounds that and is a
+ * hundredth of how far the runs move (>= 1e-3, checked in
+ * data_parallel_equals_single_rank). */
+#define PARAM_TOL 1e-5
+
 /* Runs STEPS iterations on `comm`; losses out, returns the trainer. */
 static spb_trainer *train(spb_config *c, MPI_Comm comm, spb_grid *grid, double *losses)
 {
@@ -116,7 +127,7 @@ START_TEST(data_parallel_equals_single_rank)
     }
     double rel = max_rel_diff(dp->gpt->params, ref->gpt->params, ref->gpt->num_params);
     say("parameters after %d steps: max |dp - single| / max |single| = %.3e\n", STEPS, rel);
-    ck_assert_double_le(rel, 1e-6);
+    ck_assert_double_le(rel, PARAM_TOL);
     /* The two runs must have moved: otherwise equality proves nothing. */
     spb_trainer *fresh = spb_trainer_create(&ref_cfg, &ref_grid);
     ck_assert_double_ge(max_rel_diff(fresh->gpt->params, ref->gpt->params, ref->gpt->num_params), 1e-3);
@@ -139,7 +150,7 @@ START_TEST(accumulation_equals_large_micro_batch)
     spb_trainer *t2 = train(&acc, MPI_COMM_SELF, &g2, l2);
     ck_assert_int_eq(t2->accum_steps, 4);
     for (int i = 0; i < STEPS; i++) ck_assert_double_le(fabs(l1[i] - l2[i]) / l1[i], 1e-6);
-    ck_assert_double_le(max_rel_diff(t2->gpt->params, t1->gpt->params, t1->gpt->num_params), 1e-6);
+    ck_assert_double_le(max_rel_diff(t2->gpt->params, t1->gpt->params, t1->gpt->num_params), PARAM_TOL);
     spb_trainer_destroy(t1);
     spb_trainer_destroy(t2);
     spb_grid_destroy(&g1);
