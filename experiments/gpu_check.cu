@@ -515,6 +515,23 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
            0.0);
 }
 
+/* A forward variant the caller switched on, in both block shapes and head
+ * dims in bf16 and in fp16 once (only the element conversions differ);
+ * the shape column ends in tag, after " rows=64" for 64-row blocks.
+ * Leaves 128-row blocks. */
+static void check_fwd_variant(const char *tag)
+{
+    char tag64[64];
+    snprintf(tag64, sizeof tag64, " rows=64%s", tag);
+    for (int rows = 128; rows >= 64; rows /= 2) {
+        spb_cuda_attention_set_block_rows(rows);
+        check_attention(SPB_CUDA_FAST, 64, 0, rows == 64 ? tag64 : tag);
+        check_attention(SPB_CUDA_FAST, 128, 0, rows == 64 ? tag64 : tag);
+    }
+    spb_cuda_attention_set_block_rows(128);
+    check_attention(SPB_CUDA_FAST, 128, 1, tag);
+}
+
 /* ------------------------------------------------------------ the timings -- */
 
 static double peak_tflops;
@@ -594,13 +611,26 @@ static void fill_fp16(spb_bf16 *d, long n)
 struct flash_variant {
     int rows, fused, fwd, bwd;
     const char *suffix;
-    int keys; /* keys per tile of the wgmma forward (spb_cuda_attention_set_fwd_key_block) */
+    int keys;   /* keys per tile of the wgmma forward (spb_cuda_attention_set_fwd_key_block) */
+    int blocks; /* blocks per SM the forward is built for (spb_cuda_attention_set_fwd_blocks_per_sm) */
+    int pipe;   /* the wgmma forward with the softmax overlapping P·V (spb_cuda_attention_set_fwd_pipelined) */
 };
 static const flash_variant flash_variants[] = {
-    {128, 0, 1, 1, "mma", 64},           {64, 0, 1, 1, "mma, 64 rows", 64}, {64, 1, 0, 1, "mma, 64 rows, fused dQ", 64},
-    {128, 1, 0, 1, "mma, fused dQ", 64}, {128, 0, 2, 2, "wgmma", 64},       {64, 0, 2, 2, "wgmma, 64 rows", 64},
-    /* the wgmma forward on 128-key tiles (not a spbench option until timed) */
-    {128, 0, 2, 0, "wgmma, 128 keys", 128}, {64, 0, 2, 0, "wgmma, 64 rows, 128 keys", 128}};
+    {128, 0, 1, 1, "mma", 64, 1, 0},
+    {64, 0, 1, 1, "mma, 64 rows", 64, 1, 0},
+    {64, 1, 0, 1, "mma, 64 rows, fused dQ", 64, 1, 0},
+    {128, 1, 0, 1, "mma, fused dQ", 64, 1, 0},
+    {128, 0, 2, 2, "wgmma", 64, 1, 0},
+    {64, 0, 2, 2, "wgmma, 64 rows", 64, 1, 0},
+    /* the wgmma forward on 128-key tiles, both forwards with registers
+     * capped for two blocks per SM (not spbench options until timed) */
+    {128, 0, 2, 0, "wgmma, 128 keys", 128, 1, 0},
+    {64, 0, 2, 0, "wgmma, 64 rows, 128 keys", 128, 1, 0},
+    {128, 0, 1, 0, "mma, 2 blocks/SM", 64, 2, 0},
+    {128, 0, 2, 0, "wgmma, 2 blocks/SM", 64, 2, 0},
+    /* and the wgmma forward with the softmax overlapping the P·V product */
+    {128, 0, 2, 0, "wgmma, pipelined", 64, 1, 1},
+    {64, 0, 2, 0, "wgmma, 64 rows, pipelined", 64, 1, 1}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
@@ -609,6 +639,8 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     spb_cuda_attention_set_block_rows(vr.rows);
     spb_cuda_attention_set_fused_dq(vr.fused);
     spb_cuda_attention_set_fwd_key_block(vr.keys);
+    spb_cuda_attention_set_fwd_blocks_per_sm(vr.blocks);
+    spb_cuda_attention_set_fwd_pipelined(vr.pipe);
     if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
     return true;
 }
@@ -657,6 +689,36 @@ static spb_attn_desc timing_desc(long N, int causal)
     d.q_token_stride = d.k_token_stride = d.o_token_stride = timing.H * timing.Dh;
     d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * timing.H * timing.Dh;
     return d;
+}
+
+/* How many blocks and warps of each flash forward variant an SM holds, by
+ * the CUDA runtime (registers and shared memory of the compiled kernel):
+ * the first GPU run found every variant at 8 warps per SM, too few to hide
+ * the latency of one warp's chain of products, softmax and products
+ * (docs/GPU.md).  One row per variant and head dim; printed and to csv. */
+static void report_fwd_occupancy(FILE *csv)
+{
+    const bool wgmma = use_wgmma();
+    printf("\n%-36s %4s %7s %6s %5s %8s %6s\n", "forward kernel", "D", "blocks", "warps", "regs", "smem", "local");
+    for (const auto &vr : flash_variants) {
+        if (!vr.fwd || !select_flash_variant(vr, wgmma)) continue;
+        for (int D = 64; D <= 128; D *= 2) {
+            spb_cuda_occupancy o = spb_cuda_attention_fwd_occupancy(D, 0);
+            char nm[64];
+            snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
+            printf("%-36s %4d %7d %6d %5d %8ld %6ld\n", nm, D, o.blocks_per_sm, o.warps_per_sm, o.registers,
+                   o.smem_bytes, o.local_bytes);
+            if (!csv) continue;
+            char f[6][24];
+            snprintf(f[0], 24, "%d", D), snprintf(f[1], 24, "%d", o.blocks_per_sm);
+            snprintf(f[2], 24, "%d", o.warps_per_sm), snprintf(f[3], 24, "%d", o.registers);
+            snprintf(f[4], 24, "%ld", o.smem_bytes), snprintf(f[5], 24, "%ld", o.local_bytes);
+            const char *row[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, nm, f[0], f[1], f[2], f[3],
+                                 f[4], f[5]};
+            for (int i = 0; i < 11; i++) spb_csv_field(csv, row[i], i == 10);
+        }
+    }
+    select_flash_variant(flash_variants[0], wgmma);
 }
 
 /* --profile: each flash variant's forward and backward, then cuDNN's, once
@@ -781,7 +843,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     ms = time_ms(fwd, reps);
                     snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-                    if (vr.keys == 64) fwd_sum[vr.fwd == 2][vr.rows == 64] += ms; /* the sums: spbench's options */
+                    if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe) /* the sums: spbench's options */
+                        fwd_sum[vr.fwd == 2][vr.rows == 64] += ms;
                 }
                 if (!vr.bwd) continue;
                 fwd(); /* O and lse from this variant's forward */
@@ -904,6 +967,12 @@ int main(int argc, char **argv)
     }
     spb_cuda_attention_set_fused_dq(0);
     spb_cuda_attention_set_block_rows(128);
+    /* the forward with registers capped for two blocks per SM (Q's
+     * fragments from shared memory): bf16, both head dims */
+    spb_cuda_attention_set_fwd_blocks_per_sm(2);
+    check_attention(SPB_CUDA_FAST, 64, 0, " blocks=2");
+    check_attention(SPB_CUDA_FAST, 128, 0, " blocks=2");
+    spb_cuda_attention_set_fwd_blocks_per_sm(1);
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {
         check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
@@ -923,17 +992,18 @@ int main(int argc, char **argv)
                 check_attention(SPB_CUDA_FAST, 128, fp16, rows == 64 ? " rows=64 wgmma" : " wgmma");
             }
         }
-        /* the forward on 128-key tiles: both block shapes and head dims in
-         * bf16, and fp16 once (only the element conversions differ) */
+        /* the forward on 128-key tiles */
         spb_cuda_attention_set_fwd_key_block(128);
-        for (int rows = 128; rows >= 64; rows /= 2) {
-            spb_cuda_attention_set_block_rows(rows);
-            check_attention(SPB_CUDA_FAST, 64, 0, rows == 64 ? " rows=64 wgmma keys=128" : " wgmma keys=128");
-            check_attention(SPB_CUDA_FAST, 128, 0, rows == 64 ? " rows=64 wgmma keys=128" : " wgmma keys=128");
-        }
-        spb_cuda_attention_set_block_rows(128);
-        check_attention(SPB_CUDA_FAST, 128, 1, " wgmma keys=128");
+        check_fwd_variant(" wgmma keys=128");
         spb_cuda_attention_set_fwd_key_block(64);
+        spb_cuda_attention_set_fwd_blocks_per_sm(2);
+        check_attention(SPB_CUDA_FAST, 64, 0, " wgmma blocks=2");
+        check_attention(SPB_CUDA_FAST, 128, 0, " wgmma blocks=2");
+        spb_cuda_attention_set_fwd_blocks_per_sm(1);
+        /* the pipelined forward (products in flight across the softmax) */
+        spb_cuda_attention_set_fwd_pipelined(1);
+        check_fwd_variant(" wgmma pipelined");
+        spb_cuda_attention_set_fwd_pipelined(0);
         spb_cuda_attention_set_fwd_wgmma(0);
         spb_cuda_attention_set_bwd_wgmma(0);
         spb_cuda_attention_set_block_rows(128);
@@ -952,9 +1022,14 @@ int main(int argc, char **argv)
         time_csv = spb_csv_open(out, "timings.csv",
                                 "gpu,driver,cuda_runtime,git_commit,kind,name,tokens,m,n,k,causal,reps,median_ms,"
                                 "tflops,pct_of_peak");
+        FILE *occ = spb_csv_open(out, "occupancy.csv",
+                                 "gpu,driver,cuda_runtime,git_commit,kernel,head_dim,blocks_per_sm,warps_per_sm,"
+                                 "registers,smem_bytes,local_bytes");
+        report_fwd_occupancy(occ);
+        if (occ) fclose(occ);
         run_timings(g, tokens, reps);
         if (time_csv) fclose(time_csv);
-        printf("\nCSV: %s/checks.csv, %s/timings.csv\n", out, out);
+        printf("\nCSV: %s/checks.csv, %s/timings.csv, %s/occupancy.csv\n", out, out, out);
     }
     spb_cuda_gemm_destroy(g);
     return failures ? 1 : 0;

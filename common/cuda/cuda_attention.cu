@@ -43,6 +43,9 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "spb_cuda.h"
@@ -275,16 +278,22 @@ __global__ void __launch_bounds__(ST) dkv_simple(spb_attn_desc d, const spb_bf16
 
 /* rows [r0, r0 + n) of one head (base: batch and head offset) into S (row
  * stride D + PAD) by cp.async, 16 bytes per copy; rows at or past len as
- * zeros (their source is row r0, never read).  The caller commits. */
+ * zeros (their source is row r0, never read).  The caller commits.  Each
+ * thread copies the same 16-byte column of every (32 W / (D / 8))-th row:
+ * its addresses are worked out once, not per copy (the copy loop was a
+ * fifth of the forward's instructions per tile). */
 template <int n, int D, int W>
 __device__ __forceinline__ void load_rows_async(void *S, const spb_bf16 *g, long base, long stride, int r0, int len)
 {
-    constexpr int CHUNKS = D / 8;
-    for (int e = threadIdx.x; e < n * CHUNKS; e += 32 * W) {
-        int r = e / CHUNKS, c = e % CHUNKS;
-        bool in = r0 + r < len;
-        spb_cp_async16((uint16_t *)S + r * (D + PAD) + c * 8, g + base + (long)(in ? r0 + r : r0) * stride + c * 8,
-                       in ? 16 : 0);
+    constexpr int CHUNKS = D / 8, STEP = 32 * W / CHUNKS;
+    static_assert(32 * W % CHUNKS == 0 && n % STEP == 0, "whole passes of the block over the rows");
+    const int r = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+    const spb_bf16 *first = g + base + (long)r0 * stride + c * 8, *src = first + (long)r * stride;
+    uint16_t *dst = (uint16_t *)S + r * (D + PAD) + c * 8;
+    const long step = (long)STEP * stride;
+    for (int i = 0; i < n / STEP; i++) {
+        bool in = r0 + r + i * STEP < len;
+        spb_cp_async16(dst + i * STEP * (D + PAD), in ? src + i * step : first, in ? 16 : 0);
     }
 }
 
@@ -348,40 +357,69 @@ __device__ __forceinline__ void mma_p_m(float out[D / 8][4], const float p[8][4]
  * (this lane: rows g, g + 8; columns 8 nt + 2t, + 1). ---------------------- */
 /* The forward's online softmax of one key tile (keys j0..j0 + 8 NT - 1), as in
  * FlashAttention-2: s (raw products) becomes P = exp2(S·c - m) in place, m
- * and l of the lane's two rows move on, and O's rows are rescaled.  masked:
- * the tile crosses the sequence's end or the diagonal (per-element masks). */
-template <int D, int NT = 8>
-__device__ __forceinline__ void online_softmax_tile(float (*s)[4], float m[2], float l[2], float oacc[D / 8][4],
-                                                    const spb_attn_desc &d, int j0, bool masked, const long qpos[2],
-                                                    float c, int t)
+ * (in the scaled log2 units of S·c) and l of the lane's two rows move on,
+ * and O's rows are rescaled by corr (online_softmax_tile; the pipelined
+ * forward rescales later, rescale_rows).  The row maximum is taken over raw S (c > 0:
+ * the same element wins), so each probability is one fused multiply-add
+ * and one ex2.  MASKED: the tile crosses the sequence's end or the
+ * diagonal (per-element masks); a separate body, so that the other tiles
+ * carry no selects. */
+template <int NT, bool MASKED>
+__device__ __forceinline__ void softmax_stats_body(float (*s)[4], float m[2], float l[2], float corr[2],
+                                                   const spb_attn_desc &d, int j0, const long qpos[2], float c, int t)
 {
     float mx[2] = {-INFINITY, -INFINITY};
     for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
-            int j = j0 + nt * 8 + 2 * t + (e & 1);
-            bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]));
-            s[nt][e] = vis ? s[nt][e] * c : -INFINITY;
+            if (MASKED) {
+                int j = j0 + nt * 8 + 2 * t + (e & 1);
+                if (!(j < d.k_len && (!d.causal || d.k_offset + j <= qpos[e >> 1]))) s[nt][e] = -INFINITY;
+            }
             mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
         }
-    float corr[2], base[2];
+    float base[2];
     for (int x = 0; x < 2; x++) {
         mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
         mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
-        float mn = fmaxf(m[x], mx[x]);
+        float mn = fmaxf(m[x], mx[x] * c);
         base[x] = mn == -INFINITY ? 0.0f : mn; /* a row with nothing visible yet */
-        corr[x] = exp2f(m[x] - base[x]);
+        corr[x] = spb_ex2(m[x] - base[x]);
         m[x] = mn;
         l[x] *= corr[x];
     }
     for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
-            s[nt][e] = exp2f(s[nt][e] - base[e >> 1]);
+            s[nt][e] = spb_ex2(fmaf(s[nt][e], c, -base[e >> 1]));
             l[e >> 1] += s[nt][e];
         }
+}
+/* ... without O: P, m and l move on, corr is the factor O's rows take
+ * (rescale_rows) once no product still adds to O */
+template <int NT = 8>
+__device__ __forceinline__ void softmax_stats_tile(float (*s)[4], float m[2], float l[2], float corr[2],
+                                                   const spb_attn_desc &d, int j0, bool masked, const long qpos[2],
+                                                   float c, int t)
+{
+    if (masked)
+        softmax_stats_body<NT, true>(s, m, l, corr, d, j0, qpos, c, t);
+    else
+        softmax_stats_body<NT, false>(s, m, l, corr, d, j0, qpos, c, t);
+}
+template <int D> __device__ __forceinline__ void rescale_rows(float oacc[D / 8][4], const float corr[2])
+{
     for (int dn = 0; dn < D / 8; dn++) {
         oacc[dn][0] *= corr[0], oacc[dn][1] *= corr[0];
         oacc[dn][2] *= corr[1], oacc[dn][3] *= corr[1];
     }
+}
+template <int D, int NT = 8>
+__device__ __forceinline__ void online_softmax_tile(float (*s)[4], float m[2], float l[2], float oacc[D / 8][4],
+                                                    const spb_attn_desc &d, int j0, bool masked, const long qpos[2],
+                                                    float c, int t)
+{
+    float corr[2];
+    softmax_stats_tile<NT>(s, m, l, corr, d, j0, masked, qpos, c, t);
+    rescale_rows<D>(oacc, corr);
 }
 
 /* After the last tile: O = oacc / l (rounded to T) and lse of query rows
@@ -420,34 +458,61 @@ __device__ __forceinline__ void query_row_stats(const spb_attn_desc &d, const fl
     }
 }
 
-/* dQ: s (raw S of query rows x keys j0..) becomes dS = P (dP - D) */
+/* dQ: s (raw S of query rows x keys j0..) becomes dS = P (dP - D); MASKED
+ * as in softmax_stats_body (a separate body for the masked tiles) */
+template <bool MASKED>
+__device__ __forceinline__ void ds_of_rows_body(float s[8][4], const float dp[8][4], const spb_attn_desc &d, int j0,
+                                                const long qpos[2], const float L2[2], const float Dl[2], float c,
+                                                int t)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            int x = e >> 1;
+            float p = spb_ex2(fmaf(s[nt][e], c, -L2[x]));
+            if (MASKED) {
+                int j = j0 + nt * 8 + 2 * t + (e & 1);
+                if (!(j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]))) p = 0.0f;
+            }
+            s[nt][e] = p * (dp[nt][e] - Dl[x]);
+        }
+}
 __device__ __forceinline__ void ds_of_rows(float s[8][4], const float dp[8][4], const spb_attn_desc &d, int j0,
                                            bool masked, const long qpos[2], const float L2[2], const float Dl[2],
                                            float c, int t)
 {
-    for (int nt = 0; nt < 8; nt++)
-        for (int e = 0; e < 4; e++) {
-            int j = j0 + nt * 8 + 2 * t + (e & 1), x = e >> 1;
-            bool vis = !masked || (j < d.k_len && (!d.causal || d.k_offset + j <= qpos[x]));
-            float p = vis ? exp2f(s[nt][e] * c - L2[x]) : 0.0f;
-            s[nt][e] = p * (dp[nt][e] - Dl[x]);
-        }
+    if (masked)
+        ds_of_rows_body<true>(s, dp, d, j0, qpos, L2, Dl, c, t);
+    else
+        ds_of_rows_body<false>(s, dp, d, j0, qpos, L2, Dl, c, t);
 }
 
 /* dK/dV, transposed (rows: keys kpos; columns: queries i0..): s becomes Pᵀ
  * and dp becomes dSᵀ; Lc, Dc: the query tile's lse (log2) and D */
+template <bool MASKED>
+__device__ __forceinline__ void pt_dst_of_keys_body(float s[8][4], float dp[8][4], const spb_attn_desc &d, int i0,
+                                                    const long kpos[2], const bool kin[2], const float *Lc,
+                                                    const float *Dc, float c, int t)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            int col = nt * 8 + 2 * t + (e & 1), x = e >> 1;
+            float p = spb_ex2(fmaf(s[nt][e], c, -Lc[col]));
+            if (MASKED) {
+                int i = i0 + col;
+                if (!(kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i))) p = 0.0f;
+            }
+            s[nt][e] = p;
+            dp[nt][e] = p * (dp[nt][e] - Dc[col]);
+        }
+}
 __device__ __forceinline__ void pt_dst_of_keys(float s[8][4], float dp[8][4], const spb_attn_desc &d, int i0,
                                                bool masked, const long kpos[2], const bool kin[2], const float *Lc,
                                                const float *Dc, float c, int t)
 {
-    for (int nt = 0; nt < 8; nt++)
-        for (int e = 0; e < 4; e++) {
-            int col = nt * 8 + 2 * t + (e & 1), i = i0 + col, x = e >> 1;
-            bool vis = !masked || (kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i));
-            float p = vis ? exp2f(s[nt][e] * c - Lc[col]) : 0.0f;
-            s[nt][e] = p;
-            dp[nt][e] = p * (dp[nt][e] - Dc[col]);
-        }
+    if (masked)
+        pt_dst_of_keys_body<true>(s, dp, d, i0, kpos, kin, Lc, Dc, c, t);
+    else
+        pt_dst_of_keys_body<false>(s, dp, d, i0, kpos, kin, Lc, Dc, c, t);
 }
 
 /* fp32 rows row0 + g (+ 8) below `len` of a [token][...] tensor at base
@@ -481,8 +546,14 @@ template <int W> __device__ __forceinline__ int query_tile_first(const spb_attn_
     return (d.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * 16 * W;
 }
 
-template <typename T, int D, int W>
-__global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+/* MINB: blocks per SM the registers must allow (__launch_bounds__).  1: as
+ * many registers as the kernel wants (about 175 at head dim 128: one block
+ * of 8 warps per SM, 8 warps per SM at 4 too, by registers or shared
+ * memory); 2 with 8 warps: 128 registers, so that two blocks (16 warps)
+ * share an SM, Q's fragments read from shared memory at every tile instead
+ * of held (their 32 registers). */
+template <typename T, int D, int W, int MINB>
+__global__ void __launch_bounds__(32 * W, MINB) fwd_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                     const spb_bf16 *v, spb_bf16 *o, float *lse)
 {
     constexpr int LD = D + PAD;
@@ -502,8 +573,10 @@ __global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf
     spb_cp_async_commit();
     spb_cp_async_wait<0>();
     __syncthreads();
-    uint32_t qf[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) ldm_a<LD>(qf[kc], Qs, r, kc * 16, lane);
+    constexpr bool QREG = MINB == 1; /* Q's fragments in registers */
+    uint32_t qf[QREG ? D / 16 : 1][4];
+    if (QREG)
+        for (int kc = 0; kc < D / 16; kc++) ldm_a<LD>(qf[kc], Qs, r, kc * 16, lane);
 
     float oacc[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
@@ -525,13 +598,17 @@ __global__ void __launch_bounds__(32 * W) fwd_fast(spb_attn_desc d, const spb_bf
         const uint16_t *Kc = Ks + st * BC * LD, *Vc = Vs + st * BC * LD;
         float s[8][4];
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        for (int kc = 0; kc < D / 16; kc++)
-            for (int np = 0; np < 4; np++) {
-                uint32_t bf[4];
-                ldm_b_nk<LD>(bf, Kc, np * 16, kc * 16, lane);
-                elem<T>::mma(s[2 * np], qf[kc], bf[0], bf[1]);
-                elem<T>::mma(s[2 * np + 1], qf[kc], bf[2], bf[3]);
-            }
+        if (QREG) {
+            for (int kc = 0; kc < D / 16; kc++)
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bf[4];
+                    ldm_b_nk<LD>(bf, Kc, np * 16, kc * 16, lane);
+                    elem<T>::mma(s[2 * np], qf[QREG ? kc : 0], bf[0], bf[1]);
+                    elem<T>::mma(s[2 * np + 1], qf[QREG ? kc : 0], bf[2], bf[3]);
+                }
+        } else {
+            mma_rows_rowsT<T, D>(s, Qs, r, Kc, lane);
+        }
         /* per-element masks only where the tile crosses the sequence's end or the diagonal */
         const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
         online_softmax_tile<D>(s, m, l, oacc, d, j0, masked, qpos, c, t);
@@ -756,12 +833,15 @@ template <int R, int D, int NT>
 __device__ __forceinline__ void load_rows_cm(unsigned char *S, const spb_bf16 *g, long base, long stride, int r0,
                                              int len)
 {
-    constexpr int CHUNKS = D / 8;
-    for (int e = threadIdx.x; e < R * CHUNKS; e += NT) {
-        int r = e / CHUNKS, c = e % CHUNKS;
-        bool in = r0 + r < len;
-        spb_cp_async16(S + 16 * (r % 8) + 128 * (r / 8) + c * cm_stride<R>(),
-                       g + base + (long)(in ? r0 + r : r0) * stride + c * 8, in ? 16 : 0);
+    constexpr int CHUNKS = D / 8, STEP = NT / CHUNKS; /* as load_rows_async: fixed column, every STEP-th row */
+    static_assert(NT % CHUNKS == 0 && R % STEP == 0 && STEP % 8 == 0, "whole passes of whole core matrices");
+    const int r = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+    const spb_bf16 *first = g + base + (long)r0 * stride + c * 8, *src = first + (long)r * stride;
+    unsigned char *dst = S + 16 * (r % 8) + 128 * (r / 8) + c * cm_stride<R>();
+    const long step = (long)STEP * stride;
+    for (int i = 0; i < R / STEP; i++) {
+        bool in = r0 + r + i * STEP < len;
+        spb_cp_async16(dst + 16 * i * STEP, in ? src + i * step : first, in ? 16 : 0);
     }
 }
 
@@ -776,14 +856,23 @@ template <typename T, int KK = 4> __device__ __forceinline__ void c_to_a(uint32_
     }
 }
 
-/* acc (64 x D) += A (64 x R, registers) · M (R rows x D, a core-matrix tile read MN-major); waits */
+/* acc (64 x D) += A (64 x R, registers) · M (R rows x D, a core-matrix tile
+ * read MN-major), one committed group: acc, a and M stay untouched until a
+ * wait covers it */
 template <int FP16, int D, int R = BC>
-__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t (*a)[4], const unsigned char *M)
+__device__ __forceinline__ void wgmma_a_regs_times_tile_issue(float *acc, const uint32_t (*a)[4],
+                                                              const unsigned char *M)
 {
     const uint64_t desc = spb_wgmma_desc(M, 128, cm_stride<R>());
     spb_wgmma_fence();
     for (int kk = 0; kk < R / 16; kk++) spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_add(desc, 2 * kk * 128));
     spb_wgmma_commit();
+}
+/* ... and waited */
+template <int FP16, int D, int R = BC>
+__device__ __forceinline__ void wgmma_a_regs_times_tile(float *acc, const uint32_t (*a)[4], const unsigned char *M)
+{
+    wgmma_a_regs_times_tile_issue<FP16, D, R>(acc, a, M);
     spb_wgmma_wait<0>();
 }
 
@@ -809,8 +898,10 @@ __device__ __forceinline__ void wgmma_two_rows_rowsT(float s[8][4], float t[8][4
     spb_wgmma_wait<0>();
 }
 
-template <typename T, int D, int WG, int KN>
-__global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+/* MINB as in fwd_fast: 2 (with WG = 2, 64-key tiles) caps the registers at
+ * 128 so that two blocks, four warpgroups, share an SM. */
+template <typename T, int D, int WG, int KN, int MINB>
+__global__ void __launch_bounds__(128 * WG, MINB) fwd_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                        const spb_bf16 *v, spb_bf16 *o, float *lse)
 {
 #ifdef SPB_WGMMA_HERE
@@ -875,6 +966,128 @@ __global__ void __launch_bounds__(128 * WG) fwd_wgmma(spb_attn_desc d, const spb
         uint32_t pa[KN / 16][4];
         c_to_a<T, KN / 16>(pa, s);
         wgmma_a_regs_times_tile<FP16, D, KN>(&oacc[0][0], pa, Vc);
+    }
+    store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
+#else
+    (void)d, (void)q, (void)k, (void)v, (void)o, (void)lse;
+    __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
+#endif
+}
+
+/* fwd_wgmma with FlashAttention-3's overlap inside a warpgroup
+ * (Shah et al. 2024, "intra-warpgroup pipelining"): at tile j the
+ * warpgroup issues S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} together, waits
+ * for S_j only, and computes P_j's softmax while the P·V product runs; O's
+ * rescale by P_j's correction waits for that product.  So K runs one tile
+ * ahead of V: iteration j copies K_{j+1} and V_j, reads K_j and V_{j-1}
+ * (two stages each, as in fwd_wgmma), and one more iteration adds the
+ * last P·V; after the tiles, a word of shared memory per thread (the
+ * softmax's anchor, below).  64-key tiles; WG warpgroups of 64 rows; MINB
+ * as in fwd_wgmma (1 only: with 128 registers ptxas spills and serialises
+ * the products).
+ * A warpgroup past its last visible causal tile issues nothing more (its
+ * tiles are a prefix: `mine`). */
+template <typename T, int D, int WG, int MINB>
+__global__ void __launch_bounds__(128 * WG, MINB) fwd_wgmma_pipe(spb_attn_desc d, const spb_bf16 *q,
+                                                                  const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
+                                                                  float *lse)
+{
+#ifdef SPB_WGMMA_HERE
+    constexpr int KN = BC, RQ = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16;
+    constexpr int QB = D / 8 * cm_stride<RQ>(), KB = D / 8 * cm_stride<KN>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *Qs = smem, *Ks = Qs + QB, *Vs = Ks + 2 * KB; /* K, V: two stages each */
+    volatile float *anchor = (volatile float *)(Vs + 2 * KB);  /* one word per thread (below) */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<4 * WG>(d);
+    /* the warpgroup's index through a broadcast, so that the compiler
+     * knows every branch on it below is uniform over the warp (products in
+     * flight across a branch it cannot prove uniform get serialised) */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first row */
+    const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D;
+    const float c = d.scale * LOG2E;
+    const int n_tiles = (keys_for_rows<4 * WG>(d, i0) + KN - 1) / KN;
+    /* the tiles this warpgroup sees: all, or (causal) those starting at or before its last row */
+    int mine = n_tiles;
+    if (d.causal) {
+        const long lim = d.q_offset + i0 + 64 * wg + 63 - d.k_offset;
+        mine = lim < 0 ? 0 : (int)min((long)n_tiles, lim / KN + 1);
+    }
+
+    load_rows_cm<RQ, D, NT>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    if (n_tiles > 0) load_rows_cm<KN, D, NT>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
+    spb_cp_async_commit();
+    const uint64_t qdesc = spb_wgmma_desc(Qs + 1024 * wg, cm_stride<RQ>(), 128);
+
+    float oacc[D / 8][4];
+    for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const long qpos[2] = {d.q_offset + i0 + r + g, d.q_offset + i0 + r + g + 8};
+    const long group_first_q = d.q_offset + i0 + 64 * wg;
+    float s[KN / 8][4];
+    uint32_t pa[KN / 16][4]; /* P_{j-1} as A fragments, read by the P·V product in flight */
+
+    for (int it = 0; it <= n_tiles; it++) {
+        const int j0 = it * KN;
+        /* every warpgroup's products on the stages about to be refilled
+         * (K_{it-1}, V_{it-2}) were waited for in the previous iteration */
+        __syncthreads();
+        if (it + 1 < n_tiles)
+            load_rows_cm<KN, D, NT>(Ks + ((it + 1) & 1) * KB, k, kb, d.k_token_stride, j0 + KN, d.k_len);
+        if (it < n_tiles) load_rows_cm<KN, D, NT>(Vs + (it & 1) * KB, v, kb, d.k_token_stride, j0, d.k_len);
+        spb_cp_async_commit(); /* possibly empty: one group per iteration keeps the count */
+        spb_cp_async_wait<1>(); /* K_it and V_{it-1} have landed */
+        spb_fence_proxy_async();
+        __syncthreads();
+        const bool do_s = it < mine, do_pv = it >= 1 && it - 1 < mine; /* uniform over the warpgroup */
+        const uint64_t kdesc = spb_wgmma_desc(Ks + (it & 1) * KB, cm_stride<KN>(), 128);
+        const unsigned char *Vp = Vs + ((it - 1) & 1) * KB;
+        auto issue_s = [&] {
+            for (int nt = 0; nt < KN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            spb_wgmma_fence();
+            for (int kc = 0; kc < D / 16; kc++)
+                spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_add(qdesc, 2 * kc * cm_stride<RQ>()),
+                                          spb_wgmma_desc_add(kdesc, 2 * kc * cm_stride<KN>()), kc > 0);
+            spb_wgmma_commit();
+        };
+        /* S_it and P_{it-1}·V_{it-1} in flight together, the softmax between
+         * the two waits: straight-line code for each mask case (the
+         * compiler serialises products in flight across a branch), the
+         * mask decided per warpgroup (every warp of it takes one path) */
+        auto both = [&](auto masked_tag) {
+            float corr[2];
+            issue_s();
+            wgmma_a_regs_times_tile_issue<FP16, D, KN>(&oacc[0][0], pa, Vp);
+            spb_wgmma_wait<1>(); /* S_it done; P_{it-1}·V_{it-1} may still run */
+            softmax_stats_body<KN / 8, decltype(masked_tag)::value>(s, m, l, corr, d, j0, qpos, c, t);
+            /* The row sums (which need every exponential) to this thread's
+             * scratch word before the wait: ptxas keeps a shared store
+             * ahead of the wait, and so the softmax between the waits.
+             * Without it ptxas moved the exponentials past the second wait
+             * (the SASS showed it), and the overlap with them. */
+            anchor[threadIdx.x] = l[0] + l[1];
+            spb_wgmma_wait<0>(); /* O and pa are free again */
+            rescale_rows<D>(oacc, corr);
+            c_to_a<T, KN / 16>(pa, s);
+        };
+        const bool masked = j0 + KN > d.k_len || (d.causal && d.k_offset + j0 + KN - 1 > group_first_q);
+        if (do_s && do_pv) {
+            if (masked)
+                both(std::true_type());
+            else
+                both(std::false_type());
+        } else if (do_s) { /* the first tile: nothing to add yet */
+            float corr[2];
+            issue_s();
+            spb_wgmma_wait<0>();
+            softmax_stats_tile<KN / 8>(s, m, l, corr, d, j0, masked, qpos, c, t);
+            rescale_rows<D>(oacc, corr);
+            c_to_a<T, KN / 16>(pa, s);
+        } else if (do_pv) { /* after the last tile: its P·V */
+            wgmma_a_regs_times_tile_issue<FP16, D, KN>(&oacc[0][0], pa, Vp);
+            spb_wgmma_wait<0>();
+        }
     }
     store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
 #else
@@ -1114,6 +1327,61 @@ extern "C" int spb_cuda_attention_set_fwd_key_block(int keys)
 }
 extern "C" int spb_cuda_attention_set_bwd_wgmma(int on) { return set_wgmma(&fast_bwd_wgmma, on, "backward"); }
 
+/* Blocks per SM the fast forward is compiled for (MINB of fwd_fast and
+ * fwd_wgmma): 1 (the default) or 2, which needs 128-row blocks and, on
+ * wgmma, 64-key tiles (two blocks of the other shapes do not fit in shared
+ * memory, or fit already). */
+static int fast_fwd_blocks = 1;
+extern "C" int spb_cuda_attention_set_fwd_blocks_per_sm(int blocks)
+{
+    if (blocks != 1 && blocks != 2) SPB_DIE("CUDA attention: %d blocks per SM for the forward (1 or 2)", blocks);
+    int old = fast_fwd_blocks;
+    fast_fwd_blocks = blocks;
+    return old;
+}
+/* The wgmma forward with FlashAttention-3's overlap of the softmax and
+ * the P·V product (fwd_wgmma_pipe): off unless a caller asks; 64-key
+ * tiles, one block per SM. */
+static bool fast_fwd_pipe = false;
+extern "C" int spb_cuda_attention_set_fwd_pipelined(int on)
+{
+    int old = fast_fwd_pipe;
+    fast_fwd_pipe = on != 0;
+    return old;
+}
+
+/* why the current switches cannot be launched together, or NULL */
+static const char *fwd_switches_clash(void)
+{
+    if (fast_fwd_pipe && !fast_fwd_wgmma) return "the pipelined forward is a wgmma forward (--flash-fwd wgmma)";
+    if (fast_fwd_pipe && fast_fwd_keys != BC) return "the pipelined forward takes 64-key tiles";
+    /* two products' registers in flight: capped at 128 it spills and ptxas serialises the products */
+    if (fast_fwd_pipe && fast_fwd_blocks != 1) return "the pipelined forward runs one block per SM";
+    if (fast_fwd_blocks == 1) return nullptr;
+    if (fast_block_rows != 128) return "2 blocks per SM need 128-row blocks (--flash-block-rows 128)";
+    if (fast_fwd_wgmma && fast_fwd_keys != BC) return "2 blocks per SM need the wgmma forward's 64-key tiles";
+    return nullptr;
+}
+
+/* What the CUDA runtime says of one kernel at this block size and shared
+ * memory (the GPU check prints it beside the kernel's time); zeros under
+ * the CPU emulation, which knows no registers. */
+template <typename K>
+static void occupancy_of(spb_cuda_occupancy *o, K kernel, int threads, size_t smem)
+{
+    memset(o, 0, sizeof *o);
+#ifndef SPB_CUDA_EMU
+    int blocks = 0;
+    cudaFuncAttributes fa;
+    SPB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+    SPB_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    o->blocks_per_sm = blocks, o->warps_per_sm = blocks * threads / 32, o->registers = fa.numRegs;
+    o->smem_bytes = (long)smem, o->local_bytes = (long)fa.localSizeBytes;
+#else
+    (void)kernel, (void)threads, (void)smem;
+#endif
+}
+
 static int fast_ok(const spb_attn_desc *d, const void *const *ptrs, int nptr)
 {
     if (d->head_dim != 64 && d->head_dim != 128) return 0;
@@ -1147,15 +1415,16 @@ extern "C" float *spb_cuda_attention_workspace(long n)
 /* The fast kernels' launches.  Shared memory: 16-bit tiles of rows padded
  * to D + PAD (the 16 W resident rows, two stages of each streamed tile),
  * and dK/dV's row statistics (two stages). */
-template <typename T, int D, int W>
+template <typename T, int D, int W, int MINB>
 static void fwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
-                            spb_bf16 *o, float *lse, cudaStream_t s)
+                            spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query = nullptr)
 {
     const size_t sm = 2 * (size_t)(16 * W + 4 * BC) * (D + PAD);
-    static const bool allowed = allow_smem(fwd_fast<T, D, W>, sm);
+    static const bool allowed = allow_smem(fwd_fast<T, D, W, MINB>, sm);
     (void)allowed;
+    if (query) return occupancy_of(query, fwd_fast<T, D, W, MINB>, 32 * W, sm);
     dim3 grid((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
-    fwd_fast<T, D, W><<<grid, 32 * W, sm, s>>>(*d, q, k, v, o, lse);
+    fwd_fast<T, D, W, MINB><<<grid, 32 * W, sm, s>>>(*d, q, k, v, o, lse);
 }
 template <typename T, int D, int W>
 static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -1181,26 +1450,92 @@ static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
 
 /* Shared memory: the resident query rows and two stages of K and V, in
  * core-matrix tiles (cm_stride). */
-template <typename T, int D, int WG, int KN>
+template <typename T, int D, int WG, int KN, int MINB>
 static void fwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
-                             spb_bf16 *o, float *lse, cudaStream_t s)
+                             spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query = nullptr)
 {
     const size_t sm = (size_t)(D / 8) * (cm_stride<64 * WG>() + 4 * cm_stride<KN>());
-    static const bool allowed = allow_smem(fwd_wgmma<T, D, WG, KN>, sm);
+    static const bool allowed = allow_smem(fwd_wgmma<T, D, WG, KN, MINB>, sm);
     (void)allowed;
+    if (query) return occupancy_of(query, fwd_wgmma<T, D, WG, KN, MINB>, 128 * WG, sm);
     dim3 grid((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
-    fwd_wgmma<T, D, WG, KN><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
+    fwd_wgmma<T, D, WG, KN, MINB><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
 }
 
-/* The wgmma forward's key tile: WG and KN picked at run time. */
-template <typename T, int D>
-static void fwd_wgmma_pick(bool wide, int keys, const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
-                           const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s)
+template <typename T, int D, int WG, int MINB>
+static void fwd_wgmma_pipe_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                  spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query)
 {
-    if (keys == 128)
-        wide ? fwd_wgmma_launch<T, D, 2, 128>(d, q, k, v, o, lse, s) : fwd_wgmma_launch<T, D, 1, 128>(d, q, k, v, o, lse, s);
+    const size_t sm = (size_t)(D / 8) * (cm_stride<64 * WG>() + 4 * cm_stride<BC>()) + sizeof(float) * 128 * WG;
+    static const bool allowed = allow_smem(fwd_wgmma_pipe<T, D, WG, MINB>, sm);
+    (void)allowed;
+    if (query) return occupancy_of(query, fwd_wgmma_pipe<T, D, WG, MINB>, 128 * WG, sm);
+    dim3 grid((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
+    fwd_wgmma_pipe<T, D, WG, MINB><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
+}
+
+/* The wgmma forward's shape picked at run time: WG, KN and MINB (two
+ * blocks per SM only with 128 rows and 64-key tiles: fwd_switches_clash; the pipelined kernel with fast_fwd_pipe).
+ * query: fill it instead of launching. */
+template <typename T, int D>
+static void fwd_wgmma_pick(bool wide, int keys, int blocks, const spb_attn_desc *d, const spb_bf16 *q,
+                           const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s,
+                           spb_cuda_occupancy *query = nullptr)
+{
+    if (fast_fwd_pipe)
+        wide ? fwd_wgmma_pipe_launch<T, D, 2, 1>(d, q, k, v, o, lse, s, query)
+             : fwd_wgmma_pipe_launch<T, D, 1, 1>(d, q, k, v, o, lse, s, query);
+    else if (blocks == 2)
+        fwd_wgmma_launch<T, D, 2, BC, 2>(d, q, k, v, o, lse, s, query);
+    else if (keys == 128)
+        wide ? fwd_wgmma_launch<T, D, 2, 128, 1>(d, q, k, v, o, lse, s, query)
+             : fwd_wgmma_launch<T, D, 1, 128, 1>(d, q, k, v, o, lse, s, query);
     else
-        wide ? fwd_wgmma_launch<T, D, 2, BC>(d, q, k, v, o, lse, s) : fwd_wgmma_launch<T, D, 1, BC>(d, q, k, v, o, lse, s);
+        wide ? fwd_wgmma_launch<T, D, 2, BC, 1>(d, q, k, v, o, lse, s, query)
+             : fwd_wgmma_launch<T, D, 1, BC, 1>(d, q, k, v, o, lse, s, query);
+}
+/* The mma.sync forward's: W and MINB */
+template <typename T, int D>
+static void fwd_fast_pick(bool wide, int blocks, const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
+                          const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s,
+                          spb_cuda_occupancy *query = nullptr)
+{
+    if (blocks == 2)
+        fwd_fast_launch<T, D, 8, 2>(d, q, k, v, o, lse, s, query);
+    else
+        wide ? fwd_fast_launch<T, D, 8, 1>(d, q, k, v, o, lse, s, query)
+             : fwd_fast_launch<T, D, 4, 1>(d, q, k, v, o, lse, s, query);
+}
+
+/* The residency of the fast forward the switches pick for this head dim
+ * and element type (no launch) */
+extern "C" spb_cuda_occupancy spb_cuda_attention_fwd_occupancy(int head_dim, int fp16)
+{
+    spb_cuda_occupancy o;
+    memset(&o, 0, sizeof o);
+    const char *why = fwd_switches_clash();
+    if (why) SPB_DIE("CUDA attention: the forward's switches: %s", why);
+    if (head_dim != 64 && head_dim != 128) SPB_DIE("CUDA attention: head_dim %d (64 or 128)", head_dim);
+    const bool wide = fast_block_rows == 128;
+    auto pick = [&](auto t) {
+        using T = decltype(t);
+        if (fast_fwd_wgmma)
+            head_dim == 64
+                ? fwd_wgmma_pick<T, 64>(wide, fast_fwd_keys, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr,
+                                        nullptr, nullptr, 0, &o)
+                : fwd_wgmma_pick<T, 128>(wide, fast_fwd_keys, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, nullptr, 0, &o);
+        else
+            head_dim == 64 ? fwd_fast_pick<T, 64>(wide, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                  nullptr, 0, &o)
+                           : fwd_fast_pick<T, 128>(wide, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                   nullptr, 0, &o);
+    };
+    if (fp16)
+        pick(__half());
+    else
+        pick(__nv_bfloat16());
+    return o;
 }
 
 /* Shared memory: the two resident tiles, two stages of the two streamed
@@ -1231,17 +1566,20 @@ static int attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const sp
     if (d->q_len <= 0 || d->batch <= 0 || d->heads <= 0) return impl == SPB_CUDA_FAST;
     const void *ptrs[4] = {q, k, v, o};
     int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4), wide = fast_block_rows == 128;
+    if (fast) {
+        const char *why = fwd_switches_clash();
+        if (why) SPB_DIE("CUDA attention: the forward's switches: %s", why);
+    }
     if (fast && fast_fwd_wgmma) {
         if (d->head_dim == 64)
-            fwd_wgmma_pick<T, 64>(wide, fast_fwd_keys, d, q, k, v, o, lse, s);
+            fwd_wgmma_pick<T, 64>(wide, fast_fwd_keys, fast_fwd_blocks, d, q, k, v, o, lse, s);
         else
-            fwd_wgmma_pick<T, 128>(wide, fast_fwd_keys, d, q, k, v, o, lse, s);
+            fwd_wgmma_pick<T, 128>(wide, fast_fwd_keys, fast_fwd_blocks, d, q, k, v, o, lse, s);
     } else if (fast) {
         if (d->head_dim == 64)
-            wide ? fwd_fast_launch<T, 64, 8>(d, q, k, v, o, lse, s) : fwd_fast_launch<T, 64, 4>(d, q, k, v, o, lse, s);
+            fwd_fast_pick<T, 64>(wide, fast_fwd_blocks, d, q, k, v, o, lse, s);
         else
-            wide ? fwd_fast_launch<T, 128, 8>(d, q, k, v, o, lse, s)
-                 : fwd_fast_launch<T, 128, 4>(d, q, k, v, o, lse, s);
+            fwd_fast_pick<T, 128>(wide, fast_fwd_blocks, d, q, k, v, o, lse, s);
     } else {
         dim3 grid((d->q_len + ST - 1) / ST, d->heads, d->batch);
         if (d->head_dim == 64)

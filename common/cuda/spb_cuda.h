@@ -175,6 +175,26 @@ int spb_cuda_attention_set_fwd_key_block(int keys);
  * default; set_fused_dq does not apply to it).  Dies where unavailable;
  * returns the previous setting. */
 int spb_cuda_attention_set_bwd_wgmma(int on);
+/* Blocks per SM the FAST forward (mma.sync or wgmma) is compiled for: 1
+ * (the default: as many registers as it takes, 8 warps per SM at head dim
+ * 128) or 2 (registers capped at 128 so that two 128-row blocks share an
+ * SM; needs 128-row blocks and, on wgmma, 64-key tiles, else the forward
+ * dies).  Returns the previous value. */
+int spb_cuda_attention_set_fwd_blocks_per_sm(int blocks);
+/* The wgmma forward with FlashAttention-3's intra-warpgroup overlap (the
+ * next tile's S = Q·Kᵀ and this tile's P·V issued together, the softmax
+ * computed while P·V runs), on != 0; needs the wgmma forward, 64-key
+ * tiles and one block per SM, else the forward dies; either block shape.
+ * Returns the previous setting. */
+int spb_cuda_attention_set_fwd_pipelined(int on);
+/* What the CUDA runtime says of a kernel's residency on one SM. */
+typedef struct {
+    int blocks_per_sm, warps_per_sm, registers; /* registers per thread */
+    long smem_bytes, local_bytes;               /* dynamic shared memory per block; local (spill) per thread */
+} spb_cuda_occupancy;
+/* ... of the FAST forward kernel the switches above pick for this head dim
+ * and element type (no launch; zeros under the CPU emulation). */
+spb_cuda_occupancy spb_cuda_attention_fwd_occupancy(int head_dim, int fp16);
 /* A workspace for n row dots (fp32, tracked as SPB_MEM_WORKSPACE), shared
  * by the attention backward of every caller; grows, never shrinks. */
 float *spb_cuda_attention_workspace(long n);

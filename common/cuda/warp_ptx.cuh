@@ -1,7 +1,8 @@
 /* The warp-level PTX instructions the fast attention kernels use, each
  * behind one small function, and nowhere else as inline assembly: the
- * tensor-core product, ldmatrix (shared memory to operand fragments) and
- * cp.async (global to shared memory without a trip through registers).
+ * tensor-core product, ldmatrix (shared memory to operand fragments),
+ * cp.async (global to shared memory without a trip through registers) and
+ * ex2.approx (2^x on the special-function unit).
  * Under the CPU emulation (SPB_CUDA_EMU, common/cuda/emu) each calls the
  * emulator's model of the instruction instead, written from the PTX ISA.
  *
@@ -93,6 +94,25 @@ template <int N> __device__ __forceinline__ void spb_cp_async_wait(void)
     spb_emu_cp_async_wait(N);
 #else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* 2^x on the special-function unit alone (ex2.approx.ftz.f32: an error of
+ * a few units in the last place, results under 2^-126 flushed to zero,
+ * -inf -> 0).
+ * exp2f() without --use_fast_math wraps the same instruction in a range
+ * test and two multiplies for subnormal results, which a softmax
+ * probability never needs: about 100 instructions of the forward's tile
+ * (docs/GPU.md, "After the first run"). */
+__device__ __forceinline__ float spb_ex2(float x)
+{
+#ifdef SPB_CUDA_EMU
+    float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.0f : r;
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
 #endif
 }
 

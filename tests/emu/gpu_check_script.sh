@@ -16,7 +16,7 @@ SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
     "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 1080 \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
 # every CSV the script promises, each with data rows from the emulation only
-for f in checks.csv timings.csv layer_checks.csv layer_timings.csv core_step.csv; do
+for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv core_step.csv; do
     if [ ! -s "$out/$f" ]; then
         echo "FAIL: $out/$f missing or empty"
         fail=1
@@ -26,11 +26,14 @@ for f in checks.csv timings.csv layer_checks.csv layer_timings.csv core_step.csv
     [ "$rows" -ge 1 ] || { echo "FAIL: $f has no data rows"; fail=1; }
     echo "$f: $rows rows"
 done
-for f in checks.csv timings.csv layer_checks.csv layer_timings.csv; do
+for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv; do
     [ -s "$out/$f" ] || continue
     bad=$(tail -n +2 "$out/$f" | grep -vc '^CPU emulation of a CUDA device (no GPU),' || true)
     [ "$bad" -eq 0 ] || { echo "FAIL: $bad rows of $f do not name the emulation as their GPU"; fail=1; }
 done
+# one occupancy row per forward variant and head dim (10 x 2; zeros on the emulation)
+[ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 20 ] &&
+    { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 20 expected"; fail=1; }
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
 # the torch companion (torch on the CPU at the smoke shape) where python3 has
 # torch: its rows must pair with ours (a ratio) for every product
@@ -53,9 +56,9 @@ grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
 # --profile (what Nsight Compute runs over): every flash variant's passes and
-# nothing else, each call named; 12 here (6 forwards, 6 backwards; no cuDNN)
+# nothing else, each call named; 16 here (10 forwards, 6 backwards; no cuDNN)
 prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
-if ! grep -q "^profile: 12 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 12 ]; then
+if ! grep -q "^profile: 16 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 16 ]; then
     echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
 fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
