@@ -31,6 +31,7 @@
 #include "cuda_device.h"
 #include "gpu_env.h"
 #include "cuda_layer.h"
+#include "cudnn_attention.h"
 #include "gpu_util.h"
 #include "layer_plan.h"
 #include "spb_cuda.h"
@@ -109,7 +110,7 @@ static double tol_loss(void) { return SPB_BF16_U; }
 #endif
 
 static env_info envi;
-static FILE *check_csv, *time_csv;
+static FILE *check_csv, *time_csv, *phase_csv;
 static int failures, checks_run;
 
 static void report_as(const char *check, const char *impl, const char *shape, const char *tensor, double err,
@@ -230,11 +231,12 @@ static void random_layer_params(const spb_cuda_layer_shape &s, const long *off, 
     }
 }
 
-static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cuda_impl impl)
+/* cudnn: the layer's attention through cuDNN (the shape says so) */
+static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cuda_impl impl, int cudnn = 0)
 {
     char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s", s.B, s.T, s.C, s.H, s.D, s.F,
-             s.causal ? "causal" : "full");
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s", s.B, s.T, s.C, s.H, s.D, s.F,
+             s.causal ? "causal" : "full", cudnn ? " cudnn" : "");
     cpu_layer L;
     L.s = s;
     L.numel = spb_cuda_layer_numel(&s, L.off, NULL);
@@ -250,6 +252,12 @@ static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cud
     std::vector<float> g0 = L.g;
 
     spb_cuda_layer *D = spb_cuda_layer_create(&s, g, impl, NULL, NULL, NULL);
+    char why[256];
+    if (cudnn && spb_cuda_layer_set_attention_cudnn(D, 1, why, sizeof why) != 0) {
+        printf("%-10s %-6s %-40s skipped: %s\n", "layer", spb_cuda_impl_name(impl), shape, why);
+        spb_cuda_layer_destroy(D);
+        return;
+    }
     SPB_CUDA_CHECK(cudaMemcpy(spb_cuda_layer_params(D), L.p.data(), 4 * L.p.size(), cudaMemcpyHostToDevice));
     SPB_CUDA_CHECK(cudaMemcpy(spb_cuda_layer_grads(D), g0.data(), 4 * g0.size(), cudaMemcpyHostToDevice));
     spb_cuda_layer_sync_params(D, 0);
@@ -539,6 +547,44 @@ static size_t layer_bytes_estimate(const spb_cuda_layer_shape &s)
     return (size_t)(params + acts + scratch + extra + io);
 }
 
+/* Where one forward + backward step of the layer spends its time: CUDA
+ * events between its phases (spb_cuda_layer_set_phase_timing), one
+ * warm-up step and then the median of 3 per phase; printed and to
+ * layer_phases.csv.  The events add a little to the step; the shares are
+ * of the phases' sum. */
+template <typename F> static void phase_breakdown(spb_cuda_layer *L, const char *label, long N, F step)
+{
+    spb_cuda_layer_set_phase_timing(L, 1);
+    const char *names[SPB_CUDA_LAYER_PHASES_MAX];
+    float runs[3][SPB_CUDA_LAYER_PHASES_MAX];
+    int n = 0;
+    step();
+    for (int r = 0; r < 3; r++) {
+        step();
+        n = spb_cuda_layer_phase_times(L, names, runs[r], SPB_CUDA_LAYER_PHASES_MAX);
+    }
+    spb_cuda_layer_set_phase_timing(L, 0);
+    double med[SPB_CUDA_LAYER_PHASES_MAX], total = 0.0;
+    for (int i = 0; i < n; i++) {
+        float a = runs[0][i], b = runs[1][i], c = runs[2][i];
+        med[i] = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        total += med[i];
+    }
+    printf("\n%s at %ld tokens, by phase (median of 3 steps%s):\n", label, N,
+           timing.smoke ? "; smoke shape: the code path only" : "");
+    for (int i = 0; i < n; i++) {
+        printf("  %-36s %9.3f ms %5.1f%%\n", names[i], med[i], total > 0 ? 100.0 * med[i] / total : 0.0);
+        if (!phase_csv) continue;
+        char f[3][32];
+        snprintf(f[0], 32, "%ld", N), snprintf(f[1], 32, "%.4f", med[i]);
+        snprintf(f[2], 32, "%.4f", total > 0 ? med[i] / total : 0.0);
+        const char *row[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, label, f[0], names[i], f[1], f[2]};
+        for (int k = 0; k < 9; k++) spb_csv_field(phase_csv, row[k], k == 8);
+    }
+    printf("  %-36s %9.3f ms\n", "sum", total);
+    if (phase_csv) fflush(phase_csv);
+}
+
 static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int reps_req, int P)
 {
     const int C = (int)timing.C, H = (int)timing.H, Dh = (int)timing.Dh, F = (int)timing.F, causal = 1;
@@ -604,6 +650,22 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 spb_cuda_attention_set_fused_dq(was);
                 timing_row("layer-fdq", 1, "fwd+bwd", N, s, reps, fms, 3.0 * paper, 3.0 * exec, 0.0);
                 verdict(" (fused dQ)", fms);
+                if (N == tokens.back()) phase_breakdown(L, "layer", N, step);
+                /* and with cuDNN's fused attention (the vendor reference), where built */
+                char why[256];
+                if (spb_cuda_layer_set_attention_cudnn(L, 1, why, sizeof why) == 0) {
+                    reps = reps_req;
+                    double cms = time_ms([&] { spb_cuda_layer_forward(L, x, y, 0); }, reps, &reps);
+                    timing_row("layer-cudnn", 1, "fwd", N, s, reps, cms, paper, exec, 0.0);
+                    reps = reps_req;
+                    cms = time_ms(step, reps, &reps);
+                    timing_row("layer-cudnn", 1, "fwd+bwd", N, s, reps, cms, 3.0 * paper, 3.0 * exec, 0.0);
+                    verdict(" (cuDNN attention)", cms);
+                    if (N == tokens.back()) phase_breakdown(L, "layer-cudnn", N, step);
+                    spb_cuda_layer_set_attention_cudnn(L, 0, why, sizeof why);
+                } else {
+                    printf("%-12s  1 N=%ld: skipped: %s\n", "layer-cudnn", N, why);
+                }
             }
             spb_cuda_free(x), spb_cuda_free(y), spb_cuda_free(dx), spb_cuda_free(dy);
             spb_cuda_layer_destroy(L);
@@ -681,6 +743,13 @@ int main(int argc, char **argv)
     };
     for (int impl = 0; impl < 2; impl++)
         for (const auto &s : shapes) check_layer(g, s, (spb_cuda_impl)impl);
+    /* the layer with cuDNN's attention (the timings' vendor reference row),
+     * where the build has cuDNN: the same bounds (cuDNN rounds dQ, dK, dV
+     * to bf16 once, as the flash path's conversion does) */
+    if (spb_cudnn_attention_built())
+        for (const auto &s : shapes) check_layer(g, s, SPB_CUDA_FAST, 1);
+    else
+        printf("layer (cudnn attention): skipped: %s\n", spb_cudnn_attention_version());
 #ifdef SPB_GPU_CHECK_HAVE_CORE
     for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
     printf("\ncore-step: the GPT core (common/gpt.c) on the CUDA device table against the CPU table; metric as "
@@ -708,12 +777,15 @@ int main(int argc, char **argv)
                                 "gpu,driver,cuda_runtime,git_commit,strategy,pass,P,tokens,rank_tokens,heads,"
                                 "attn_heads,ffn,causal,reps,median_ms,paper_flops,paper_tflops,pct_of_peak,exec_flops,"
                                 "exec_tflops,peak_tflops,peak_source,vs_layer_over_P");
+        phase_csv = spb_csv_open(out, "layer_phases.csv",
+                                 "gpu,driver,cuda_runtime,git_commit,layer,tokens,phase,ms,share_of_step");
         run_timings(g, tokens, reps, P);
         if (time_csv) fclose(time_csv);
+        if (phase_csv) fclose(phase_csv);
 #ifdef SPB_GPU_CHECK_HAVE_CORE
         time_core_step(reps);
 #endif
-        printf("\nCSV: %s/layer_checks.csv, %s/layer_timings.csv\n", out, out);
+        printf("\nCSV: %s/layer_checks.csv, %s/layer_timings.csv, %s/layer_phases.csv\n", out, out, out);
     }
     spb_cuda_gemm_destroy(g);
 #ifdef SPB_GPU_CHECK_HAVE_CORE

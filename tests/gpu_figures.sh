@@ -33,6 +33,19 @@ verdict "attention series: ours mma and wgmma, cuDNN, torch SDPA default and fla
 verdict "layer series: P=1, the three strategies at P=8, torch" \
     $(yes grep -q "ring, busiest rank (contiguous) at P=8, no comm.; torch eager: whole layer" "$tmp/log")
 
+# a layer_timings.csv with layer-cudnn rows (here the layer's own, relabelled:
+# a fixture for the series, not a figure) gets the cuDNN-attention series
+mkdir -p "$tmp/cudnn"
+cp "$src/timings.csv" "$src/torch_timings.csv" "$tmp/cudnn/"
+{ cat "$src/layer_timings.csv"; grep ',layer,fwd+bwd,' "$src/layer_timings.csv" | sed 's/,layer,fwd+bwd,/,layer-cudnn,fwd+bwd,/'; } \
+    > "$tmp/cudnn/layer_timings.csv"
+"$fig" --dir "$tmp/cudnn" > "$tmp/log-cudnn" 2>&1
+rc=$?
+verdict "layer-cudnn rows: the cuDNN-attention layer series drawn (rc=$rc)" \
+    $([ "$rc" = 0 ] && grep -q "no comm.; ours with cuDNN attention: whole layer (P=1); torch eager" "$tmp/log-cudnn" &&
+      is_png "$tmp/cudnn/gpu-layer.png" 20000 && echo 0 || echo 1)
+verdict "no layer-cudnn rows, no such series" $(grep -q "cuDNN attention: whole layer" "$tmp/log" && echo 1 || echo 0)
+
 mkdir -p "$tmp/notorch"
 cp "$src/timings.csv" "$src/layer_timings.csv" "$tmp/notorch/"
 "$fig" --dir "$tmp/notorch" > "$tmp/log-notorch" 2>&1

@@ -13,6 +13,7 @@
 
 #include "cuda_check.h"
 #include "cuda_layer.h"
+#include "cudnn_attention.h"
 
 /* ------------------------------------------------------------ kernels -- */
 /* y[r][c] = x[r][c] + b[c] (fp32) */
@@ -128,6 +129,12 @@ struct spb_cuda_layer {
     /* backward scratch */
     spb_bf16 *dy, *dfc, *datto, *dqkv, *dln;
     float *dqkv32, *attn_ws;
+    int cudnn; /* attention through cuDNN's fused kernels (spb_cuda_layer_set_attention_cudnn) */
+    /* per-phase timing (spb_cuda_layer_set_phase_timing): an event before
+     * the forward's first kernel and after each phase of forward and backward */
+    int phase_on, phases;
+    const char *phase_name[SPB_CUDA_LAYER_PHASES_MAX];
+    cudaEvent_t phase_ev[SPB_CUDA_LAYER_PHASES_MAX + 1];
 };
 
 static void *lalloc(spb_cuda_layer *L, spb_mem_category cat, size_t bytes)
@@ -207,6 +214,8 @@ extern "C" void spb_cuda_layer_destroy(spb_cuda_layer *L)
     if (L->own_p) spb_cuda_free(L->p);
     if (L->own_pb) spb_cuda_free(L->pb);
     if (L->own_gr) spb_cuda_free(L->gr);
+    if (L->phase_ev[0])
+        for (int i = 0; i <= SPB_CUDA_LAYER_PHASES_MAX; i++) SPB_CUDA_CHECK(cudaEventDestroy(L->phase_ev[i]));
     free(L);
 }
 
@@ -215,6 +224,63 @@ extern "C" spb_bf16 *spb_cuda_layer_params_bf16(spb_cuda_layer *L) { return L->p
 extern "C" float *spb_cuda_layer_grads(spb_cuda_layer *L) { return L->gr; }
 extern "C" const spb_cuda_layer_shape *spb_cuda_layer_get_shape(const spb_cuda_layer *L) { return &L->s; }
 extern "C" void spb_cuda_layer_set_impl(spb_cuda_layer *L, spb_cuda_impl impl) { L->impl = impl; }
+
+extern "C" void spb_cuda_layer_set_phase_timing(spb_cuda_layer *L, int on)
+{
+    if (on && !L->phase_ev[0])
+        for (int i = 0; i <= SPB_CUDA_LAYER_PHASES_MAX; i++) SPB_CUDA_CHECK(cudaEventCreate(&L->phase_ev[i]));
+    L->phase_on = on != 0;
+    L->phases = 0;
+}
+
+/* the end of one phase (the forward's first call also marks the start) */
+static void phase_mark(spb_cuda_layer *L, const char *name, cudaStream_t st)
+{
+    if (!L->phase_on || L->phases >= SPB_CUDA_LAYER_PHASES_MAX) return;
+    L->phase_name[L->phases] = name;
+    SPB_CUDA_CHECK(cudaEventRecord(L->phase_ev[++L->phases], st));
+}
+static void phase_start(spb_cuda_layer *L, cudaStream_t st)
+{
+    if (!L->phase_on) return;
+    L->phases = 0;
+    SPB_CUDA_CHECK(cudaEventRecord(L->phase_ev[0], st));
+}
+
+extern "C" int spb_cuda_layer_phase_times(spb_cuda_layer *L, const char **names, float *ms, int max)
+{
+    if (!L->phase_on || L->phases == 0) return 0;
+    SPB_CUDA_CHECK(cudaEventSynchronize(L->phase_ev[L->phases]));
+    int n = L->phases < max ? L->phases : max;
+    for (int i = 0; i < n; i++) {
+        names[i] = L->phase_name[i];
+        SPB_CUDA_CHECK(cudaEventElapsedTime(&ms[i], L->phase_ev[i], L->phase_ev[i + 1]));
+    }
+    return n;
+}
+
+extern "C" int spb_cuda_layer_set_attention_cudnn(spb_cuda_layer *L, int on, char *why, size_t n)
+{
+    if (on && !spb_cudnn_attention_built()) {
+        snprintf(why, n, "this build has no cuDNN (%s)", spb_cudnn_attention_version());
+        return -1;
+    }
+    if (on && L->s.attn != SPB_LAYER_ATTN_LOCAL) {
+        /* the layer check (against the CPU layer) covers local layers only */
+        snprintf(why, n, "Ulysses and ring layers keep the flash kernels");
+        return -1;
+    }
+    L->cudnn = on != 0;
+    return 0;
+}
+
+/* One cuDNN call's failure ends the run with its reason (the layer has no
+ * error path: its callers are timing and check programs). */
+#define LAYER_CUDNN(call)                                                                                             \
+    do {                                                                                                              \
+        char why_[512];                                                                                               \
+        if ((call) != 0) SPB_DIE("layer: cuDNN attention: %s", why_);                                               \
+    } while (0)
 extern "C" size_t spb_cuda_layer_bytes(const spb_cuda_layer *L) { return L->bytes; }
 
 extern "C" void spb_cuda_layer_sync_params(spb_cuda_layer *L, cudaStream_t s)
@@ -250,7 +316,11 @@ static void attention_forward(spb_cuda_layer *L, cudaStream_t st)
     const long W = (long)s->H * s->D;
     if (s->attn == SPB_LAYER_ATTN_LOCAL) {
         spb_attn_desc d = qkv_desc(s->B, s->H, s->D, s->T, 0, s->T, 0, s->causal);
-        spb_cuda_attention_forward(&d, L->qkv, L->qkv + W, L->qkv + 2 * W, L->atto, L->lse, L->impl, st);
+        if (L->cudnn)
+            LAYER_CUDNN(spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, L->qkv, L->qkv + W, L->qkv + 2 * W, L->atto,
+                                                    L->lse, st, why_, sizeof why_));
+        else
+            spb_cuda_attention_forward(&d, L->qkv, L->qkv + W, L->qkv + 2 * W, L->atto, L->lse, L->impl, st);
     } else if (s->attn == SPB_LAYER_ATTN_ULYSSES) {
         const int P = s->P, Hp = s->H / P, N = P * s->T;
         /* natural [B][T][3][H][D] -> send blocks -> (all-to-all: identity) -> head [B][N][3][Hp][D] */
@@ -285,6 +355,15 @@ static void attention_backward(spb_cuda_layer *L, cudaStream_t st)
 {
     const spb_cuda_layer_shape *s = &L->s;
     const long W = (long)s->H * s->D, rows = (long)s->B * s->T;
+    if (L->cudnn) { /* a local layer (spb_cuda_layer_set_attention_cudnn) */
+        /* cuDNN writes the 16-bit dQ, dK, dV at Q's and K's strides: straight
+         * into the fused bf16 gradient, no fp32 pass */
+        spb_attn_desc d = qkv_desc(s->B, s->H, s->D, s->T, 0, s->T, 0, s->causal);
+        LAYER_CUDNN(spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, L->qkv, L->qkv + W, L->qkv + 2 * W, L->atto,
+                                                 L->lse, L->datto, L->dqkv, L->dqkv + W, L->dqkv + 2 * W, st, why_,
+                                                 sizeof why_));
+        return;
+    }
     SPB_CUDA_CHECK(cudaMemsetAsync(L->dqkv32, 0, sizeof(float) * rows * 3 * W, st));
     if (s->attn == SPB_LAYER_ATTN_LOCAL) {
         spb_attn_desc d = qkv_desc(s->B, s->H, s->D, s->T, 0, s->T, 0, s->causal);
@@ -323,21 +402,32 @@ extern "C" void spb_cuda_layer_forward(spb_cuda_layer *L, const float *x, float 
     const spb_bf16 *pb = L->pb;
     const long *o = L->off;
     L->x = x;
+    phase_start(L, st);
     /* attention block */
     spb_cuda_layernorm_forward(L->ln1_out, L->ln1_mean, L->ln1_rstd, x, p + o[T_LN1_W], p + o[T_LN1_B], rows, C,
                                L->impl, st);
+    phase_mark(L, "fwd ln1", st);
     spb_cuda_matmul_forward(L->g, L->qkv, 0, L->ln1_out, pb + o[T_QKV_W], p + o[T_QKV_B], rows, C, 3 * Ca, st);
+    phase_mark(L, "fwd qkv product", st);
     attention_forward(L, st);
+    phase_mark(L, "fwd attention", st);
     /* res_mid = x + proj_b + atto·proj_wᵀ, accumulated in fp32 */
     bias_residual(L->res_mid, x, p + o[T_PROJ_B], rows, C, st);
+    phase_mark(L, "fwd proj bias + residual", st);
     spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, Ca, 1.0f, L->atto, Ca, pb + o[T_PROJ_W], Ca, 1.0f, L->res_mid, C, 1, st);
+    phase_mark(L, "fwd proj product", st);
     /* MLP block */
     spb_cuda_layernorm_forward(L->ln2_out, L->ln2_mean, L->ln2_rstd, L->res_mid, p + o[T_LN2_W], p + o[T_LN2_B],
                                rows, C, L->impl, st);
+    phase_mark(L, "fwd ln2", st);
     spb_cuda_matmul_forward(L->g, L->fc_pre, 0, L->ln2_out, pb + o[T_FC_W], p + o[T_FC_B], rows, C, F, st);
+    phase_mark(L, "fwd fc product", st);
     spb_cuda_gelu_forward(L->fc_act, L->fc_pre, (long)rows * F, L->impl, st);
+    phase_mark(L, "fwd gelu", st);
     bias_residual(y, L->res_mid, p + o[T_FCPROJ_B], rows, C, st);
+    phase_mark(L, "fwd fcproj bias + residual", st);
     spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, F, 1.0f, L->fc_act, F, pb + o[T_FCPROJ_W], F, 1.0f, y, C, 1, st);
+    phase_mark(L, "fwd fcproj product", st);
 }
 
 extern "C" void spb_cuda_layer_backward(spb_cuda_layer *L, float *dx, cudaStream_t st)
@@ -349,28 +439,41 @@ extern "C" void spb_cuda_layer_backward(spb_cuda_layer *L, float *dx, cudaStream
     float *gr = L->gr;
     const long *o = L->off;
     SPB_CHECK(L->x);
+    /* a backward without the forward's start mark (a caller that timed
+     * only the backward) starts its own */
+    if (L->phase_on && L->phases == 0) phase_start(L, st);
     /* MLP block: dx = d y */
     colsum_f32(gr + o[T_FCPROJ_B], dx, rows, C, st);
     spb_cuda_f32_to_bf16(L->dy, dx, (long)rows * C, st);
+    phase_mark(L, "bwd fcproj bias grad + dy to bf16", st);
     spb_cuda_matmul_backward(L->g, L->dfc, gr + o[T_FCPROJ_W], NULL, L->dy, L->fc_act, pb + o[T_FCPROJ_W], rows, F,
                              C, 0, L->impl, st);
+    phase_mark(L, "bwd fcproj products", st);
     spb_cuda_gelu_backward(L->dfc, L->fc_pre, L->dfc, (long)rows * F, L->impl, st);
+    phase_mark(L, "bwd gelu", st);
     spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], gr + o[T_FC_B], L->dfc, L->ln2_out, pb + o[T_FC_W], rows,
                              C, F, 0, L->impl, st);
+    phase_mark(L, "bwd fc products + bias grad", st);
     /* dx += LN2's input gradient: dx = d res_mid */
     spb_cuda_layernorm_backward(dx, gr + o[T_LN2_W], gr + o[T_LN2_B], L->dln, L->res_mid, p + o[T_LN2_W],
                                 L->ln2_mean, L->ln2_rstd, rows, C, L->impl, st);
+    phase_mark(L, "bwd ln2", st);
     /* attention block */
     colsum_f32(gr + o[T_PROJ_B], dx, rows, C, st);
     spb_cuda_f32_to_bf16(L->dy, dx, (long)rows * C, st);
+    phase_mark(L, "bwd proj bias grad + dy to bf16", st);
     spb_cuda_matmul_backward(L->g, L->datto, gr + o[T_PROJ_W], NULL, L->dy, L->atto, pb + o[T_PROJ_W], rows, Ca, C,
                              0, L->impl, st);
+    phase_mark(L, "bwd proj products", st);
     attention_backward(L, st);
+    phase_mark(L, "bwd attention", st);
     spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_QKV_W], gr + o[T_QKV_B], L->dqkv, L->ln1_out, pb + o[T_QKV_W],
                              rows, C, 3 * Ca, 0, L->impl, st);
+    phase_mark(L, "bwd qkv products + bias grad", st);
     /* dx += LN1's input gradient: dx = d x */
     spb_cuda_layernorm_backward(dx, gr + o[T_LN1_W], gr + o[T_LN1_B], L->dln, L->x, p + o[T_LN1_W], L->ln1_mean,
                                 L->ln1_rstd, rows, C, L->impl, st);
+    phase_mark(L, "bwd ln1", st);
 }
 
 /* ---------------------------------------------------------------- GPT -- */

@@ -61,6 +61,21 @@ spb_bf16 *spb_cuda_layer_params_bf16(spb_cuda_layer *L);
 float *spb_cuda_layer_grads(spb_cuda_layer *L);
 const spb_cuda_layer_shape *spb_cuda_layer_get_shape(const spb_cuda_layer *L);
 void spb_cuda_layer_set_impl(spb_cuda_layer *L, spb_cuda_impl impl);
+/* Attention through cuDNN's fused kernels (cudnn_attention.h) instead of
+ * the flash kernels (on != 0), for a local layer (SPB_LAYER_ATTN_LOCAL):
+ * the vendor reference for the layer's time.  -1 with the reason in why
+ * where this build has no cuDNN or the layer is not local; 0 otherwise.  A cuDNN
+ * call that fails later ends the run with its reason. */
+int spb_cuda_layer_set_attention_cudnn(spb_cuda_layer *L, int on, char *why, size_t n);
+/* Per-phase timing (on != 0): CUDA events between the layer's phases
+ * (LayerNorms, products, attention, GELU, bias and residual passes), from
+ * the start of each forward through the backward that follows; off by
+ * default (an event per phase).  spb_cuda_layer_phase_times waits for the
+ * last event and gives up to max (name, ms) pairs, in order; 0 when off or
+ * nothing ran. */
+enum { SPB_CUDA_LAYER_PHASES_MAX = 32 };
+void spb_cuda_layer_set_phase_timing(spb_cuda_layer *L, int on);
+int spb_cuda_layer_phase_times(spb_cuda_layer *L, const char **names, float *ms, int max);
 /* Device bytes the layer allocated itself (activations, scratch, and its
  * own parameter vectors if any). */
 size_t spb_cuda_layer_bytes(const spb_cuda_layer *L);

@@ -16,7 +16,7 @@ SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
     "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 1080 \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
 # every CSV the script promises, each with data rows from the emulation only
-for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv core_step.csv; do
+for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv layer_phases.csv core_step.csv; do
     if [ ! -s "$out/$f" ]; then
         echo "FAIL: $out/$f missing or empty"
         fail=1
@@ -26,11 +26,17 @@ for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv
     [ "$rows" -ge 1 ] || { echo "FAIL: $f has no data rows"; fail=1; }
     echo "$f: $rows rows"
 done
-for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv; do
+for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv layer_phases.csv; do
     [ -s "$out/$f" ] || continue
     bad=$(tail -n +2 "$out/$f" | grep -vc '^CPU emulation of a CUDA device (no GPU),' || true)
     [ "$bad" -eq 0 ] || { echo "FAIL: $bad rows of $f do not name the emulation as their GPU"; fail=1; }
 done
+# the layer's step by phase: 10 forward and 10 backward phases, attention among them
+if [ -s "$out/layer_phases.csv" ]; then
+    n=$(tail -n +2 "$out/layer_phases.csv" | grep -c ',layer,')
+    [ "$n" = 20 ] && grep -q ',fwd attention,' "$out/layer_phases.csv" && grep -q ',bwd attention,' "$out/layer_phases.csv" ||
+        { echo "FAIL: layer_phases.csv: $n layer phases (20 expected, attention among them)"; fail=1; }
+fi
 # one occupancy row per forward variant and head dim (10 x 2; zeros on the emulation)
 [ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 20 ] &&
     { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 20 expected"; fail=1; }
