@@ -693,9 +693,10 @@ static spb_attn_desc timing_desc(long N, int causal)
 
 /* How many blocks and warps of each flash forward variant an SM holds, by
  * the CUDA runtime (registers and shared memory of the compiled kernel):
- * the first GPU run found every variant at 8 warps per SM, too few to hide
- * the latency of one warp's chain of products, softmax and products
- * (docs/GPU.md).  One row per variant and head dim; printed and to csv. */
+ * by their ptxas report the kernels of the first GPU run held 8 warps per
+ * SM, which looks too few to hide one warp's chain of products, softmax
+ * and products (docs/GPU.md, an inference to be checked).  One row per
+ * variant and head dim; printed and to csv. */
 static void report_fwd_occupancy(FILE *csv)
 {
     const bool wgmma = use_wgmma();

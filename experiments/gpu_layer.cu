@@ -566,8 +566,8 @@ template <typename F> static void phase_breakdown(spb_cuda_layer *L, const char 
     spb_cuda_layer_set_phase_timing(L, 0);
     double med[SPB_CUDA_LAYER_PHASES_MAX], total = 0.0;
     for (int i = 0; i < n; i++) {
-        float a = runs[0][i], b = runs[1][i], c = runs[2][i];
-        med[i] = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        const double three[3] = {runs[0][i], runs[1][i], runs[2][i]};
+        med[i] = spb_median(three, 3);
         total += med[i];
     }
     printf("\n%s at %ld tokens, by phase (median of 3 steps%s):\n", label, N,

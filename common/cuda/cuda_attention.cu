@@ -575,7 +575,7 @@ __global__ void __launch_bounds__(32 * W, MINB) fwd_fast(spb_attn_desc d, const 
     __syncthreads();
     constexpr bool QREG = MINB == 1; /* Q's fragments in registers */
     uint32_t qf[QREG ? D / 16 : 1][4];
-    if (QREG)
+    if constexpr (QREG)
         for (int kc = 0; kc < D / 16; kc++) ldm_a<LD>(qf[kc], Qs, r, kc * 16, lane);
 
     float oacc[D / 8][4];
@@ -598,13 +598,13 @@ __global__ void __launch_bounds__(32 * W, MINB) fwd_fast(spb_attn_desc d, const 
         const uint16_t *Kc = Ks + st * BC * LD, *Vc = Vs + st * BC * LD;
         float s[8][4];
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        if (QREG) {
+        if constexpr (QREG) {
             for (int kc = 0; kc < D / 16; kc++)
                 for (int np = 0; np < 4; np++) {
                     uint32_t bf[4];
                     ldm_b_nk<LD>(bf, Kc, np * 16, kc * 16, lane);
-                    elem<T>::mma(s[2 * np], qf[QREG ? kc : 0], bf[0], bf[1]);
-                    elem<T>::mma(s[2 * np + 1], qf[QREG ? kc : 0], bf[2], bf[3]);
+                    elem<T>::mma(s[2 * np], qf[kc], bf[0], bf[1]);
+                    elem<T>::mma(s[2 * np + 1], qf[kc], bf[2], bf[3]);
                 }
         } else {
             mma_rows_rowsT<T, D>(s, Qs, r, Kc, lane);
@@ -1474,67 +1474,59 @@ static void fwd_wgmma_pipe_launch(const spb_attn_desc *d, const spb_bf16 *q, con
     fwd_wgmma_pipe<T, D, WG, MINB><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
 }
 
-/* The wgmma forward's shape picked at run time: WG, KN and MINB (two
- * blocks per SM only with 128 rows and 64-key tiles: fwd_switches_clash; the pipelined kernel with fast_fwd_pipe).
- * query: fill it instead of launching. */
+/* The fast forward the switches pick (fast_fwd_wgmma, fast_block_rows,
+ * fast_fwd_keys, fast_fwd_blocks, fast_fwd_pipe) for d's head dim:
+ * launched, or with query only its residency filled in (d's head dim is
+ * all that is read then). */
 template <typename T, int D>
-static void fwd_wgmma_pick(bool wide, int keys, int blocks, const spb_attn_desc *d, const spb_bf16 *q,
-                           const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s,
-                           spb_cuda_occupancy *query = nullptr)
+static void fwd_fast_pick(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                          spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query)
 {
-    if (fast_fwd_pipe)
+    const bool wide = fast_block_rows == 128;
+    if (!fast_fwd_wgmma) {
+        if (fast_fwd_blocks == 2)
+            fwd_fast_launch<T, D, 8, 2>(d, q, k, v, o, lse, s, query);
+        else
+            wide ? fwd_fast_launch<T, D, 8, 1>(d, q, k, v, o, lse, s, query)
+                 : fwd_fast_launch<T, D, 4, 1>(d, q, k, v, o, lse, s, query);
+    } else if (fast_fwd_pipe) {
         wide ? fwd_wgmma_pipe_launch<T, D, 2, 1>(d, q, k, v, o, lse, s, query)
              : fwd_wgmma_pipe_launch<T, D, 1, 1>(d, q, k, v, o, lse, s, query);
-    else if (blocks == 2)
+    } else if (fast_fwd_blocks == 2) {
         fwd_wgmma_launch<T, D, 2, BC, 2>(d, q, k, v, o, lse, s, query);
-    else if (keys == 128)
+    } else if (fast_fwd_keys == 128) {
         wide ? fwd_wgmma_launch<T, D, 2, 128, 1>(d, q, k, v, o, lse, s, query)
              : fwd_wgmma_launch<T, D, 1, 128, 1>(d, q, k, v, o, lse, s, query);
-    else
+    } else {
         wide ? fwd_wgmma_launch<T, D, 2, BC, 1>(d, q, k, v, o, lse, s, query)
              : fwd_wgmma_launch<T, D, 1, BC, 1>(d, q, k, v, o, lse, s, query);
+    }
 }
-/* The mma.sync forward's: W and MINB */
-template <typename T, int D>
-static void fwd_fast_pick(bool wide, int blocks, const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
-                          const spb_bf16 *v, spb_bf16 *o, float *lse, cudaStream_t s,
-                          spb_cuda_occupancy *query = nullptr)
+template <typename T>
+static void fwd_fast_dispatch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                              spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query = nullptr)
 {
-    if (blocks == 2)
-        fwd_fast_launch<T, D, 8, 2>(d, q, k, v, o, lse, s, query);
+    const char *why = fwd_switches_clash();
+    if (why) SPB_DIE("CUDA attention: the forward's switches: %s", why);
+    if (d->head_dim == 64)
+        fwd_fast_pick<T, 64>(d, q, k, v, o, lse, s, query);
     else
-        wide ? fwd_fast_launch<T, D, 8, 1>(d, q, k, v, o, lse, s, query)
-             : fwd_fast_launch<T, D, 4, 1>(d, q, k, v, o, lse, s, query);
+        fwd_fast_pick<T, 128>(d, q, k, v, o, lse, s, query);
 }
 
 /* The residency of the fast forward the switches pick for this head dim
  * and element type (no launch) */
 extern "C" spb_cuda_occupancy spb_cuda_attention_fwd_occupancy(int head_dim, int fp16)
 {
-    spb_cuda_occupancy o;
-    memset(&o, 0, sizeof o);
-    const char *why = fwd_switches_clash();
-    if (why) SPB_DIE("CUDA attention: the forward's switches: %s", why);
     if (head_dim != 64 && head_dim != 128) SPB_DIE("CUDA attention: head_dim %d (64 or 128)", head_dim);
-    const bool wide = fast_block_rows == 128;
-    auto pick = [&](auto t) {
-        using T = decltype(t);
-        if (fast_fwd_wgmma)
-            head_dim == 64
-                ? fwd_wgmma_pick<T, 64>(wide, fast_fwd_keys, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr,
-                                        nullptr, nullptr, 0, &o)
-                : fwd_wgmma_pick<T, 128>(wide, fast_fwd_keys, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr,
-                                         nullptr, nullptr, 0, &o);
-        else
-            head_dim == 64 ? fwd_fast_pick<T, 64>(wide, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                  nullptr, 0, &o)
-                           : fwd_fast_pick<T, 128>(wide, fast_fwd_blocks, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                   nullptr, 0, &o);
-    };
+    spb_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.head_dim = head_dim;
+    spb_cuda_occupancy o;
     if (fp16)
-        pick(__half());
+        fwd_fast_dispatch<__half>(&d, nullptr, nullptr, nullptr, nullptr, nullptr, 0, &o);
     else
-        pick(__nv_bfloat16());
+        fwd_fast_dispatch<__nv_bfloat16>(&d, nullptr, nullptr, nullptr, nullptr, nullptr, 0, &o);
     return o;
 }
 
@@ -1565,21 +1557,9 @@ static int attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const sp
     if (d->head_dim != 64 && d->head_dim != 128) SPB_DIE("CUDA attention: head_dim %d (64 or 128)", d->head_dim);
     if (d->q_len <= 0 || d->batch <= 0 || d->heads <= 0) return impl == SPB_CUDA_FAST;
     const void *ptrs[4] = {q, k, v, o};
-    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4), wide = fast_block_rows == 128;
+    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 4);
     if (fast) {
-        const char *why = fwd_switches_clash();
-        if (why) SPB_DIE("CUDA attention: the forward's switches: %s", why);
-    }
-    if (fast && fast_fwd_wgmma) {
-        if (d->head_dim == 64)
-            fwd_wgmma_pick<T, 64>(wide, fast_fwd_keys, fast_fwd_blocks, d, q, k, v, o, lse, s);
-        else
-            fwd_wgmma_pick<T, 128>(wide, fast_fwd_keys, fast_fwd_blocks, d, q, k, v, o, lse, s);
-    } else if (fast) {
-        if (d->head_dim == 64)
-            fwd_fast_pick<T, 64>(wide, fast_fwd_blocks, d, q, k, v, o, lse, s);
-        else
-            fwd_fast_pick<T, 128>(wide, fast_fwd_blocks, d, q, k, v, o, lse, s);
+        fwd_fast_dispatch<T>(d, q, k, v, o, lse, s);
     } else {
         dim3 grid((d->q_len + ST - 1) / ST, d->heads, d->batch);
         if (d->head_dim == 64)
