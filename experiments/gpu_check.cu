@@ -114,17 +114,19 @@ static void check(const char *kernel, spb_cuda_impl impl, const char *shape, con
 }
 
 /* ------------------------------------------------------------ the checks -- */
+/* n = 4099: one at a time; 4096: four at a time (the vector path) */
 static void check_convert()
 {
-    const long n = 4099;
-    auto x = randv(n, 100.0f, false);
-    float *dx = dev(x);
-    spb_bf16 *db = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * n);
-    spb_cuda_f32_to_bf16(db, dx, n, 0);
-    auto got = host_bf16(db, n), want = x;
-    rnd(want);
-    check("convert f32->bf16", SPB_CUDA_SIMPLE, "n=4099", got, want, 0.0);
-    spb_cuda_free(dx), spb_cuda_free(db);
+    for (long n : {4099L, 4096L}) {
+        auto x = randv(n, 100.0f, false);
+        float *dx = dev(x);
+        spb_bf16 *db = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 2 * n);
+        spb_cuda_f32_to_bf16(db, dx, n, 0);
+        auto got = host_bf16(db, n), want = x;
+        rnd(want);
+        check("convert f32->bf16", SPB_CUDA_SIMPLE, n == 4096 ? "n=4096" : "n=4099", got, want, 0.0);
+        spb_cuda_free(dx), spb_cuda_free(db);
+    }
 }
 
 static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
@@ -181,9 +183,69 @@ static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
         spb_cuda_gemm_bf16(g, 0, 1, rows, outf, 0, 1.0f, dxb, in, dWb, in, 1.0f, yf, outf, 1, 0);
         check("gemm k=0, beta=1 (unchanged)", impl, shape, host_f32(yf, (long)rows * outf), before, 0.0);
         spb_cuda_free(c);
+        /* cuBLASLt's bias epilogue (spb_cuda_gemm_epilogue, the device layer's
+         * fused path): the bias of D's type; C read from one buffer and D
+         * written to another */
+        std::vector<float> b16 = b, ref16((size_t)rows * outf);
+        rnd(b16);
+        spb_matmul_forward(ref16.data(), x.data(), W.data(), b16.data(), rows, in, outf);
+        spb_bf16 *db16 = dev_bf16(b16);
+        spb_cuda_gemm_epilogue(g, 0, 0, 1, rows, outf, in, 1.0f, dxb, in, dWb, in, 0.0f, NULL, yb, outf, 0, db16, 0);
+        check("gemm + bias epilogue (bf16 out)", impl, shape, host_bf16(yb, (long)rows * outf), ref16,
+              spb_tol_bf16_sum(in));
+        auto c0 = randv((long)rows * outf, 1.0f, false);
+        std::vector<float> refc = ref;
+        for (size_t i = 0; i < refc.size(); i++) refc[i] += c0[i];
+        float *dc0 = dev(c0);
+        spb_cuda_gemm_epilogue(g, 0, 0, 1, rows, outf, in, 1.0f, dxb, in, dWb, in, 1.0f, dc0, yf, outf, 1, dbias, 0);
+        check("gemm + C + bias epilogue (fp32, C != D)", impl, shape, host_f32(yf, (long)rows * outf), refc,
+              spb_tol_f32_sum(in + 2));
+        check("gemm + C + bias epilogue: C unchanged", impl, shape, host_f32(dc0, (long)rows * outf), c0, 0.0);
+        /* k = 0: D = bias (C, NaN, not read with beta = 0) */
+        std::vector<float> bias_rows((size_t)rows * outf);
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < outf; j++) bias_rows[(size_t)r * outf + j] = b[j];
+        float *cn = dev(nan_c);
+        spb_cuda_gemm_epilogue(g, 0, 0, 1, rows, outf, 0, 1.0f, dxb, in, dWb, in, 0.0f, cn, yf, outf, 1, dbias, 0);
+        check("gemm k=0 + bias epilogue (D = bias)", impl, shape, host_f32(yf, (long)rows * outf), bias_rows, 0.0);
+        spb_cuda_free(db16), spb_cuda_free(dc0), spb_cuda_free(cn);
     }
     spb_cuda_free(dxb), spb_cuda_free(dWb), spb_cuda_free(ddy), spb_cuda_free(dbias), spb_cuda_free(yf),
         spb_cuda_free(yb);
+}
+
+/* LayerNorm: fp32 input, bf16 output; forward, then the backward's dinp,
+ * dw, db accumulated (+=) */
+static void check_layernorm(spb_cuda_impl impl, int rows, int C, const char *shape)
+{
+    auto x = randv((long)rows * C, 2.0f, false), w = randv(C, 1.0f, false), bb = randv(C, 1.0f, false);
+    for (int r = 0; r < rows; r++) x[(size_t)r * C] += 3.0f; /* a non-zero mean */
+    std::vector<float> ry((size_t)rows * C), rm(rows), rs(rows);
+    spb_layernorm_forward(ry.data(), rm.data(), rs.data(), x.data(), w.data(), bb.data(), rows, C);
+    float *dx = dev(x), *dw = dev(w), *dbb = dev(bb);
+    float *dm = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows),
+          *ds = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows);
+    spb_bf16 *dy = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2L * rows * C);
+    spb_cuda_layernorm_forward(dy, dm, ds, dx, dw, dbb, rows, C, impl, 0);
+    check("layernorm fwd out", impl, shape, host_bf16(dy, (long)rows * C), ry, spb_tol_bf16_sum(C));
+    check("layernorm fwd mean", impl, shape, host_f32(dm, rows), rm, spb_tol_f32_sum(C));
+    check("layernorm fwd rstd", impl, shape, host_f32(ds, rows), rs, spb_tol_f32_sum(C));
+    {
+        auto g = randv((long)rows * C, 1.0f, true), dxin = randv((long)rows * C, 1.0f, false),
+             gw = randv(C, 1.0f, false), gb = randv(C, 1.0f, false);
+        auto rdx = dxin, rgw = gw, rgb = gb;
+        spb_layernorm_backward(rdx.data(), rgw.data(), rgb.data(), g.data(), x.data(), w.data(), rm.data(), rs.data(),
+                               rows, C);
+        float *gdx = dev(dxin), *ggw = dev(gw), *ggb = dev(gb), *grm = dev(rm), *grs = dev(rs);
+        spb_bf16 *gg = dev_bf16(g);
+        spb_cuda_layernorm_backward(gdx, ggw, ggb, gg, dx, dw, grm, grs, rows, C, impl, 0);
+        check("layernorm bwd dinp (+=)", impl, shape, host_f32(gdx, (long)rows * C), rdx, spb_tol_f32_sum(C));
+        check("layernorm bwd dw (+=)", impl, shape, host_f32(ggw, C), rgw, spb_tol_f32_sum(rows));
+        check("layernorm bwd db (+=)", impl, shape, host_f32(ggb, C), rgb, spb_tol_f32_sum(rows));
+        spb_cuda_free(gdx), spb_cuda_free(ggw), spb_cuda_free(ggb), spb_cuda_free(grm), spb_cuda_free(grs),
+            spb_cuda_free(gg);
+    }
+    spb_cuda_free(dx), spb_cuda_free(dw), spb_cuda_free(dbb), spb_cuda_free(dm), spb_cuda_free(ds), spb_cuda_free(dy);
 }
 
 static void check_rowwise(spb_cuda_impl impl)
@@ -216,34 +278,7 @@ static void check_rowwise(spb_cuda_impl impl)
         check("embedding bwd dwpe", impl, shape, host_f32(dgpe, (17L + T) * C), rpe, spb_tol_f32_sum(rows));
         spb_cuda_free(ddout), spb_cuda_free(dgte), spb_cuda_free(dgpe);
     }
-    /* LayerNorm: fp32 input, bf16 output */
-    auto x = randv((long)rows * C, 2.0f, false), w = randv(C, 1.0f, false), bb = randv(C, 1.0f, false);
-    for (int r = 0; r < rows; r++) x[(size_t)r * C] += 3.0f; /* a non-zero mean */
-    std::vector<float> ry((size_t)rows * C), rm(rows), rs(rows);
-    spb_layernorm_forward(ry.data(), rm.data(), rs.data(), x.data(), w.data(), bb.data(), rows, C);
-    float *dx = dev(x), *dw = dev(w), *dbb = dev(bb);
-    float *dm = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows),
-          *ds = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows);
-    spb_bf16 *dy = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2L * rows * C);
-    spb_cuda_layernorm_forward(dy, dm, ds, dx, dw, dbb, rows, C, impl, 0);
-    check("layernorm fwd out", impl, shape, host_bf16(dy, (long)rows * C), ry, spb_tol_bf16_sum(C));
-    check("layernorm fwd mean", impl, shape, host_f32(dm, rows), rm, spb_tol_f32_sum(C));
-    check("layernorm fwd rstd", impl, shape, host_f32(ds, rows), rs, spb_tol_f32_sum(C));
-    {
-        auto g = randv((long)rows * C, 1.0f, true), dxin = randv((long)rows * C, 1.0f, false),
-             gw = randv(C, 1.0f, false), gb = randv(C, 1.0f, false);
-        auto rdx = dxin, rgw = gw, rgb = gb;
-        spb_layernorm_backward(rdx.data(), rgw.data(), rgb.data(), g.data(), x.data(), w.data(), rm.data(), rs.data(),
-                               rows, C);
-        float *gdx = dev(dxin), *ggw = dev(gw), *ggb = dev(gb), *grm = dev(rm), *grs = dev(rs);
-        spb_bf16 *gg = dev_bf16(g);
-        spb_cuda_layernorm_backward(gdx, ggw, ggb, gg, dx, dw, grm, grs, rows, C, impl, 0);
-        check("layernorm bwd dinp (+=)", impl, shape, host_f32(gdx, (long)rows * C), rdx, spb_tol_f32_sum(C));
-        check("layernorm bwd dw (+=)", impl, shape, host_f32(ggw, C), rgw, spb_tol_f32_sum(rows));
-        check("layernorm bwd db (+=)", impl, shape, host_f32(ggb, C), rgb, spb_tol_f32_sum(rows));
-        spb_cuda_free(gdx), spb_cuda_free(ggw), spb_cuda_free(ggb), spb_cuda_free(grm), spb_cuda_free(grs),
-            spb_cuda_free(gg);
-    }
+    check_layernorm(impl, rows, C, shape);
     /* GELU, residual add, bias grad (n a multiple of 8 -> the vector path) */
     {
         long n = (long)rows * C;
@@ -268,6 +303,22 @@ static void check_rowwise(spb_cuda_impl impl)
         float *ddb = dev(db0);
         spb_cuda_bias_grad(ddb, dg, rows, C, impl, 0);
         check("bias grad (+=)", impl, shape, host_f32(ddb, C), rdb, spb_tol_f32_sum(rows));
+        /* GELU backward with the bias gradient of its (bf16) output summed in
+         * the same pass, in place as the layer calls it */
+        {
+            spb_bf16 *dgi = dev_bf16(g);
+            float *dgb = dev(db0);
+            spb_cuda_gelu_backward_bias_grad(dgi, da, dgi, dgb, rows, C, impl, 0);
+            std::vector<float> got = host_bf16(dgi, n), rgb = db0;
+            check("gelu bwd + bias grad: dinp", impl, shape, got, rb, spb_tol_bf16_out());
+            /* db against the sums of the dinp it wrote: a CPU reference
+             * rounded on its own could differ from the GPU's by an ulp of
+             * bf16 in a few elements (tanhf's last fp32 bit) */
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < C; c++) rgb[c] += got[(size_t)r * C + c];
+            check("gelu bwd + bias grad: db (+=)", impl, shape, host_f32(dgb, C), rgb, spb_tol_f32_sum(rows));
+            spb_cuda_free(dgi), spb_cuda_free(dgb);
+        }
         spb_cuda_free(da), spb_cuda_free(dg), spb_cuda_free(o), spb_cuda_free(dacc), spb_cuda_free(ddb);
     }
     /* softmax cross-entropy */
@@ -292,7 +343,6 @@ static void check_rowwise(spb_cuda_impl impl)
         spb_cuda_free(dl), spb_cuda_free(dd), spb_cuda_free(dtg), spb_cuda_free(dloss);
     }
     spb_cuda_free(dtok), spb_cuda_free(dpos), spb_cuda_free(dwte), spb_cuda_free(dwpe), spb_cuda_free(out);
-    spb_cuda_free(dx), spb_cuda_free(dw), spb_cuda_free(dbb), spb_cuda_free(dm), spb_cuda_free(ds), spb_cuda_free(dy);
 }
 
 static void ref_adamw(float *p, const float *g, float *m, float *v, long n, float gs, float wd, float b1, float b2,
@@ -952,6 +1002,11 @@ int main(int argc, char **argv)
             check_attention(im, 128, fp16);
         }
     }
+    /* FAST LayerNorm in row blocks (256 threads per row, C = 256·{4, 8, 16, 32};
+     * C = 264 above takes the warp-per-row kernels) */
+    check_layernorm(SPB_CUDA_FAST, 24, 1024, "rows=24 C=1024 row blocks");
+    check_layernorm(SPB_CUDA_FAST, 40, 4096, "rows=40 C=4096 row blocks");
+    check_layernorm(SPB_CUDA_FAST, 3, 8192, "rows=3 C=8192 row blocks");
     /* the fast kernels' other block shape (4 warps, 64 rows), which the timings compare */
     spb_cuda_attention_set_block_rows(64);
     for (int fp16 = 0; fp16 < 2; fp16++) {

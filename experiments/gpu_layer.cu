@@ -231,12 +231,14 @@ static void random_layer_params(const spb_cuda_layer_shape &s, const long *off, 
     }
 }
 
-/* cudnn: the layer's attention through cuDNN (the shape says so) */
-static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cuda_impl impl, int cudnn = 0)
+/* cudnn: the layer's attention through cuDNN; fusion: the FAST layer's
+ * epilogue fusion (spb_cuda_layer_set_fusion; the shape says where off) */
+static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cuda_impl impl, int cudnn = 0,
+                        int fusion = 1)
 {
-    char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s", s.B, s.T, s.C, s.H, s.D, s.F,
-             s.causal ? "causal" : "full", cudnn ? " cudnn" : "");
+    char shape[112];
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s%s", s.B, s.T, s.C, s.H, s.D, s.F,
+             s.causal ? "causal" : "full", cudnn ? " cudnn" : "", impl == SPB_CUDA_FAST && !fusion ? " unfused" : "");
     cpu_layer L;
     L.s = s;
     L.numel = spb_cuda_layer_numel(&s, L.off, NULL);
@@ -252,6 +254,7 @@ static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cud
     std::vector<float> g0 = L.g;
 
     spb_cuda_layer *D = spb_cuda_layer_create(&s, g, impl, NULL, NULL, NULL);
+    spb_cuda_layer_set_fusion(D, fusion);
     char why[256];
     if (cudnn && spb_cuda_layer_set_attention_cudnn(D, 1, why, sizeof why) != 0) {
         printf("%-10s %-6s %-40s skipped: %s\n", "layer", spb_cuda_impl_name(impl), shape, why);
@@ -651,16 +654,25 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 timing_row("layer-fdq", 1, "fwd+bwd", N, s, reps, fms, 3.0 * paper, 3.0 * exec, 0.0);
                 verdict(" (fused dQ)", fms);
                 if (N == tokens.back()) phase_breakdown(L, "layer", N, step);
+                /* outside the attention as the first GPU run had it (a pass per
+                 * bias and residual, LayerNorm a warp per row), side by side */
+                /* a variant of the whole layer: its forward and its step, two rows */
+                auto variant_rows = [&](const char *label) {
+                    reps = reps_req;
+                    double vms = time_ms([&] { spb_cuda_layer_forward(L, x, y, 0); }, reps, &reps);
+                    timing_row(label, 1, "fwd", N, s, reps, vms, paper, exec, 0.0);
+                    reps = reps_req;
+                    vms = time_ms(step, reps, &reps);
+                    timing_row(label, 1, "fwd+bwd", N, s, reps, vms, 3.0 * paper, 3.0 * exec, 0.0);
+                    return vms;
+                };
+                int fusion_was = spb_cuda_layer_set_fusion(L, 0), ln_was = spb_cuda_layernorm_set_row_blocks(0);
+                variant_rows("layer-unfused");
+                spb_cuda_layer_set_fusion(L, fusion_was), spb_cuda_layernorm_set_row_blocks(ln_was);
                 /* and with cuDNN's fused attention (the vendor reference), where built */
                 char why[256];
                 if (spb_cuda_layer_set_attention_cudnn(L, 1, why, sizeof why) == 0) {
-                    reps = reps_req;
-                    double cms = time_ms([&] { spb_cuda_layer_forward(L, x, y, 0); }, reps, &reps);
-                    timing_row("layer-cudnn", 1, "fwd", N, s, reps, cms, paper, exec, 0.0);
-                    reps = reps_req;
-                    cms = time_ms(step, reps, &reps);
-                    timing_row("layer-cudnn", 1, "fwd+bwd", N, s, reps, cms, 3.0 * paper, 3.0 * exec, 0.0);
-                    verdict(" (cuDNN attention)", cms);
+                    verdict(" (cuDNN attention)", variant_rows("layer-cudnn"));
                     if (N == tokens.back()) phase_breakdown(L, "layer-cudnn", N, step);
                     spb_cuda_layer_set_attention_cudnn(L, 0, why, sizeof why);
                 } else {
@@ -743,6 +755,10 @@ int main(int argc, char **argv)
     };
     for (int impl = 0; impl < 2; impl++)
         for (const auto &s : shapes) check_layer(g, s, (spb_cuda_impl)impl);
+    /* the FAST kernels with a pass per bias and residual (the fusion's
+     * side-by-side timing row), on the first and the non-causal shape */
+    check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
+    check_layer(g, shapes[2], SPB_CUDA_FAST, 0, 0);
     /* the layer with cuDNN's attention (the timings' vendor reference row),
      * where the build has cuDNN: the same bounds (cuDNN rounds dQ, dK, dV
      * to bf16 once, as the flash path's conversion does) */

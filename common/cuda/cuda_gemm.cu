@@ -1,5 +1,8 @@
 /* Matrix products: cuBLASLt, bf16 (or fp16) inputs, fp32 compute, 16-bit or fp32 output,
- * the heuristic's first algorithm cached per (shape, strides, types, beta).
+ * optionally C read from one buffer and D written to another with a bias
+ * vector added in the epilogue (no extra pass over the output), the
+ * heuristic's first algorithm cached per (shape, strides, types, beta,
+ * epilogue, alignments).
  * Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt gets
  * B as its "A" and A as its "B", with m and n swapped. */
 #include <cublasLt.h>
@@ -20,13 +23,14 @@
 namespace {
 struct plan_key {
     int ta, tb, m, n, k, lda, ldb, ldc, c_f32, beta_zero;
-    unsigned align_a, align_b, align_c; /* bytes the pointers are aligned to (<= 256) */
-    int fp16;                           /* the 16-bit operands: fp16, else bf16 */
+    unsigned align_a, align_b, align_c, align_d; /* bytes the pointers are aligned to (<= 256) */
+    int fp16;                                    /* the 16-bit operands: fp16, else bf16 */
+    unsigned align_bias;                         /* 0: no bias epilogue */
     bool operator==(const plan_key &o) const
     {
         return fp16 == o.fp16 && ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
                ldb == o.ldb && ldc == o.ldc && c_f32 == o.c_f32 && beta_zero == o.beta_zero && align_a == o.align_a &&
-               align_b == o.align_b && align_c == o.align_c;
+               align_b == o.align_b && align_c == o.align_c && align_d == o.align_d && align_bias == o.align_bias;
     }
 };
 
@@ -79,7 +83,9 @@ extern "C" void spb_cuda_gemm_destroy(spb_cuda_gemm *g)
     delete g;
 }
 
-static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
+/* bias: the epilogue's bias vector (k.align_bias != 0); the heuristic reads
+ * its address for the alignment it may assume. */
+static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k, const void *bias)
 {
     for (const plan &p : g->plans)
         if (p.key == k) return p;
@@ -91,6 +97,13 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     SPB_LT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     SPB_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
     SPB_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
+    if (k.align_bias) {
+        /* bias of D's type (the header's rule outside fp8), one per row of
+         * the column-major D: one per column n of our row-major output */
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        SPB_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        SPB_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
     /* Lt-A = row-major B: stored column-major as [cols of B row][rows]: if
      * row-major B is [k][n] (tb = 0) it is column-major n x k with ld ldb. */
     const cudaDataType_t half = k.fp16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -102,7 +115,7 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     size_t ws = g->workspace_bytes;
     SPB_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     /* Lt's A is our B, its B our A; C and D are both our C. */
-    const uint32_t align[4] = {k.align_b, k.align_a, k.align_c, k.align_c};
+    const uint32_t align[4] = {k.align_b, k.align_a, k.align_c, k.align_d};
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -113,50 +126,76 @@ static const plan &get_plan(spb_cuda_gemm *g, const plan_key &k)
     SPB_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (found < 1)
-        SPB_DIE("cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d c_f32=%d fp16=%d (alignment %u/%u/%u bytes)",
-                k.m, k.n, k.k, k.ta, k.tb, k.c_f32, k.fp16, k.align_a, k.align_b, k.align_c);
+        SPB_DIE("cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d c_f32=%d fp16=%d bias=%d (alignment "
+                "%u/%u/%u/%u bytes)",
+                k.m, k.n, k.k, k.ta, k.tb, k.c_f32, k.fp16, k.align_bias != 0, k.align_a, k.align_b, k.align_c,
+                k.align_d);
     p.algo = res.algo;
     g->plans.push_back(p);
     return g->plans.back();
 }
 
-/* C[m][n] (row-major, ld ldc) = beta·C: a product with an empty inner
- * dimension (a rank without rows), which cuBLASLt's documentation does
- * not promise to take.  beta = 0 writes zeros without reading C. */
-__global__ void k_scale_c(void *C, int m, int n, int ldc, float beta, int c_f32, int fp16)
+/* D[m][n] (row-major, ld ldc) = beta·C (+ bias[j]): a product with an empty
+ * inner dimension (a rank without rows), which cuBLASLt's documentation does
+ * not promise to take.  beta = 0 does not read C. */
+template <typename E> __device__ __forceinline__ float to_f32(E v) { return (float)v; }
+template <> __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+template <typename E> __device__ __forceinline__ E from_f32(float v) { return (E)v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f32(float v) { return __float2half_rn(v); }
+template <typename E>
+__global__ void k_scale_c(const E *C, E *D, const E *bias, int m, int n, int ldc, float beta)
 {
-    long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (idx >= (long)m * n) return;
-    long at = idx / n * ldc + idx % n;
-    if (c_f32) {
-        float *c = (float *)C + at;
-        *c = beta == 0.0f ? 0.0f : beta * *c;
-    } else if (fp16) {
-        __half *c = (__half *)C + at;
-        *c = __float2half_rn(beta == 0.0f ? 0.0f : beta * __half2float(*c));
-    } else {
-        __nv_bfloat16 *c = (__nv_bfloat16 *)C + at;
-        *c = __float2bfloat16_rn(beta == 0.0f ? 0.0f : beta * __bfloat162float(*c));
+    int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= n) return;
+    long at = (long)i * ldc + j;
+    float v = beta == 0.0f ? 0.0f : beta * to_f32(C[at]);
+    if (bias) v += to_f32(bias[j]);
+    D[at] = from_f32<E>(v);
+}
+template <typename E>
+static void scale_c(const void *C, void *D, const void *bias, int m, int n, int ldc, float beta, cudaStream_t s)
+{
+    for (int i0 = 0; i0 < m; i0 += 65535) { /* gridDim.y's limit */
+        int rows = m - i0 < 65535 ? m - i0 : 65535;
+        dim3 grid((unsigned)((n + 255) / 256), (unsigned)rows);
+        const E *c = C ? (const E *)C + (long)i0 * ldc : nullptr;
+        k_scale_c<E><<<grid, 256, 0, s>>>(c, (E *)D + (long)i0 * ldc, (const E *)bias, rows, n, ldc, beta);
+        SPB_CUDA_CHECK(cudaGetLastError());
     }
+}
+
+extern "C" void spb_cuda_gemm_epilogue(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k,
+                                       float alpha, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb,
+                                       float beta, const void *C, void *D, int ldc, int c_f32, const void *bias,
+                                       cudaStream_t s)
+{
+    if (m <= 0 || n <= 0) return;
+    SPB_CHECK(C || beta == 0.0f);
+    if (k <= 0) {
+        if (beta == 1.0f && C == D && !bias) return;
+        if (c_f32) scale_c<float>(C, D, bias, m, n, ldc, beta, s);
+        else if (fp16) scale_c<__half>(C, D, bias, m, n, ldc, beta, s);
+        else scale_c<__nv_bfloat16>(C, D, bias, m, n, ldc, beta, s);
+        return;
+    }
+    if (!C) C = D; /* beta = 0: not read; cuBLASLt then gets the usual in-place call */
+    plan_key key = {transA ? 1 : 0,  transB ? 1 : 0,  m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f,
+                    alignment_of(A), alignment_of(B), alignment_of(C), alignment_of(D),
+                    fp16 ? 1 : 0,    bias ? alignment_of(bias) : 0u};
+    const plan &p = get_plan(g, key, bias);
+    if (bias) /* the plan's descriptor is shared by every call of its key */
+        SPB_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    SPB_LT_CHECK(cublasLtMatmul(g->lt, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, D, p.c, &p.algo, g->workspace,
+                                g->workspace_bytes, s));
 }
 
 extern "C" void spb_cuda_gemm_half(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k,
                                    float alpha, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta,
                                    void *C, int ldc, int c_f32, cudaStream_t s)
 {
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) {
-        if (beta == 1.0f) return;
-        long mn = (long)m * n;
-        k_scale_c<<<(unsigned)((mn + 255) / 256), 256, 0, s>>>(C, m, n, ldc, beta, c_f32, fp16);
-        SPB_CUDA_CHECK(cudaGetLastError());
-        return;
-    }
-    plan_key key = {transA ? 1 : 0,  transB ? 1 : 0,  m, n, k, lda, ldb, ldc, c_f32 ? 1 : 0, beta == 0.0f,
-                    alignment_of(A), alignment_of(B), alignment_of(C), fp16 ? 1 : 0};
-    const plan &p = get_plan(g, key);
-    SPB_LT_CHECK(cublasLtMatmul(g->lt, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, g->workspace,
-                                g->workspace_bytes, s));
+    spb_cuda_gemm_epilogue(g, fp16, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, C, ldc, c_f32, NULL, s);
 }
 
 extern "C" void spb_cuda_gemm_bf16(spb_cuda_gemm *g, int transA, int transB, int m, int n, int k, float alpha,
@@ -192,30 +231,39 @@ extern "C" void spb_cuda_sgemm_simple(int transA, int transB, int m, int n, int 
 }
 
 /* ---- ops.h's matmul conventions --------------------------------------------- */
+/* out[r][j] += b[j]: blockIdx.y walks the rows (no 64-bit division per element) */
 __global__ void k_add_bias_f32(float *out, const float *b, int rows, int n)
 {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < (long)rows * n) out[i] += b[i % n];
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float bj = b[j];
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) out[(long)r * n + j] += bj;
 }
 __global__ void k_add_bias_bf16(__nv_bfloat16 *out, const float *b, int rows, int n)
 {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < (long)rows * n) out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + b[i % n]);
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float bj = b[j];
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        long i = (long)r * n + j;
+        out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + bj);
+    }
 }
 
 extern "C" void spb_cuda_matmul_forward(spb_cuda_gemm *g, void *out, int out_f32, const spb_bf16 *inp,
                                         const spb_bf16 *W, const float *b, int rows, int in, int out_f, cudaStream_t s)
 {
-    /* out[rows][out_f] = inp[rows][in] · W[out_f][in]ᵀ.  The bias is a second
-     * pass (bf16 out: rounded twice; a cuBLASLt bias epilogue is the next step). */
+    /* out[rows][out_f] = inp[rows][in] · W[out_f][in]ᵀ.  The fp32 bias is a
+     * second pass (bf16 out: rounded twice): the plain path.  cuBLASLt's
+     * bias epilogue takes a bias of the output's type only, so the device
+     * layer's fast path calls spb_cuda_gemm_epilogue with the bf16 copy. */
     spb_cuda_gemm_bf16(g, 0, 1, rows, out_f, in, 1.0f, inp, in, W, in, 0.0f, out, out_f, out_f32, s);
-    if (b) {
-        long n = (long)rows * out_f;
-        unsigned blocks = (unsigned)((n + 255) / 256);
+    if (b && rows > 0) {
+        dim3 grid((unsigned)((out_f + 255) / 256), (unsigned)(rows < 4096 ? rows : 4096));
         if (out_f32)
-            k_add_bias_f32<<<blocks, 256, 0, s>>>((float *)out, b, rows, out_f);
+            k_add_bias_f32<<<grid, 256, 0, s>>>((float *)out, b, rows, out_f);
         else
-            k_add_bias_bf16<<<blocks, 256, 0, s>>>((__nv_bfloat16 *)out, b, rows, out_f);
+            k_add_bias_bf16<<<grid, 256, 0, s>>>((__nv_bfloat16 *)out, b, rows, out_f);
         SPB_CUDA_CHECK(cudaGetLastError());
     }
 }

@@ -4,10 +4,20 @@
  * spb_cuda.h.  Two small kernels of its own: "y = x + b" (the residual plus
  * the bias, onto which the proj/fcproj products accumulate in fp32) and the
  * fp32 column sums of the residual gradient (the proj/fcproj bias
- * gradients), and the log-sum-exp merge of ring attention's blocks. */
+ * gradients), and the log-sum-exp merge of ring attention's blocks.
+ *
+ * Fusion (spb_cuda_layer_set_fusion, on by default, FAST kernels only): the
+ * biases and the residual go into the products' cuBLASLt epilogue (D = A·Bᵀ
+ * + C + bias, C the residual stream) instead of passes of their own, and
+ * the residual gradient's column sums and its bf16 copy share one read, and
+ * so do the fc bias gradient and GELU's backward.  At 32K tokens of the 7B
+ * shape that removes about 8 GB of memory traffic per step (docs/GPU.md,
+ * which adds the LayerNorm's row blocks).  The SIMPLE kernels keep the separate passes: the
+ * plain path the layer check compares both against the CPU. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +26,13 @@
 #include "cudnn_attention.h"
 
 /* ------------------------------------------------------------ kernels -- */
-/* y[r][c] = x[r][c] + b[c] (fp32) */
-__global__ void k_bias_residual(float *y, const float *x, const float *b, long rows, int C)
+/* y[r][c] = x[r][c] + b[c] (fp32); blockIdx.y walks the rows */
+__global__ void k_bias_residual(float *y, const float *x, const float *b, int rows, int C)
 {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < rows * C) y[i] = x[i] + b[i % C];
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float bc = b[c];
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) y[(long)r * C + c] = x[(long)r * C + c] + bc;
 }
 
 /* db[c] += sum_r d[r][c] (fp32): 32 columns x 8 row lanes per block, a strip
@@ -74,11 +86,47 @@ __global__ void k_fill_f32(float *p, float v, long n)
     if (i < n) p[i] = v;
 }
 
+/* dy = bf16(d) and db[c] += sum_r d[r][c] (fp32) in one read of d: 128
+ * columns (4 per lane, 16-byte loads) x 8 row lanes per block, a strip of 256
+ * rows per block row, one atomic per column and strip (the order of
+ * k_colsum_f32's sums).  C % 4 == 0, d and dy 16- and 8-byte aligned. */
+__global__ void k_colsum_to_bf16(float *db, __nv_bfloat16 *dy, const float *d, int rows, int C)
+{
+    __shared__ float4 part[8][32];
+    int c = 4 * (blockIdx.x * 32 + threadIdx.x);
+    int r0 = blockIdx.y * 256;
+    int r1 = r0 + 256 < rows ? r0 + 256 : rows;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (c < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            long i = (long)r * C + c;
+            float4 v = *(const float4 *)(d + i);
+            acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+            __nv_bfloat16 h[4] = {__float2bfloat16_rn(v.x), __float2bfloat16_rn(v.y), __float2bfloat16_rn(v.z),
+                                  __float2bfloat16_rn(v.w)};
+            uint2 packed;
+            memcpy(&packed, h, sizeof packed);
+            *(uint2 *)(dy + i) = packed;
+        }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int k = 0; k < 8; k++) {
+            float4 q = part[k][threadIdx.x];
+            t.x += q.x, t.y += q.y, t.z += q.z, t.w += q.w;
+        }
+        atomicAdd(&db[c], t.x), atomicAdd(&db[c + 1], t.y), atomicAdd(&db[c + 2], t.z), atomicAdd(&db[c + 3], t.w);
+    }
+}
+
 static unsigned blocks_for(long n, int per) { return (unsigned)((n + per - 1) / per); }
 
-static void bias_residual(float *y, const float *x, const float *b, long rows, int C, cudaStream_t s)
+static void bias_residual(float *y, const float *x, const float *b, int rows, int C, cudaStream_t s)
 {
-    k_bias_residual<<<blocks_for(rows * C, 256), 256, 0, s>>>(y, x, b, rows, C);
+    if (rows <= 0) return;
+    dim3 grid((unsigned)((C + 255) / 256), (unsigned)(rows < 4096 ? rows : 4096));
+    k_bias_residual<<<grid, 256, 0, s>>>(y, x, b, rows, C);
     SPB_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -87,6 +135,19 @@ static void colsum_f32(float *db, const float *d, int rows, int C, cudaStream_t 
     dim3 block(32, 8), grid((unsigned)((C + 31) / 32), (unsigned)((rows + 255) / 256));
     k_colsum_f32<<<grid, block, 0, s>>>(db, d, rows, C);
     SPB_CUDA_CHECK(cudaGetLastError());
+}
+
+/* db += column sums of d, dy = bf16(d): one pass where fused, else two */
+static void colsum_and_bf16(float *db, spb_bf16 *dy, const float *d, int rows, int C, int fused, cudaStream_t s)
+{
+    if (fused && C % 4 == 0 && (uintptr_t)d % 16 == 0 && (uintptr_t)dy % 8 == 0) {
+        dim3 block(32, 8), grid((unsigned)((C + 127) / 128), (unsigned)((rows + 255) / 256));
+        k_colsum_to_bf16<<<grid, block, 0, s>>>(db, (__nv_bfloat16 *)dy, d, rows, C);
+        SPB_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
+    colsum_f32(db, d, rows, C, s);
+    spb_cuda_f32_to_bf16(dy, d, (long)rows * C, s);
 }
 
 /* -------------------------------------------------------------- layer -- */
@@ -129,7 +190,8 @@ struct spb_cuda_layer {
     /* backward scratch */
     spb_bf16 *dy, *dfc, *datto, *dqkv, *dln;
     float *dqkv32, *attn_ws;
-    int cudnn; /* attention through cuDNN's fused kernels (spb_cuda_layer_set_attention_cudnn) */
+    int cudnn;  /* attention through cuDNN's fused kernels (spb_cuda_layer_set_attention_cudnn) */
+    int fusion; /* epilogue fusion (spb_cuda_layer_set_fusion); in effect with the FAST kernels only */
     /* per-phase timing (spb_cuda_layer_set_phase_timing): an event before
      * the forward's first kernel and after each phase of forward and backward */
     int phase_on, phases;
@@ -158,6 +220,7 @@ extern "C" spb_cuda_layer *spb_cuda_layer_create(const spb_cuda_layer_shape *s, 
     L->s = *s;
     L->g = g;
     L->impl = impl;
+    L->fusion = 1;
     L->numel = spb_cuda_layer_numel(s, L->off, NULL);
     L->p = params, L->pb = params_bf16, L->gr = grads;
     if (!L->p) L->p = (float *)lalloc(L, SPB_MEM_PARAMS, 4 * (size_t)L->numel), L->own_p = 1;
@@ -224,6 +287,13 @@ extern "C" spb_bf16 *spb_cuda_layer_params_bf16(spb_cuda_layer *L) { return L->p
 extern "C" float *spb_cuda_layer_grads(spb_cuda_layer *L) { return L->gr; }
 extern "C" const spb_cuda_layer_shape *spb_cuda_layer_get_shape(const spb_cuda_layer *L) { return &L->s; }
 extern "C" void spb_cuda_layer_set_impl(spb_cuda_layer *L, spb_cuda_impl impl) { L->impl = impl; }
+extern "C" int spb_cuda_layer_set_fusion(spb_cuda_layer *L, int on)
+{
+    int was = L->fusion;
+    L->fusion = on != 0;
+    return was;
+}
+static int fused(const spb_cuda_layer *L) { return L->fusion && L->impl == SPB_CUDA_FAST; }
 
 extern "C" void spb_cuda_layer_set_phase_timing(spb_cuda_layer *L, int on)
 {
@@ -403,31 +473,57 @@ extern "C" void spb_cuda_layer_forward(spb_cuda_layer *L, const float *x, float 
     const long *o = L->off;
     L->x = x;
     phase_start(L, st);
+    const int fuse = fused(L);
     /* attention block */
     spb_cuda_layernorm_forward(L->ln1_out, L->ln1_mean, L->ln1_rstd, x, p + o[T_LN1_W], p + o[T_LN1_B], rows, C,
                                L->impl, st);
     phase_mark(L, "fwd ln1", st);
-    spb_cuda_matmul_forward(L->g, L->qkv, 0, L->ln1_out, pb + o[T_QKV_W], p + o[T_QKV_B], rows, C, 3 * Ca, st);
-    phase_mark(L, "fwd qkv product", st);
+    if (fuse) { /* the bias (its bf16 copy: cuBLASLt wants D's type) in the epilogue */
+        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, 3 * Ca, C, 1.0f, L->ln1_out, C, pb + o[T_QKV_W], C, 0.0f, NULL,
+                               L->qkv, 3 * Ca, 0, pb + o[T_QKV_B], st);
+        phase_mark(L, "fwd qkv product + bias", st);
+    } else {
+        spb_cuda_matmul_forward(L->g, L->qkv, 0, L->ln1_out, pb + o[T_QKV_W], p + o[T_QKV_B], rows, C, 3 * Ca, st);
+        phase_mark(L, "fwd qkv product", st);
+    }
     attention_forward(L, st);
     phase_mark(L, "fwd attention", st);
     /* res_mid = x + proj_b + atto·proj_wᵀ, accumulated in fp32 */
-    bias_residual(L->res_mid, x, p + o[T_PROJ_B], rows, C, st);
-    phase_mark(L, "fwd proj bias + residual", st);
-    spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, Ca, 1.0f, L->atto, Ca, pb + o[T_PROJ_W], Ca, 1.0f, L->res_mid, C, 1, st);
-    phase_mark(L, "fwd proj product", st);
+    if (fuse) {
+        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, C, Ca, 1.0f, L->atto, Ca, pb + o[T_PROJ_W], Ca, 1.0f, x,
+                               L->res_mid, C, 1, p + o[T_PROJ_B], st);
+        phase_mark(L, "fwd proj product + bias + residual", st);
+    } else {
+        bias_residual(L->res_mid, x, p + o[T_PROJ_B], rows, C, st);
+        phase_mark(L, "fwd proj bias + residual", st);
+        spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, Ca, 1.0f, L->atto, Ca, pb + o[T_PROJ_W], Ca, 1.0f, L->res_mid, C, 1,
+                           st);
+        phase_mark(L, "fwd proj product", st);
+    }
     /* MLP block */
     spb_cuda_layernorm_forward(L->ln2_out, L->ln2_mean, L->ln2_rstd, L->res_mid, p + o[T_LN2_W], p + o[T_LN2_B],
                                rows, C, L->impl, st);
     phase_mark(L, "fwd ln2", st);
-    spb_cuda_matmul_forward(L->g, L->fc_pre, 0, L->ln2_out, pb + o[T_FC_W], p + o[T_FC_B], rows, C, F, st);
-    phase_mark(L, "fwd fc product", st);
+    if (fuse) {
+        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, F, C, 1.0f, L->ln2_out, C, pb + o[T_FC_W], C, 0.0f, NULL,
+                               L->fc_pre, F, 0, pb + o[T_FC_B], st);
+        phase_mark(L, "fwd fc product + bias", st);
+    } else {
+        spb_cuda_matmul_forward(L->g, L->fc_pre, 0, L->ln2_out, pb + o[T_FC_W], p + o[T_FC_B], rows, C, F, st);
+        phase_mark(L, "fwd fc product", st);
+    }
     spb_cuda_gelu_forward(L->fc_act, L->fc_pre, (long)rows * F, L->impl, st);
     phase_mark(L, "fwd gelu", st);
-    bias_residual(y, L->res_mid, p + o[T_FCPROJ_B], rows, C, st);
-    phase_mark(L, "fwd fcproj bias + residual", st);
-    spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, F, 1.0f, L->fc_act, F, pb + o[T_FCPROJ_W], F, 1.0f, y, C, 1, st);
-    phase_mark(L, "fwd fcproj product", st);
+    if (fuse) {
+        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, C, F, 1.0f, L->fc_act, F, pb + o[T_FCPROJ_W], F, 1.0f, L->res_mid,
+                               y, C, 1, p + o[T_FCPROJ_B], st);
+        phase_mark(L, "fwd fcproj product + bias + residual", st);
+    } else {
+        bias_residual(y, L->res_mid, p + o[T_FCPROJ_B], rows, C, st);
+        phase_mark(L, "fwd fcproj bias + residual", st);
+        spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, F, 1.0f, L->fc_act, F, pb + o[T_FCPROJ_W], F, 1.0f, y, C, 1, st);
+        phase_mark(L, "fwd fcproj product", st);
+    }
 }
 
 extern "C" void spb_cuda_layer_backward(spb_cuda_layer *L, float *dx, cudaStream_t st)
@@ -443,24 +539,30 @@ extern "C" void spb_cuda_layer_backward(spb_cuda_layer *L, float *dx, cudaStream
      * only the backward) starts its own */
     if (L->phase_on && L->phases == 0) phase_start(L, st);
     /* MLP block: dx = d y */
-    colsum_f32(gr + o[T_FCPROJ_B], dx, rows, C, st);
-    spb_cuda_f32_to_bf16(L->dy, dx, (long)rows * C, st);
+    colsum_and_bf16(gr + o[T_FCPROJ_B], L->dy, dx, rows, C, fused(L), st);
     phase_mark(L, "bwd fcproj bias grad + dy to bf16", st);
     spb_cuda_matmul_backward(L->g, L->dfc, gr + o[T_FCPROJ_W], NULL, L->dy, L->fc_act, pb + o[T_FCPROJ_W], rows, F,
                              C, 0, L->impl, st);
     phase_mark(L, "bwd fcproj products", st);
-    spb_cuda_gelu_backward(L->dfc, L->fc_pre, L->dfc, (long)rows * F, L->impl, st);
-    phase_mark(L, "bwd gelu", st);
-    spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], gr + o[T_FC_B], L->dfc, L->ln2_out, pb + o[T_FC_W], rows,
-                             C, F, 0, L->impl, st);
-    phase_mark(L, "bwd fc products + bias grad", st);
+    if (fused(L)) { /* the fc bias gradient summed as GELU's backward writes dfc */
+        spb_cuda_gelu_backward_bias_grad(L->dfc, L->fc_pre, L->dfc, gr + o[T_FC_B], rows, F, L->impl, st);
+        phase_mark(L, "bwd gelu + fc bias grad", st);
+        spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], NULL, L->dfc, L->ln2_out, pb + o[T_FC_W], rows, C, F,
+                                 0, L->impl, st);
+        phase_mark(L, "bwd fc products", st);
+    } else {
+        spb_cuda_gelu_backward(L->dfc, L->fc_pre, L->dfc, (long)rows * F, L->impl, st);
+        phase_mark(L, "bwd gelu", st);
+        spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], gr + o[T_FC_B], L->dfc, L->ln2_out, pb + o[T_FC_W],
+                                 rows, C, F, 0, L->impl, st);
+        phase_mark(L, "bwd fc products + bias grad", st);
+    }
     /* dx += LN2's input gradient: dx = d res_mid */
     spb_cuda_layernorm_backward(dx, gr + o[T_LN2_W], gr + o[T_LN2_B], L->dln, L->res_mid, p + o[T_LN2_W],
                                 L->ln2_mean, L->ln2_rstd, rows, C, L->impl, st);
     phase_mark(L, "bwd ln2", st);
     /* attention block */
-    colsum_f32(gr + o[T_PROJ_B], dx, rows, C, st);
-    spb_cuda_f32_to_bf16(L->dy, dx, (long)rows * C, st);
+    colsum_and_bf16(gr + o[T_PROJ_B], L->dy, dx, rows, C, fused(L), st);
     phase_mark(L, "bwd proj bias grad + dy to bf16", st);
     spb_cuda_matmul_backward(L->g, L->datto, gr + o[T_PROJ_W], NULL, L->dy, L->atto, pb + o[T_PROJ_W], rows, Ca, C,
                              0, L->impl, st);

@@ -61,6 +61,12 @@ spb_bf16 *spb_cuda_layer_params_bf16(spb_cuda_layer *L);
 float *spb_cuda_layer_grads(spb_cuda_layer *L);
 const spb_cuda_layer_shape *spb_cuda_layer_get_shape(const spb_cuda_layer *L);
 void spb_cuda_layer_set_impl(spb_cuda_layer *L, spb_cuda_impl impl);
+/* Epilogue fusion (on by default; in effect with the FAST kernels): the
+ * products' biases and the residual adds in cuBLASLt's epilogue (the bias
+ * of qkv and fc from the bf16 parameter copy), the residual gradient's
+ * column sums and bf16 copy in one pass.  Off: a pass per operation, as
+ * the SIMPLE kernels always do.  Returns the previous setting. */
+int spb_cuda_layer_set_fusion(spb_cuda_layer *L, int on);
 /* Attention through cuDNN's fused kernels (cudnn_attention.h) instead of
  * the flash kernels (on != 0), for a local layer (SPB_LAYER_ATTN_LOCAL):
  * the vendor reference for the layer's time.  -1 with the reason in why

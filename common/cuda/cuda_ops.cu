@@ -4,6 +4,8 @@
  * block reductions). */
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
@@ -36,12 +38,27 @@ __global__ void k_bf16_to_f32(float *out, const spb_bf16 *in, long n)
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         out[i] = ld(in, i);
 }
+/* four at a time: 16-byte loads, 8-byte stores */
+__global__ void k_f32_to_bf16_x4(uint2 *out, const float4 *in, long n4)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
+        const float4 v = in[i];
+        uint2 u;
+        bf16 *h = (bf16 *)&u;
+        h[0] = __float2bfloat16_rn(v.x), h[1] = __float2bfloat16_rn(v.y);
+        h[2] = __float2bfloat16_rn(v.z), h[3] = __float2bfloat16_rn(v.w);
+        out[i] = u;
+    }
+}
 static unsigned grid_stride_blocks(long n) { unsigned b = blocks_for(n, 256); return b > 65535u * 8 ? 65535u * 8 : b; }
 
 extern "C" void spb_cuda_f32_to_bf16(spb_bf16 *out, const float *in, long n, cudaStream_t s)
 {
     if (n <= 0) return;
-    k_f32_to_bf16<<<grid_stride_blocks(n), 256, 0, s>>>(out, in, n);
+    if (n % 4 == 0 && (uintptr_t)in % 16 == 0 && (uintptr_t)out % 8 == 0)
+        k_f32_to_bf16_x4<<<grid_stride_blocks(n / 4), 256, 0, s>>>((uint2 *)out, (const float4 *)in, n / 4);
+    else
+        k_f32_to_bf16<<<grid_stride_blocks(n), 256, 0, s>>>(out, in, n);
     LAUNCH_CHECK();
 }
 extern "C" void spb_cuda_bf16_to_f32(float *out, const spb_bf16 *in, long n, cudaStream_t s)
@@ -171,10 +188,101 @@ __global__ void k_ln_fwd_fast(spb_bf16 *out, float *mean, float *rstd, const flo
         rstd[r] = sd;
     }
 }
+/* Row blocks: 256 threads share a row, each holding VPT = C/256 of its
+ * values in registers (16-byte loads), so the row is read from memory once.
+ * The warp-per-row kernels above read it two or three times, from L2 in the
+ * best case; at the 7B shape (C = 4096) an SM holds 64 rows of 16 KB in
+ * flight, 135 MB over an H200, nearly three times its L2, so the re-reads
+ * go to memory.  C = 1024, 2048, 4096, 8192 (VPT 4, 8, 16, 32); other widths
+ * take the warp kernels. */
+#define LN_BLOCK 256
+static bool ln_row_blocks = true;
+extern "C" int spb_cuda_layernorm_set_row_blocks(int on)
+{
+    int was = ln_row_blocks;
+    ln_row_blocks = on != 0;
+    return was;
+}
+/* fp32 vectors 16-byte aligned, bf16 ones 8 (the row blocks' vector access) */
+static int ln_block_vpt(int C, const void *f1, const void *f2, const void *f3, const void *f4, const void *h)
+{
+    const uintptr_t f = (uintptr_t)f1 | (uintptr_t)f2 | (uintptr_t)f3 | (uintptr_t)f4;
+    if (!ln_row_blocks || C % (4 * LN_BLOCK) || f % 16 || (uintptr_t)h % 8) return 0;
+    int vpt = C / LN_BLOCK;
+    return vpt == 4 || vpt == 8 || vpt == 16 || vpt == 32 ? vpt : 0;
+}
+/* The sums of a and b over the block, in every thread (each thread adds the
+ * warps' partial sums in the same order, so all agree to the bit). */
+__device__ __forceinline__ void block_sum2(float &a, float &b, float (*red)[LN_BLOCK / 32])
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    a = spb_warp_sum(a), b = spb_warp_sum(b);
+    if (lane == 0) red[0][warp] = a, red[1][warp] = b;
+    __syncthreads();
+    a = 0.0f, b = 0.0f;
+    for (int i = 0; i < LN_BLOCK / 32; i++) a += red[0][i], b += red[1][i];
+    __syncthreads(); /* red is free for the next call */
+}
+/* column of value k of this thread: 4 consecutive per 16-byte chunk */
+__device__ __forceinline__ int ln_col(int k) { return 4 * ((int)threadIdx.x + LN_BLOCK * (k / 4)) + k % 4; }
+__device__ __forceinline__ void ln_store4(spb_bf16 *p, long i, const float *v)
+{
+    bf16 h[4] = {__float2bfloat16_rn(v[0]), __float2bfloat16_rn(v[1]), __float2bfloat16_rn(v[2]),
+                 __float2bfloat16_rn(v[3])};
+    uint2 u;
+    memcpy(&u, h, sizeof u);
+    *(uint2 *)((bf16 *)p + i) = u;
+}
+__device__ __forceinline__ void ln_load4(float *v, const float *p, long i)
+{
+    const float4 q = *(const float4 *)(p + i);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void ln_load4_bf16(float *v, const spb_bf16 *p, long i)
+{
+    const uint2 u = *(const uint2 *)((const bf16 *)p + i);
+    const bf16 *h = (const bf16 *)&u;
+    for (int j = 0; j < 4; j++) v[j] = __bfloat162float(h[j]);
+}
+
+template <int VPT>
+__global__ void __launch_bounds__(LN_BLOCK) k_ln_fwd_block(spb_bf16 *out, float *mean, float *rstd,
+                                                           const float *inp, const float *w, const float *b, int C)
+{
+    __shared__ float red[2][LN_BLOCK / 32];
+    const int r = blockIdx.x;
+    const long o = (long)r * C;
+    float v[VPT];
+    for (int k = 0; k < VPT; k += 4) ln_load4(&v[k], inp, o + ln_col(k));
+    float m = 0.0f, unused = 0.0f;
+    for (int k = 0; k < VPT; k++) m += v[k];
+    block_sum2(m, unused, red);
+    m /= (float)C;
+    float var = 0.0f;
+    for (int k = 0; k < VPT; k++) var += (v[k] - m) * (v[k] - m);
+    unused = 0.0f;
+    block_sum2(var, unused, red);
+    const float sd = rsqrtf(var / (float)C + 1e-5f);
+    for (int k = 0; k < VPT; k += 4) {
+        const int c = ln_col(k);
+        const float4 wk = *(const float4 *)(w + c), bk = *(const float4 *)(b + c);
+        const float y[4] = {(v[k] - m) * sd * wk.x + bk.x, (v[k + 1] - m) * sd * wk.y + bk.y,
+                            (v[k + 2] - m) * sd * wk.z + bk.z, (v[k + 3] - m) * sd * wk.w + bk.w};
+        ln_store4(out, o + c, y);
+    }
+    if (threadIdx.x == 0) mean[r] = m, rstd[r] = sd;
+}
+
 extern "C" void spb_cuda_layernorm_forward(spb_bf16 *out, float *mean, float *rstd, const float *inp, const float *w,
                                            const float *b, int rows, int C, spb_cuda_impl impl, cudaStream_t s)
 {
-    if (impl == SPB_CUDA_FAST)
+    if (rows <= 0) return;
+    const int vpt = impl == SPB_CUDA_FAST ? ln_block_vpt(C, inp, w, b, inp, out) : 0;
+    if (vpt == 4) k_ln_fwd_block<4><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
+    else if (vpt == 8) k_ln_fwd_block<8><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
+    else if (vpt == 16) k_ln_fwd_block<16><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
+    else if (vpt == 32) k_ln_fwd_block<32><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
+    else if (impl == SPB_CUDA_FAST)
         k_ln_fwd_fast<<<blocks_for(rows, 8), 256, 0, s>>>(out, mean, rstd, inp, w, b, rows, C);
     else
         k_ln_fwd_simple<<<blocks_for(rows, 128), 128, 0, s>>>(out, mean, rstd, inp, w, b, rows, C);
@@ -252,11 +360,66 @@ __global__ void k_ln_bwd_dwdb_fast(float *dw, float *db, const spb_bf16 *dout, c
         atomicAdd(db + i, sb);
     }
 }
+/* The backward in row blocks, dx and dw/db in one kernel: a block walks a
+ * strip of rows, each thread on the same VPT columns throughout, so dout
+ * and x are read once per row (the kernels above read them three times)
+ * and the weight and bias gradients are summed per thread over the strip,
+ * then one atomicAdd per column per block. */
+#define LN_BWD_ROWS 32
+template <int VPT>
+__global__ void __launch_bounds__(LN_BLOCK) k_ln_bwd_block(float *dinp, float *dw, float *db, const spb_bf16 *dout,
+                                                           const float *inp, const float *w, const float *mean,
+                                                           const float *rstd, int rows, int C)
+{
+    __shared__ float red[2][LN_BLOCK / 32];
+    float wv[VPT], gw[VPT], gb[VPT];
+    for (int k = 0; k < VPT; k += 4) ln_load4(&wv[k], w, ln_col(k));
+    for (int k = 0; k < VPT; k++) gw[k] = 0.0f, gb[k] = 0.0f;
+    const int r0 = blockIdx.x * LN_BWD_ROWS, r1 = min(rows, r0 + LN_BWD_ROWS);
+    for (int r = r0; r < r1; r++) {
+        const long o = (long)r * C;
+        const float m = mean[r], sd = rstd[r];
+        float dy[VPT], xh[VPT];
+        for (int k = 0; k < VPT; k += 4) {
+            ln_load4_bf16(&dy[k], dout, o + ln_col(k));
+            ln_load4(&xh[k], inp, o + ln_col(k));
+        }
+        float sum_g = 0.0f, sum_gx = 0.0f;
+        for (int k = 0; k < VPT; k++) {
+            xh[k] = (xh[k] - m) * sd;
+            const float g = dy[k] * wv[k];
+            sum_g += g, sum_gx += g * xh[k];
+            gb[k] += dy[k], gw[k] += dy[k] * xh[k];
+        }
+        block_sum2(sum_g, sum_gx, red);
+        sum_g /= (float)C, sum_gx /= (float)C;
+        for (int k = 0; k < VPT; k += 4) {
+            float4 *d = (float4 *)(dinp + o + ln_col(k));
+            float4 a = *d;
+            a.x += sd * (dy[k] * wv[k] - sum_g - xh[k] * sum_gx);
+            a.y += sd * (dy[k + 1] * wv[k + 1] - sum_g - xh[k + 1] * sum_gx);
+            a.z += sd * (dy[k + 2] * wv[k + 2] - sum_g - xh[k + 2] * sum_gx);
+            a.w += sd * (dy[k + 3] * wv[k + 3] - sum_g - xh[k + 3] * sum_gx);
+            *d = a;
+        }
+    }
+    for (int k = 0; k < VPT; k++) atomicAdd(dw + ln_col(k), gw[k]), atomicAdd(db + ln_col(k), gb[k]);
+}
+
 extern "C" void spb_cuda_layernorm_backward(float *dinp, float *dw, float *db, const spb_bf16 *dout, const float *inp,
                                             const float *w, const float *mean, const float *rstd, int rows, int C,
                                             spb_cuda_impl impl, cudaStream_t s)
 {
-    if (impl == SPB_CUDA_FAST) {
+    if (rows <= 0) return;
+    const int vpt = impl == SPB_CUDA_FAST ? ln_block_vpt(C, dinp, inp, w, inp, dout) : 0;
+    if (vpt) {
+        const unsigned grid = (unsigned)((rows + LN_BWD_ROWS - 1) / LN_BWD_ROWS);
+        if (vpt == 4) k_ln_bwd_block<4><<<grid, LN_BLOCK, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+        else if (vpt == 8) k_ln_bwd_block<8><<<grid, LN_BLOCK, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+        else if (vpt == 16)
+            k_ln_bwd_block<16><<<grid, LN_BLOCK, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+        else k_ln_bwd_block<32><<<grid, LN_BLOCK, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    } else if (impl == SPB_CUDA_FAST) {
         k_ln_bwd_dx_fast<<<blocks_for(rows, 8), 256, 0, s>>>(dinp, dout, inp, w, mean, rstd, rows, C);
         LAUNCH_CHECK();
         dim3 grid(blocks_for(C, 256), (rows + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
@@ -322,6 +485,55 @@ extern "C" void spb_cuda_gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, cons
     else
         k_gelu_bwd_simple<<<blocks_for(n, 256), 256, 0, s>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
+}
+
+/* GELU backward and the bias gradient of its output in one pass: dinp =
+ * dout·gelu'(inp) (bf16), db[c] += sum_r dinp[r][c] over the rounded values
+ * (what spb_cuda_bias_grad would read back).  A block: 32 lanes x 8 columns
+ * (16-byte accesses) by 8 row lanes, a strip of 256 rows, one atomicAdd per
+ * column per strip.  n % 8 == 0, the three matrices 16-byte aligned. */
+#define GB_ROWS 256
+__global__ void __launch_bounds__(256) k_gelu_bwd_bias_grad(uint4 *dinp, const uint4 *inp, const uint4 *dout,
+                                                            float *db, int rows, int n)
+{
+    __shared__ float part[8][32 * 8 + 1];
+    const int n8 = n / 8, c8 = blockIdx.x * 32 + threadIdx.x;
+    const int r0 = blockIdx.y * GB_ROWS, r1 = min(rows, r0 + GB_ROWS);
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (c8 < n8)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            const long i = (long)r * n8 + c8;
+            uint4 a = inp[i], g = dout[i], y;
+            const bf16 *ah = (const bf16 *)&a, *gh = (const bf16 *)&g;
+            bf16 *yh = (bf16 *)&y;
+            for (int j = 0; j < 8; j++) {
+                yh[j] = __float2bfloat16_rn(__bfloat162float(gh[j]) * spb_gelu_slope(__bfloat162float(ah[j])));
+                acc[j] += __bfloat162float(yh[j]);
+            }
+            dinp[i] = y;
+        }
+    for (int j = 0; j < 8; j++) part[threadIdx.y][threadIdx.x * 8 + j] = acc[j];
+    __syncthreads();
+    if (threadIdx.y == 0 && c8 < n8)
+        for (int j = 0; j < 8; j++) {
+            float t = 0.0f;
+            for (int k = 0; k < 8; k++) t += part[k][threadIdx.x * 8 + j];
+            atomicAdd(db + 8 * c8 + j, t);
+        }
+}
+extern "C" void spb_cuda_gelu_backward_bias_grad(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout,
+                                                 float *db, int rows, int n, spb_cuda_impl impl, cudaStream_t s)
+{
+    if (rows <= 0 || n <= 0) return;
+    if (impl == SPB_CUDA_FAST && n % 8 == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout)) {
+        dim3 grid((unsigned)((n / 8 + 31) / 32), (unsigned)((rows + GB_ROWS - 1) / GB_ROWS)), block(32, 8);
+        k_gelu_bwd_bias_grad<<<grid, block, 0, s>>>((uint4 *)dinp, (const uint4 *)inp, (const uint4 *)dout, db, rows,
+                                                    n);
+        LAUNCH_CHECK();
+        return;
+    }
+    spb_cuda_gelu_backward(dinp, inp, dout, (long)rows * n, impl, s);
+    spb_cuda_bias_grad(db, dinp, rows, n, impl, s);
 }
 
 __global__ void k_residual_simple(float *a, const spb_bf16 *b, long n)

@@ -70,6 +70,15 @@ void spb_cuda_gemm_bf16(spb_cuda_gemm *g, int transA, int transB, int m, int n, 
 void spb_cuda_gemm_half(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k, float alpha,
                         const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta, void *C, int ldc,
                         int c_f32, cudaStream_t s);
+/* D[m][n] = alpha op(A) op(B) + beta C (+ bias[j] for every row), C read
+ * from one buffer (not read when beta = 0; may be NULL then) and D written
+ * to another, or the same: one pass over the output, the bias added in
+ * cuBLASLt's epilogue.  C, D and bias share D's type (the header's rule
+ * for the bias): fp32 where c_f32, else the 16-bit operand type.  bias NULL:
+ * no epilogue. */
+void spb_cuda_gemm_epilogue(spb_cuda_gemm *g, int fp16, int transA, int transB, int m, int n, int k, float alpha,
+                            const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb, float beta, const void *C,
+                            void *D, int ldc, int c_f32, const void *bias, cudaStream_t s);
 /* The fp32 reference product (simple kernel, one thread per output, fp32
  * everything); same row-major convention. */
 void spb_cuda_sgemm_simple(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
@@ -100,10 +109,20 @@ void spb_cuda_layernorm_forward(spb_bf16 *out, float *mean, float *rstd, const f
 void spb_cuda_layernorm_backward(float *dinp, float *dw, float *db, const spb_bf16 *dout, const float *inp,
                                  const float *w, const float *mean, const float *rstd, int rows, int C,
                                  spb_cuda_impl impl, cudaStream_t s);
+/* FAST LayerNorm in row blocks (on by default): 256 threads per row, the row
+ * in registers, read once; the backward's dx and dw/db in one kernel.  For
+ * C = 1024, 2048, 4096, 8192 with 16-byte aligned fp32 vectors; other
+ * shapes, and off, take the warp-per-row kernels.  Returns the previous
+ * setting (process-wide, like the attention switches). */
+int spb_cuda_layernorm_set_row_blocks(int on);
 /* tanh GELU, bf16 in and out; backward: dinp = dout gelu'(inp) (may alias dout). */
 void spb_cuda_gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n, spb_cuda_impl impl, cudaStream_t s);
 void spb_cuda_gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n, spb_cuda_impl impl,
                             cudaStream_t s);
+/* The same (dinp [rows][n], in place allowed) and db (fp32) += the column
+ * sums of the bf16 dinp it wrote, in one pass (FAST; else the two calls). */
+void spb_cuda_gelu_backward_bias_grad(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, float *db, int rows,
+                                      int n, spb_cuda_impl impl, cudaStream_t s);
 /* a (fp32) += b (bf16): the residual add. */
 void spb_cuda_residual_add(float *a, const spb_bf16 *b, long n, spb_cuda_impl impl, cudaStream_t s);
 /* db (fp32) += column sums of dout (bf16) [rows][n]. */

@@ -31,12 +31,17 @@ for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv
     bad=$(tail -n +2 "$out/$f" | grep -vc '^CPU emulation of a CUDA device (no GPU),' || true)
     [ "$bad" -eq 0 ] || { echo "FAIL: $bad rows of $f do not name the emulation as their GPU"; fail=1; }
 done
-# the layer's step by phase: 10 forward and 10 backward phases, attention among them
+# the layer's step by phase: 8 forward (biases and residuals fused into the
+# products) and 10 backward phases, attention among them
 if [ -s "$out/layer_phases.csv" ]; then
     n=$(tail -n +2 "$out/layer_phases.csv" | grep -c ',layer,')
-    [ "$n" = 20 ] && grep -q ',fwd attention,' "$out/layer_phases.csv" && grep -q ',bwd attention,' "$out/layer_phases.csv" ||
-        { echo "FAIL: layer_phases.csv: $n layer phases (20 expected, attention among them)"; fail=1; }
+    [ "$n" = 18 ] && grep -q ',fwd attention,' "$out/layer_phases.csv" && grep -q ',bwd attention,' "$out/layer_phases.csv" &&
+        grep -q ',fwd proj product + bias + residual,' "$out/layer_phases.csv" ||
+        { echo "FAIL: layer_phases.csv: $n layer phases (18 expected, attention and the fused proj among them)"; fail=1; }
 fi
+# the unfused layer timed beside the fused one
+[ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-unfused,fwd+bwd,' "$out/layer_timings.csv" &&
+    { echo "FAIL: layer_timings.csv has no layer-unfused row"; fail=1; }
 # one occupancy row per forward variant and head dim (10 x 2; zeros on the emulation)
 [ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 20 ] &&
     { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 20 expected"; fail=1; }

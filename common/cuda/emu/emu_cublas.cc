@@ -608,8 +608,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               size_t workspaceSizeInBytes, cudaStream_t stream)
 {
     if (!lt_handle_ok(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    spb_emu_stream_track(stream, "cublasLtMatmul", {{A, 0, 0}, {B, 0, 0}, {C != D ? C : nullptr, 0, 0}, {D, 0, 1}});
     const EmuDesc *d = desc_of(computeDesc);
+    const void *bias_read = d && d->epilogue == CUBLASLT_EPILOGUE_BIAS ? d->bias : nullptr;
+    spb_emu_stream_track(stream, "cublasLtMatmul",
+                         {{A, 0, 0}, {B, 0, 0}, {C != D ? C : nullptr, 0, 0}, {bias_read, 0, 0}, {D, 0, 1}});
     const EmuLayout *a = layout_of(Adesc), *b = layout_of(Bdesc), *c = layout_of(Cdesc), *dd = layout_of(Ddesc);
     Problem pr;
     cublasStatus_t st = check_problem(d, a, b, c, dd, &pr);
