@@ -654,8 +654,6 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 timing_row("layer-fdq", 1, "fwd+bwd", N, s, reps, fms, 3.0 * paper, 3.0 * exec, 0.0);
                 verdict(" (fused dQ)", fms);
                 if (N == tokens.back()) phase_breakdown(L, "layer", N, step);
-                /* outside the attention as the first GPU run had it (a pass per
-                 * bias and residual, LayerNorm a warp per row), side by side */
                 /* a variant of the whole layer: its forward and its step, two rows */
                 auto variant_rows = [&](const char *label) {
                     reps = reps_req;
@@ -666,6 +664,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     timing_row(label, 1, "fwd+bwd", N, s, reps, vms, 3.0 * paper, 3.0 * exec, 0.0);
                     return vms;
                 };
+                /* outside the attention as the first GPU run had it (a pass per
+                 * bias and residual, LayerNorm a warp per row), side by side */
                 int fusion_was = spb_cuda_layer_set_fusion(L, 0), ln_was = spb_cuda_layernorm_set_row_blocks(0);
                 variant_rows("layer-unfused");
                 spb_cuda_layer_set_fusion(L, fusion_was), spb_cuda_layernorm_set_row_blocks(ln_was);

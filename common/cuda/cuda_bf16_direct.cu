@@ -367,18 +367,6 @@ double sum_squares(spb_stored x, long n)
 /* ---- softmax cross-entropy: a block per row --------------------------- */
 const int kXentThreads = 256;
 
-/* The block's reduction of x (sum or max), returned to every thread. */
-__device__ float block_reduce(float x, bool is_max, float *shared)
-{
-    x = is_max ? spb_warp_max(x) : spb_warp_sum(x);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads(); /* shared may still be read from the last call */
-    if (lane == 0) shared[warp] = x;
-    __syncthreads();
-    x = shared[0];
-    for (int w = 1; w < kXentThreads / 32; w++) x = is_max ? fmaxf(x, shared[w]) : x + shared[w];
-    return x;
-}
 
 /* logits -> probabilities in place; loss[r] = log(sum) - (logit_t - max),
  * from the fp32 logit (read before any thread writes its row). */
@@ -390,10 +378,10 @@ __global__ void k_softmax_xent_forward(spb_stored probs, double *loss, const int
     float target_logit = load(probs, o + targets[r]);
     float mx = -INFINITY;
     for (int v = threadIdx.x; v < V; v += kXentThreads) mx = fmaxf(mx, load(probs, o + v));
-    mx = block_reduce(mx, true, shared);
+    mx = spb_block_reduce<kXentThreads>(mx, true, shared);
     float sum = 0.0f;
     for (int v = threadIdx.x; v < V; v += kXentThreads) sum += expf(load(probs, o + v) - mx);
-    sum = block_reduce(sum, false, shared); /* its syncs also order every read above before the writes */
+    sum = spb_block_reduce<kXentThreads>(sum, false, shared); /* its syncs also order every read above before the writes */
     float inv = 1.0f / sum;
     for (int v = threadIdx.x; v < V; v += kXentThreads) store(probs, o + v, expf(load(probs, o + v) - mx) * inv);
     if (threadIdx.x == 0) loss[r] = (double)logf(sum) - (double)(target_logit - mx);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "cuda_launch.cuh"
 #include "cuda_layer.h"
 #include "cudnn_attention.h"
 
@@ -102,11 +103,7 @@ __global__ void k_colsum_to_bf16(float *db, __nv_bfloat16 *dy, const float *d, i
             long i = (long)r * C + c;
             float4 v = *(const float4 *)(d + i);
             acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
-            __nv_bfloat16 h[4] = {__float2bfloat16_rn(v.x), __float2bfloat16_rn(v.y), __float2bfloat16_rn(v.z),
-                                  __float2bfloat16_rn(v.w)};
-            uint2 packed;
-            memcpy(&packed, h, sizeof packed);
-            *(uint2 *)(dy + i) = packed;
+            *(uint2 *)(dy + i) = spb_bf16x4_pack(v.x, v.y, v.z, v.w);
         }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
@@ -464,66 +461,67 @@ static void attention_backward(spb_cuda_layer *L, cudaStream_t st)
     }
 }
 
+/* out (bf16) [rows][n] = inp [rows][in] · W[n][in]ᵀ + b, tensors tw and tb:
+ * fused, the bias in cuBLASLt's epilogue (from the bf16 copy: it takes a
+ * bias of D's type); else the fp32 bias in a pass of its own. */
+static void product_bias(spb_cuda_layer *L, spb_bf16 *out, const spb_bf16 *inp, int in, int n, int tw, int tb,
+                         cudaStream_t st)
+{
+    const int rows = L->s.B * L->s.T;
+    const spb_bf16 *W = L->pb + L->off[tw];
+    if (fused(L))
+        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, n, in, 1.0f, inp, in, W, in, 0.0f, NULL, out, n, 0,
+                               L->pb + L->off[tb], st);
+    else
+        spb_cuda_matmul_forward(L->g, out, 0, inp, W, L->p + L->off[tb], rows, in, n, st);
+}
+
+/* y (fp32) [rows][C] = resid + b + act [rows][in] · W[C][in]ᵀ, accumulated in
+ * fp32 (the residual stream never rounded to bf16): fused, one cuBLASLt call
+ * (C = resid, D = y, the bias in the epilogue); else y = resid + b in a pass,
+ * then the product accumulated onto it. */
+static void product_onto_residual(spb_cuda_layer *L, float *y, const float *resid, const spb_bf16 *act, int in,
+                                  int tw, int tb, cudaStream_t st)
+{
+    const int rows = L->s.B * L->s.T, C = L->s.C;
+    const spb_bf16 *W = L->pb + L->off[tw];
+    const float *b = L->p + L->off[tb];
+    if (fused(L)) {
+        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, C, in, 1.0f, act, in, W, in, 1.0f, resid, y, C, 1, b, st);
+    } else {
+        bias_residual(y, resid, b, rows, C, st);
+        spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, in, 1.0f, act, in, W, in, 1.0f, y, C, 1, st);
+    }
+}
+
 extern "C" void spb_cuda_layer_forward(spb_cuda_layer *L, const float *x, float *y, cudaStream_t st)
 {
     const spb_cuda_layer_shape *s = &L->s;
     const int rows = s->B * s->T, C = s->C, Ca = s->H * s->D, F = s->F;
     const float *p = L->p;
-    const spb_bf16 *pb = L->pb;
     const long *o = L->off;
     L->x = x;
     phase_start(L, st);
-    const int fuse = fused(L);
     /* attention block */
     spb_cuda_layernorm_forward(L->ln1_out, L->ln1_mean, L->ln1_rstd, x, p + o[T_LN1_W], p + o[T_LN1_B], rows, C,
                                L->impl, st);
     phase_mark(L, "fwd ln1", st);
-    if (fuse) { /* the bias (its bf16 copy: cuBLASLt wants D's type) in the epilogue */
-        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, 3 * Ca, C, 1.0f, L->ln1_out, C, pb + o[T_QKV_W], C, 0.0f, NULL,
-                               L->qkv, 3 * Ca, 0, pb + o[T_QKV_B], st);
-        phase_mark(L, "fwd qkv product + bias", st);
-    } else {
-        spb_cuda_matmul_forward(L->g, L->qkv, 0, L->ln1_out, pb + o[T_QKV_W], p + o[T_QKV_B], rows, C, 3 * Ca, st);
-        phase_mark(L, "fwd qkv product", st);
-    }
+    product_bias(L, L->qkv, L->ln1_out, C, 3 * Ca, T_QKV_W, T_QKV_B, st);
+    phase_mark(L, "fwd qkv product + bias", st);
     attention_forward(L, st);
     phase_mark(L, "fwd attention", st);
-    /* res_mid = x + proj_b + atto·proj_wᵀ, accumulated in fp32 */
-    if (fuse) {
-        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, C, Ca, 1.0f, L->atto, Ca, pb + o[T_PROJ_W], Ca, 1.0f, x,
-                               L->res_mid, C, 1, p + o[T_PROJ_B], st);
-        phase_mark(L, "fwd proj product + bias + residual", st);
-    } else {
-        bias_residual(L->res_mid, x, p + o[T_PROJ_B], rows, C, st);
-        phase_mark(L, "fwd proj bias + residual", st);
-        spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, Ca, 1.0f, L->atto, Ca, pb + o[T_PROJ_W], Ca, 1.0f, L->res_mid, C, 1,
-                           st);
-        phase_mark(L, "fwd proj product", st);
-    }
+    product_onto_residual(L, L->res_mid, x, L->atto, Ca, T_PROJ_W, T_PROJ_B, st);
+    phase_mark(L, "fwd proj product + bias + residual", st);
     /* MLP block */
     spb_cuda_layernorm_forward(L->ln2_out, L->ln2_mean, L->ln2_rstd, L->res_mid, p + o[T_LN2_W], p + o[T_LN2_B],
                                rows, C, L->impl, st);
     phase_mark(L, "fwd ln2", st);
-    if (fuse) {
-        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, F, C, 1.0f, L->ln2_out, C, pb + o[T_FC_W], C, 0.0f, NULL,
-                               L->fc_pre, F, 0, pb + o[T_FC_B], st);
-        phase_mark(L, "fwd fc product + bias", st);
-    } else {
-        spb_cuda_matmul_forward(L->g, L->fc_pre, 0, L->ln2_out, pb + o[T_FC_W], p + o[T_FC_B], rows, C, F, st);
-        phase_mark(L, "fwd fc product", st);
-    }
+    product_bias(L, L->fc_pre, L->ln2_out, C, F, T_FC_W, T_FC_B, st);
+    phase_mark(L, "fwd fc product + bias", st);
     spb_cuda_gelu_forward(L->fc_act, L->fc_pre, (long)rows * F, L->impl, st);
     phase_mark(L, "fwd gelu", st);
-    if (fuse) {
-        spb_cuda_gemm_epilogue(L->g, 0, 0, 1, rows, C, F, 1.0f, L->fc_act, F, pb + o[T_FCPROJ_W], F, 1.0f, L->res_mid,
-                               y, C, 1, p + o[T_FCPROJ_B], st);
-        phase_mark(L, "fwd fcproj product + bias + residual", st);
-    } else {
-        bias_residual(y, L->res_mid, p + o[T_FCPROJ_B], rows, C, st);
-        phase_mark(L, "fwd fcproj bias + residual", st);
-        spb_cuda_gemm_bf16(L->g, 0, 1, rows, C, F, 1.0f, L->fc_act, F, pb + o[T_FCPROJ_W], F, 1.0f, y, C, 1, st);
-        phase_mark(L, "fwd fcproj product", st);
-    }
+    product_onto_residual(L, y, L->res_mid, L->fc_act, F, T_FCPROJ_W, T_FCPROJ_B, st);
+    phase_mark(L, "fwd fcproj product + bias + residual", st);
 }
 
 extern "C" void spb_cuda_layer_backward(spb_cuda_layer *L, float *dx, cudaStream_t st)
@@ -546,17 +544,14 @@ extern "C" void spb_cuda_layer_backward(spb_cuda_layer *L, float *dx, cudaStream
     phase_mark(L, "bwd fcproj products", st);
     if (fused(L)) { /* the fc bias gradient summed as GELU's backward writes dfc */
         spb_cuda_gelu_backward_bias_grad(L->dfc, L->fc_pre, L->dfc, gr + o[T_FC_B], rows, F, L->impl, st);
-        phase_mark(L, "bwd gelu + fc bias grad", st);
-        spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], NULL, L->dfc, L->ln2_out, pb + o[T_FC_W], rows, C, F,
-                                 0, L->impl, st);
-        phase_mark(L, "bwd fc products", st);
     } else {
         spb_cuda_gelu_backward(L->dfc, L->fc_pre, L->dfc, (long)rows * F, L->impl, st);
-        phase_mark(L, "bwd gelu", st);
-        spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], gr + o[T_FC_B], L->dfc, L->ln2_out, pb + o[T_FC_W],
-                                 rows, C, F, 0, L->impl, st);
-        phase_mark(L, "bwd fc products + bias grad", st);
+        spb_cuda_bias_grad(gr + o[T_FC_B], L->dfc, rows, F, L->impl, st);
     }
+    phase_mark(L, "bwd gelu + fc bias grad", st);
+    spb_cuda_matmul_backward(L->g, L->dln, gr + o[T_FC_W], NULL, L->dfc, L->ln2_out, pb + o[T_FC_W], rows, C, F, 0,
+                             L->impl, st);
+    phase_mark(L, "bwd fc products", st);
     /* dx += LN2's input gradient: dx = d res_mid */
     spb_cuda_layernorm_backward(dx, gr + o[T_LN2_W], gr + o[T_LN2_B], L->dln, L->res_mid, p + o[T_LN2_W],
                                 L->ln2_mean, L->ln2_rstd, rows, C, L->impl, st);

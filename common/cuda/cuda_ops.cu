@@ -5,7 +5,6 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
@@ -43,11 +42,7 @@ __global__ void k_f32_to_bf16_x4(uint2 *out, const float4 *in, long n4)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
         const float4 v = in[i];
-        uint2 u;
-        bf16 *h = (bf16 *)&u;
-        h[0] = __float2bfloat16_rn(v.x), h[1] = __float2bfloat16_rn(v.y);
-        h[2] = __float2bfloat16_rn(v.z), h[3] = __float2bfloat16_rn(v.w);
-        out[i] = u;
+        out[i] = spb_bf16x4_pack(v.x, v.y, v.z, v.w);
     }
 }
 static unsigned grid_stride_blocks(long n) { unsigned b = blocks_for(n, 256); return b > 65535u * 8 ? 65535u * 8 : b; }
@@ -203,72 +198,45 @@ extern "C" int spb_cuda_layernorm_set_row_blocks(int on)
     ln_row_blocks = on != 0;
     return was;
 }
-/* fp32 vectors 16-byte aligned, bf16 ones 8 (the row blocks' vector access) */
-static int ln_block_vpt(int C, const void *f1, const void *f2, const void *f3, const void *f4, const void *h)
+/* the three fp32 vectors 16-byte aligned, the bf16 one 8 (the row blocks'
+ * vector accesses) */
+static int ln_block_vpt(int C, const float *f1, const float *f2, const float *f3, const spb_bf16 *h)
 {
-    const uintptr_t f = (uintptr_t)f1 | (uintptr_t)f2 | (uintptr_t)f3 | (uintptr_t)f4;
+    const uintptr_t f = (uintptr_t)f1 | (uintptr_t)f2 | (uintptr_t)f3;
     if (!ln_row_blocks || C % (4 * LN_BLOCK) || f % 16 || (uintptr_t)h % 8) return 0;
     int vpt = C / LN_BLOCK;
     return vpt == 4 || vpt == 8 || vpt == 16 || vpt == 32 ? vpt : 0;
 }
-/* The sums of a and b over the block, in every thread (each thread adds the
- * warps' partial sums in the same order, so all agree to the bit). */
-__device__ __forceinline__ void block_sum2(float &a, float &b, float (*red)[LN_BLOCK / 32])
-{
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    a = spb_warp_sum(a), b = spb_warp_sum(b);
-    if (lane == 0) red[0][warp] = a, red[1][warp] = b;
-    __syncthreads();
-    a = 0.0f, b = 0.0f;
-    for (int i = 0; i < LN_BLOCK / 32; i++) a += red[0][i], b += red[1][i];
-    __syncthreads(); /* red is free for the next call */
-}
 /* column of value k of this thread: 4 consecutive per 16-byte chunk */
 __device__ __forceinline__ int ln_col(int k) { return 4 * ((int)threadIdx.x + LN_BLOCK * (k / 4)) + k % 4; }
-__device__ __forceinline__ void ln_store4(spb_bf16 *p, long i, const float *v)
-{
-    bf16 h[4] = {__float2bfloat16_rn(v[0]), __float2bfloat16_rn(v[1]), __float2bfloat16_rn(v[2]),
-                 __float2bfloat16_rn(v[3])};
-    uint2 u;
-    memcpy(&u, h, sizeof u);
-    *(uint2 *)((bf16 *)p + i) = u;
-}
 __device__ __forceinline__ void ln_load4(float *v, const float *p, long i)
 {
     const float4 q = *(const float4 *)(p + i);
     v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-}
-__device__ __forceinline__ void ln_load4_bf16(float *v, const spb_bf16 *p, long i)
-{
-    const uint2 u = *(const uint2 *)((const bf16 *)p + i);
-    const bf16 *h = (const bf16 *)&u;
-    for (int j = 0; j < 4; j++) v[j] = __bfloat162float(h[j]);
 }
 
 template <int VPT>
 __global__ void __launch_bounds__(LN_BLOCK) k_ln_fwd_block(spb_bf16 *out, float *mean, float *rstd,
                                                            const float *inp, const float *w, const float *b, int C)
 {
-    __shared__ float red[2][LN_BLOCK / 32];
+    __shared__ float red[LN_BLOCK / 32];
     const int r = blockIdx.x;
     const long o = (long)r * C;
     float v[VPT];
     for (int k = 0; k < VPT; k += 4) ln_load4(&v[k], inp, o + ln_col(k));
-    float m = 0.0f, unused = 0.0f;
+    float m = 0.0f;
     for (int k = 0; k < VPT; k++) m += v[k];
-    block_sum2(m, unused, red);
-    m /= (float)C;
+    m = spb_block_reduce<LN_BLOCK>(m, false, red) / (float)C;
     float var = 0.0f;
     for (int k = 0; k < VPT; k++) var += (v[k] - m) * (v[k] - m);
-    unused = 0.0f;
-    block_sum2(var, unused, red);
+    var = spb_block_reduce<LN_BLOCK>(var, false, red);
     const float sd = rsqrtf(var / (float)C + 1e-5f);
     for (int k = 0; k < VPT; k += 4) {
         const int c = ln_col(k);
         const float4 wk = *(const float4 *)(w + c), bk = *(const float4 *)(b + c);
-        const float y[4] = {(v[k] - m) * sd * wk.x + bk.x, (v[k + 1] - m) * sd * wk.y + bk.y,
-                            (v[k + 2] - m) * sd * wk.z + bk.z, (v[k + 3] - m) * sd * wk.w + bk.w};
-        ln_store4(out, o + c, y);
+        *(uint2 *)((bf16 *)out + o + c) =
+            spb_bf16x4_pack((v[k] - m) * sd * wk.x + bk.x, (v[k + 1] - m) * sd * wk.y + bk.y,
+                            (v[k + 2] - m) * sd * wk.z + bk.z, (v[k + 3] - m) * sd * wk.w + bk.w);
     }
     if (threadIdx.x == 0) mean[r] = m, rstd[r] = sd;
 }
@@ -277,7 +245,7 @@ extern "C" void spb_cuda_layernorm_forward(spb_bf16 *out, float *mean, float *rs
                                            const float *b, int rows, int C, spb_cuda_impl impl, cudaStream_t s)
 {
     if (rows <= 0) return;
-    const int vpt = impl == SPB_CUDA_FAST ? ln_block_vpt(C, inp, w, b, inp, out) : 0;
+    const int vpt = impl == SPB_CUDA_FAST ? ln_block_vpt(C, inp, w, b, out) : 0;
     if (vpt == 4) k_ln_fwd_block<4><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
     else if (vpt == 8) k_ln_fwd_block<8><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
     else if (vpt == 16) k_ln_fwd_block<16><<<rows, LN_BLOCK, 0, s>>>(out, mean, rstd, inp, w, b, C);
@@ -371,7 +339,7 @@ __global__ void __launch_bounds__(LN_BLOCK) k_ln_bwd_block(float *dinp, float *d
                                                            const float *inp, const float *w, const float *mean,
                                                            const float *rstd, int rows, int C)
 {
-    __shared__ float red[2][LN_BLOCK / 32];
+    __shared__ float red[LN_BLOCK / 32];
     float wv[VPT], gw[VPT], gb[VPT];
     for (int k = 0; k < VPT; k += 4) ln_load4(&wv[k], w, ln_col(k));
     for (int k = 0; k < VPT; k++) gw[k] = 0.0f, gb[k] = 0.0f;
@@ -381,7 +349,7 @@ __global__ void __launch_bounds__(LN_BLOCK) k_ln_bwd_block(float *dinp, float *d
         const float m = mean[r], sd = rstd[r];
         float dy[VPT], xh[VPT];
         for (int k = 0; k < VPT; k += 4) {
-            ln_load4_bf16(&dy[k], dout, o + ln_col(k));
+            spb_bf16x4_unpack(*(const uint2 *)((const bf16 *)dout + o + ln_col(k)), &dy[k]);
             ln_load4(&xh[k], inp, o + ln_col(k));
         }
         float sum_g = 0.0f, sum_gx = 0.0f;
@@ -391,8 +359,8 @@ __global__ void __launch_bounds__(LN_BLOCK) k_ln_bwd_block(float *dinp, float *d
             sum_g += g, sum_gx += g * xh[k];
             gb[k] += dy[k], gw[k] += dy[k] * xh[k];
         }
-        block_sum2(sum_g, sum_gx, red);
-        sum_g /= (float)C, sum_gx /= (float)C;
+        sum_g = spb_block_reduce<LN_BLOCK>(sum_g, false, red) / (float)C;
+        sum_gx = spb_block_reduce<LN_BLOCK>(sum_gx, false, red) / (float)C;
         for (int k = 0; k < VPT; k += 4) {
             float4 *d = (float4 *)(dinp + o + ln_col(k));
             float4 a = *d;
@@ -411,7 +379,7 @@ extern "C" void spb_cuda_layernorm_backward(float *dinp, float *dw, float *db, c
                                             spb_cuda_impl impl, cudaStream_t s)
 {
     if (rows <= 0) return;
-    const int vpt = impl == SPB_CUDA_FAST ? ln_block_vpt(C, dinp, inp, w, inp, dout) : 0;
+    const int vpt = impl == SPB_CUDA_FAST ? ln_block_vpt(C, dinp, inp, w, dout) : 0;
     if (vpt) {
         const unsigned grid = (unsigned)((rows + LN_BWD_ROWS - 1) / LN_BWD_ROWS);
         if (vpt == 4) k_ln_bwd_block<4><<<grid, LN_BLOCK, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);

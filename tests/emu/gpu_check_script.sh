@@ -31,8 +31,8 @@ for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv
     bad=$(tail -n +2 "$out/$f" | grep -vc '^CPU emulation of a CUDA device (no GPU),' || true)
     [ "$bad" -eq 0 ] || { echo "FAIL: $bad rows of $f do not name the emulation as their GPU"; fail=1; }
 done
-# the layer's step by phase: 8 forward (biases and residuals fused into the
-# products) and 10 backward phases, attention among them
+# the layer's step by phase: 8 forward (each product with its bias and
+# residual) and 10 backward phases, attention among them
 if [ -s "$out/layer_phases.csv" ]; then
     n=$(tail -n +2 "$out/layer_phases.csv" | grep -c ',layer,')
     [ "$n" = 18 ] && grep -q ',fwd attention,' "$out/layer_phases.csv" && grep -q ',bwd attention,' "$out/layer_phases.csv" &&
