@@ -459,10 +459,14 @@ static bool use_wgmma(void) { return !no_wgmma && spb_cuda_attention_wgmma_avail
 /* Attention on a fused QKV buffer [B][T][3][H][D] (the core's layout), O and
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
  * values.  Cases: self causal, self full, a ring block below the diagonal
- * (offsets, partly masked), and a block above it where early rows see no key. */
-static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "")
+ * (offsets, partly masked), and a block above it where early rows see no key.
+ * split_diagonal adds a block whose diagonal starts at query row 16: a
+ * kernel with 32 rows per warp then has a tile its first 16 rows see
+ * nothing of and its next 16 do (the other cases never split a warp so). */
+static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "", bool split_diagonal = false)
 {
-    const attn_case cases[] = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
+    std::vector<attn_case> cases = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
+    if (split_diagonal) cases.push_back({"diagonal at row 16", 160, 1, 0, 16});
     const int B = 2, H = 3;
     for (const attn_case &c : cases) {
         const int T = c.len;
@@ -664,23 +668,26 @@ struct flash_variant {
     int keys;   /* keys per tile of the wgmma forward (spb_cuda_attention_set_fwd_key_block) */
     int blocks; /* blocks per SM the forward is built for (spb_cuda_attention_set_fwd_blocks_per_sm) */
     int pipe;   /* the wgmma forward with the softmax overlapping P·V (spb_cuda_attention_set_fwd_pipelined) */
+    int rpw;    /* rows per warp of the mma.sync forward (spb_cuda_attention_set_fwd_rows_per_warp) */
 };
 static const flash_variant flash_variants[] = {
-    {128, 0, 1, 1, "mma", 64, 1, 0},
-    {64, 0, 1, 1, "mma, 64 rows", 64, 1, 0},
-    {64, 1, 0, 1, "mma, 64 rows, fused dQ", 64, 1, 0},
-    {128, 1, 0, 1, "mma, fused dQ", 64, 1, 0},
-    {128, 0, 2, 2, "wgmma", 64, 1, 0},
-    {64, 0, 2, 2, "wgmma, 64 rows", 64, 1, 0},
+    {128, 0, 1, 1, "mma", 64, 1, 0, 16},
+    {64, 0, 1, 1, "mma, 64 rows", 64, 1, 0, 16},
+    {64, 1, 0, 1, "mma, 64 rows, fused dQ", 64, 1, 0, 16},
+    {128, 1, 0, 1, "mma, fused dQ", 64, 1, 0, 16},
+    {128, 0, 2, 2, "wgmma", 64, 1, 0, 16},
+    {64, 0, 2, 2, "wgmma, 64 rows", 64, 1, 0, 16},
     /* the wgmma forward on 128-key tiles, both forwards with registers
      * capped for two blocks per SM (not spbench options until timed) */
-    {128, 0, 2, 0, "wgmma, 128 keys", 128, 1, 0},
-    {64, 0, 2, 0, "wgmma, 64 rows, 128 keys", 128, 1, 0},
-    {128, 0, 1, 0, "mma, 2 blocks/SM", 64, 2, 0},
-    {128, 0, 2, 0, "wgmma, 2 blocks/SM", 64, 2, 0},
+    {128, 0, 2, 0, "wgmma, 128 keys", 128, 1, 0, 16},
+    {64, 0, 2, 0, "wgmma, 64 rows, 128 keys", 128, 1, 0, 16},
+    {128, 0, 1, 0, "mma, 2 blocks/SM", 64, 2, 0, 16},
+    {128, 0, 2, 0, "wgmma, 2 blocks/SM", 64, 2, 0, 16},
     /* and the wgmma forward with the softmax overlapping the P·V product */
-    {128, 0, 2, 0, "wgmma, pipelined", 64, 1, 1},
-    {64, 0, 2, 0, "wgmma, 64 rows, pipelined", 64, 1, 1}};
+    {128, 0, 2, 0, "wgmma, pipelined", 64, 1, 1, 16},
+    {64, 0, 2, 0, "wgmma, 64 rows, pipelined", 64, 1, 1, 16},
+    /* the mma.sync forward on FlashAttention-2's tiling: 4 warps of 32 rows */
+    {128, 0, 1, 0, "mma, 32 rows/warp", 64, 1, 0, 32}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
@@ -691,6 +698,7 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     spb_cuda_attention_set_fwd_key_block(vr.keys);
     spb_cuda_attention_set_fwd_blocks_per_sm(vr.blocks);
     spb_cuda_attention_set_fwd_pipelined(vr.pipe);
+    spb_cuda_attention_set_fwd_rows_per_warp(vr.rpw);
     if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
     return true;
 }
@@ -894,7 +902,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     ms = time_ms(fwd, reps);
                     snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-                    if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe) /* the sums: spbench's options */
+                    if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe && vr.rpw == 16) /* the sums: spbench's options */
                         fwd_sum[vr.fwd == 2][vr.rows == 64] += ms;
                 }
                 if (!vr.bwd) continue;
@@ -1029,6 +1037,13 @@ int main(int argc, char **argv)
     check_attention(SPB_CUDA_FAST, 64, 0, " blocks=2");
     check_attention(SPB_CUDA_FAST, 128, 0, " blocks=2");
     spb_cuda_attention_set_fwd_blocks_per_sm(1);
+    /* the forward on FlashAttention-2's tiling (32 rows per warp, two row
+     * groups per warp): both head dims in bf16, fp16 once */
+    spb_cuda_attention_set_fwd_rows_per_warp(32);
+    check_attention(SPB_CUDA_FAST, 64, 0, " rpw=32", true);
+    check_attention(SPB_CUDA_FAST, 128, 0, " rpw=32", true);
+    check_attention(SPB_CUDA_FAST, 128, 1, " rpw=32", true);
+    spb_cuda_attention_set_fwd_rows_per_warp(16);
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {
         check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);

@@ -319,37 +319,70 @@ template <int LD> __device__ __forceinline__ void ldm_b_kn(uint32_t b[4], const 
     spb_ldmatrix_x4_trans(b, S + (k0 + (m & 1) * 8 + lane % 8) * LD + n0 + (m >> 1) * 8);
 }
 
-/* acc[8][4] (this warp's 16 rows x 64 columns) = A(rows r.. of Sa) · B(Sb rows 0..63)ᵀ over D */
+/* acc[g][8][4] (RG groups of 16 rows: rows r + 16 g .. of Sa, x 64 columns)
+ * = A · B(Sb rows 0..63)ᵀ over D.  Each B fragment is loaded once for the RG
+ * groups: with RG = 2 a warp reads half the shared memory per product. */
+template <typename T, int D, int RG>
+__device__ __forceinline__ void mma_groups_rowsT(float (*acc)[8][4], const uint16_t *Sa, int r, const uint16_t *Sb,
+                                                 int lane)
+{
+    SPB_UNROLL
+    for (int kc = 0; kc < D / 16; kc++) {
+        uint32_t a[RG][4];
+        SPB_UNROLL
+        for (int g = 0; g < RG; g++) ldm_a<D + PAD>(a[g], Sa, r + 16 * g, kc * 16, lane);
+        SPB_UNROLL
+        for (int np = 0; np < 4; np++) {
+            uint32_t bf[4];
+            ldm_b_nk<D + PAD>(bf, Sb, np * 16, kc * 16, lane);
+            SPB_UNROLL
+        for (int g = 0; g < RG; g++) {
+                elem<T>::mma(acc[g][2 * np], a[g], bf[0], bf[1]);
+                elem<T>::mma(acc[g][2 * np + 1], a[g], bf[2], bf[3]);
+            }
+        }
+    }
+}
+/* out[g][D/8][4] (RG groups of 16 rows x D) += P(g: 16 x 64, C fragments,
+ * rounded to T) · M(64 x D), M stored [64][D + PAD]; B loaded once per groups */
+template <typename T, int D, int RG>
+__device__ __forceinline__ void mma_groups_p_m(float (*out)[D / 8][4], const float (*p)[8][4], const uint16_t *M,
+                                               int lane)
+{
+    SPB_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[RG][4];
+        SPB_UNROLL
+        for (int g = 0; g < RG; g++) {
+            a[g][0] = elem<T>::pack2(p[g][2 * kk][0], p[g][2 * kk][1]);
+            a[g][1] = elem<T>::pack2(p[g][2 * kk][2], p[g][2 * kk][3]);
+            a[g][2] = elem<T>::pack2(p[g][2 * kk + 1][0], p[g][2 * kk + 1][1]);
+            a[g][3] = elem<T>::pack2(p[g][2 * kk + 1][2], p[g][2 * kk + 1][3]);
+        }
+        SPB_UNROLL
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t bf[4];
+            ldm_b_kn<D + PAD>(bf, M, kk * 16, dp * 16, lane);
+            SPB_UNROLL
+        for (int g = 0; g < RG; g++) {
+                elem<T>::mma(out[g][2 * dp], a[g], bf[0], bf[1]);
+                elem<T>::mma(out[g][2 * dp + 1], a[g], bf[2], bf[3]);
+            }
+        }
+    }
+}
+/* one group: acc[8][4] (this warp's 16 rows x 64 columns) = A(rows r.. of Sa) · B(Sb rows 0..63)ᵀ over D */
 template <typename T, int D>
 __device__ __forceinline__ void mma_rows_rowsT(float acc[8][4], const uint16_t *Sa, int r, const uint16_t *Sb,
                                                int lane)
 {
-    for (int kc = 0; kc < D / 16; kc++) {
-        uint32_t a[4];
-        ldm_a<D + PAD>(a, Sa, r, kc * 16, lane);
-        for (int np = 0; np < 4; np++) {
-            uint32_t bf[4];
-            ldm_b_nk<D + PAD>(bf, Sb, np * 16, kc * 16, lane);
-            elem<T>::mma(acc[2 * np], a, bf[0], bf[1]);
-            elem<T>::mma(acc[2 * np + 1], a, bf[2], bf[3]);
-        }
-    }
+    mma_groups_rowsT<T, D, 1>((float (*)[8][4])acc, Sa, r, Sb, lane);
 }
-/* out[D/8][4] (16 rows x D) += P(16 x 64, C fragments, rounded to T) · M(64 x D), M stored [64][D + PAD] */
+/* one group: out[D/8][4] (16 rows x D) += P(16 x 64) · M(64 x D) */
 template <typename T, int D>
 __device__ __forceinline__ void mma_p_m(float out[D / 8][4], const float p[8][4], const uint16_t *M, int lane)
 {
-    for (int kk = 0; kk < 4; kk++) {
-        uint32_t a[4] = {elem<T>::pack2(p[2 * kk][0], p[2 * kk][1]), elem<T>::pack2(p[2 * kk][2], p[2 * kk][3]),
-                         elem<T>::pack2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                         elem<T>::pack2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        for (int dp = 0; dp < D / 16; dp++) {
-            uint32_t bf[4];
-            ldm_b_kn<D + PAD>(bf, M, kk * 16, dp * 16, lane);
-            elem<T>::mma(out[2 * dp], a, bf[0], bf[1]);
-            elem<T>::mma(out[2 * dp + 1], a, bf[2], bf[3]);
-        }
-    }
+    mma_groups_p_m<T, D, 1>((float (*)[D / 8][4])out, (const float (*)[8][4])p, M, lane);
 }
 
 /* ---- the per-tile elementwise steps, shared by the mma.sync and wgmma
@@ -551,21 +584,29 @@ template <int W> __device__ __forceinline__ int query_tile_first(const spb_attn_
  * of 8 warps per SM, 8 warps per SM at 4 too, by registers or shared
  * memory); 2 with 8 warps: 128 registers, so that two blocks (16 warps)
  * share an SM, Q's fragments read from shared memory at every tile instead
- * of held (their 32 registers). */
-template <typename T, int D, int W, int MINB>
+ * of held (their 32 registers).
+ * RG: groups of 16 rows per warp.  1: 16 rows (the layout above); 2: 32
+ * rows per warp, FlashAttention-2's forward tiling on A100/H100 (4 warps,
+ * 128 rows, 2 blocks per SM): every K and V fragment a warp loads feeds two
+ * products instead of one, and the two groups' chains of products, shuffles
+ * and exponentials interleave in one instruction stream, where RG = 1 has
+ * only the other warps of the scheduler to hide them behind; Q is read from
+ * shared memory per tile (S and O of two groups hold 192 registers at head
+ * dim 128). */
+template <typename T, int D, int W, int MINB, int RG = 1>
 __global__ void __launch_bounds__(32 * W, MINB) fwd_fast(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                     const spb_bf16 *v, spb_bf16 *o, float *lse)
 {
-    constexpr int LD = D + PAD;
+    constexpr int LD = D + PAD, R = 16 * RG; /* rows per warp */
     extern __shared__ __align__(16) unsigned char smem[];
-    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + 16 * W * LD, *Vs = Ks + 2 * BC * LD; /* K, V: two stages each */
-    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<W>(d);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r = warp * 16;
+    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + R * W * LD, *Vs = Ks + 2 * BC * LD; /* K, V: two stages each */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<W * RG>(d);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r = warp * R;
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D;
     const float c = d.scale * LOG2E;
-    const int n_tiles = (keys_for_rows<W>(d, i0) + BC - 1) / BC;
+    const int n_tiles = (keys_for_rows<W * RG>(d, i0) + BC - 1) / BC;
 
-    load_rows_async<16 * W, D, W>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
+    load_rows_async<R * W, D, W>(Qs, q, qb, d.q_token_stride, i0, d.q_len);
     if (n_tiles > 0) {
         load_rows_async<BC, D, W>(Ks, k, kb, d.k_token_stride, 0, d.k_len);
         load_rows_async<BC, D, W>(Vs, v, kb, d.k_token_stride, 0, d.k_len);
@@ -573,16 +614,23 @@ __global__ void __launch_bounds__(32 * W, MINB) fwd_fast(spb_attn_desc d, const 
     spb_cp_async_commit();
     spb_cp_async_wait<0>();
     __syncthreads();
-    constexpr bool QREG = MINB == 1; /* Q's fragments in registers */
+    constexpr bool QREG = MINB == 1 && RG == 1; /* Q's fragments in registers */
     uint32_t qf[QREG ? D / 16 : 1][4];
     if constexpr (QREG)
         for (int kc = 0; kc < D / 16; kc++) ldm_a<LD>(qf[kc], Qs, r, kc * 16, lane);
 
-    float oacc[D / 8][4];
-    for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const long qpos[2] = {d.q_offset + i0 + r + g, d.q_offset + i0 + r + g + 8};
-    const long warp_first_q = d.q_offset + i0 + r, warp_last_q = warp_first_q + 15;
+    float oacc[RG][D / 8][4];
+    SPB_UNROLL
+    for (int x = 0; x < RG; x++)
+        for (int dn = 0; dn < D / 8; dn++) oacc[x][dn][0] = oacc[x][dn][1] = oacc[x][dn][2] = oacc[x][dn][3] = 0.0f;
+    float m[RG][2], l[RG][2];
+    long qpos[RG][2];
+    SPB_UNROLL
+    for (int x = 0; x < RG; x++) {
+        m[x][0] = m[x][1] = -INFINITY, l[x][0] = l[x][1] = 0.0f;
+        qpos[x][0] = d.q_offset + i0 + r + 16 * x + g, qpos[x][1] = qpos[x][0] + 8;
+    }
+    const long warp_first_q = d.q_offset + i0 + r, warp_last_q = warp_first_q + R - 1;
 
     for (int it = 0; it < n_tiles; it++) {
         const int j0 = it * BC, st = it & 1;
@@ -596,25 +644,33 @@ __global__ void __launch_bounds__(32 * W, MINB) fwd_fast(spb_attn_desc d, const 
         __syncthreads();
         if (d.causal && d.k_offset + j0 > warp_last_q) continue; /* nothing visible to this warp's rows */
         const uint16_t *Kc = Ks + st * BC * LD, *Vc = Vs + st * BC * LD;
-        float s[8][4];
-        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        float s[RG][8][4];
+        SPB_UNROLL
+    for (int x = 0; x < RG; x++)
+            for (int nt = 0; nt < 8; nt++) s[x][nt][0] = s[x][nt][1] = s[x][nt][2] = s[x][nt][3] = 0.0f;
         if constexpr (QREG) {
             for (int kc = 0; kc < D / 16; kc++)
                 for (int np = 0; np < 4; np++) {
                     uint32_t bf[4];
                     ldm_b_nk<LD>(bf, Kc, np * 16, kc * 16, lane);
-                    elem<T>::mma(s[2 * np], qf[kc], bf[0], bf[1]);
-                    elem<T>::mma(s[2 * np + 1], qf[kc], bf[2], bf[3]);
+                    elem<T>::mma(s[0][2 * np], qf[kc], bf[0], bf[1]);
+                    elem<T>::mma(s[0][2 * np + 1], qf[kc], bf[2], bf[3]);
                 }
         } else {
-            mma_rows_rowsT<T, D>(s, Qs, r, Kc, lane);
+            mma_groups_rowsT<T, D, RG>(s, Qs, r, Kc, lane);
         }
-        /* per-element masks only where the tile crosses the sequence's end or the diagonal */
-        const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q);
-        online_softmax_tile<D>(s, m, l, oacc, d, j0, masked, qpos, c, t);
-        mma_p_m<T, D>(oacc, s, Vc, lane);
+        /* per-element masks only where the tile crosses the sequence's end or
+         * the diagonal of a group's rows (a group none of whose rows sees the
+         * tile takes the masked body: P = 0, its m, l and O unchanged) */
+        SPB_UNROLL
+    for (int x = 0; x < RG; x++) {
+            const bool masked = j0 + BC > d.k_len || (d.causal && d.k_offset + j0 + BC - 1 > warp_first_q + 16 * x);
+            online_softmax_tile<D>(s[x], m[x], l[x], oacc[x], d, j0, masked, qpos[x], c, t);
+        }
+        mma_groups_p_m<T, D, RG>(oacc, s, Vc, lane);
     }
-    store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
+    SPB_UNROLL
+    for (int x = 0; x < RG; x++) store_o_lse<T, D>(d, o, lse, oacc[x], m[x], l[x], b, h, i0 + r + 16 * x, g, t);
 }
 
 template <typename T, int D, int W>
@@ -1349,6 +1405,17 @@ extern "C" int spb_cuda_attention_set_fwd_pipelined(int on)
     fast_fwd_pipe = on != 0;
     return old;
 }
+/* Rows per warp of the mma.sync forward: 16 (the default) or 32
+ * (FlashAttention-2's tiling: 4 warps of 32 rows, 128-row blocks, two
+ * blocks per SM by its launch bounds). */
+static int fast_fwd_rows_per_warp = 16;
+extern "C" int spb_cuda_attention_set_fwd_rows_per_warp(int rows)
+{
+    if (rows != 16 && rows != 32) SPB_DIE("CUDA attention: %d rows per warp for the forward (16 or 32)", rows);
+    int old = fast_fwd_rows_per_warp;
+    fast_fwd_rows_per_warp = rows;
+    return old;
+}
 
 /* why the current switches cannot be launched together, or NULL */
 static const char *fwd_switches_clash(void)
@@ -1357,6 +1424,11 @@ static const char *fwd_switches_clash(void)
     if (fast_fwd_pipe && fast_fwd_keys != BC) return "the pipelined forward takes 64-key tiles";
     /* two products' registers in flight: capped at 128 it spills and ptxas serialises the products */
     if (fast_fwd_pipe && fast_fwd_blocks != 1) return "the pipelined forward runs one block per SM";
+    if (fast_fwd_rows_per_warp == 32) {
+        if (fast_fwd_wgmma) return "32 rows per warp is an mma.sync forward (--flash-fwd mma)";
+        if (fast_block_rows != 128) return "32 rows per warp make 128-row blocks (--flash-block-rows 128)";
+        if (fast_fwd_blocks != 1) return "32 rows per warp run two blocks per SM by their own launch bounds";
+    }
     if (fast_fwd_blocks == 1) return nullptr;
     if (fast_block_rows != 128) return "2 blocks per SM need 128-row blocks (--flash-block-rows 128)";
     if (fast_fwd_wgmma && fast_fwd_keys != BC) return "2 blocks per SM need the wgmma forward's 64-key tiles";
@@ -1415,16 +1487,17 @@ extern "C" float *spb_cuda_attention_workspace(long n)
 /* The fast kernels' launches.  Shared memory: 16-bit tiles of rows padded
  * to D + PAD (the 16 W resident rows, two stages of each streamed tile),
  * and dK/dV's row statistics (two stages). */
-template <typename T, int D, int W, int MINB>
+template <typename T, int D, int W, int MINB, int RG = 1>
 static void fwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                             spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query = nullptr)
 {
-    const size_t sm = 2 * (size_t)(16 * W + 4 * BC) * (D + PAD);
-    static const bool allowed = allow_smem(fwd_fast<T, D, W, MINB>, sm);
+    constexpr int rows = 16 * RG * W;
+    const size_t sm = 2 * (size_t)(rows + 4 * BC) * (D + PAD);
+    static const bool allowed = allow_smem(fwd_fast<T, D, W, MINB, RG>, sm);
     (void)allowed;
-    if (query) return occupancy_of(query, fwd_fast<T, D, W, MINB>, 32 * W, sm);
-    dim3 grid((d->q_len + 16 * W - 1) / (16 * W), d->heads, d->batch);
-    fwd_fast<T, D, W, MINB><<<grid, 32 * W, sm, s>>>(*d, q, k, v, o, lse);
+    if (query) return occupancy_of(query, fwd_fast<T, D, W, MINB, RG>, 32 * W, sm);
+    dim3 grid((d->q_len + rows - 1) / rows, d->heads, d->batch);
+    fwd_fast<T, D, W, MINB, RG><<<grid, 32 * W, sm, s>>>(*d, q, k, v, o, lse);
 }
 template <typename T, int D, int W>
 static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -1475,7 +1548,8 @@ static void fwd_wgmma_pipe_launch(const spb_attn_desc *d, const spb_bf16 *q, con
 }
 
 /* The fast forward the switches pick (fast_fwd_wgmma, fast_block_rows,
- * fast_fwd_keys, fast_fwd_blocks, fast_fwd_pipe) for d's head dim:
+ * fast_fwd_keys, fast_fwd_blocks, fast_fwd_pipe, fast_fwd_rows_per_warp)
+ * for d's head dim:
  * launched, or with query only its residency filled in (d's head dim is
  * all that is read then). */
 template <typename T, int D>
@@ -1484,7 +1558,9 @@ static void fwd_fast_pick(const spb_attn_desc *d, const spb_bf16 *q, const spb_b
 {
     const bool wide = fast_block_rows == 128;
     if (!fast_fwd_wgmma) {
-        if (fast_fwd_blocks == 2)
+        if (fast_fwd_rows_per_warp == 32)
+            fwd_fast_launch<T, D, 4, 2, 2>(d, q, k, v, o, lse, s, query);
+        else if (fast_fwd_blocks == 2)
             fwd_fast_launch<T, D, 8, 2>(d, q, k, v, o, lse, s, query);
         else
             wide ? fwd_fast_launch<T, D, 8, 1>(d, q, k, v, o, lse, s, query)

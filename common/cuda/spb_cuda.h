@@ -206,6 +206,12 @@ int spb_cuda_attention_set_fwd_blocks_per_sm(int blocks);
  * tiles and one block per SM, else the forward dies; either block shape.
  * Returns the previous setting. */
 int spb_cuda_attention_set_fwd_pipelined(int on);
+/* Rows per warp of the mma.sync FAST forward: 16 (the default) or 32
+ * (FlashAttention-2's forward tiling: 4 warps of 32 rows per 128-row
+ * block, registers for two blocks per SM, each K/V fragment feeding two
+ * products); needs the mma.sync forward, 128-row blocks and the blocks
+ * switch at 1, else the forward dies.  Returns the previous value. */
+int spb_cuda_attention_set_fwd_rows_per_warp(int rows);
 /* What the CUDA runtime says of a kernel's residency on one SM. */
 typedef struct {
     int blocks_per_sm, warps_per_sm, registers; /* registers per thread */

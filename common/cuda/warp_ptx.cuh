@@ -24,6 +24,16 @@
 
 #include <stdint.h>
 
+/* Before a loop over the index of a register array whose body is too big
+ * for nvcc's unrolling heuristics: unrolled, the array stays in registers;
+ * rolled, it goes to local memory (ptxas's "stack frame").  Nothing under
+ * the CPU emulation, whose compiler does not know the pragma. */
+#ifdef SPB_CUDA_EMU
+#define SPB_UNROLL
+#else
+#define SPB_UNROLL _Pragma("unroll")
+#endif
+
 /* D = A·B + D, m16n8k16, 16-bit inputs (fp16 when `fp16`, else bf16), fp32 accumulators */
 template <int fp16>
 __device__ __forceinline__ void spb_mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
