@@ -165,11 +165,106 @@ static spb_attn_desc cpu_desc(const spb_cuda_layer_shape &s)
     d.o_token_stride = W, d.o_batch_stride = W * s.T;
     return d;
 }
+/* Ring layers (the device layer's RING and RING_ZIGZAG): the keys this
+ * rank's queries see, at their global positions 0..P·T-1, are its own K and
+ * V again at every block's positions (the device layer's blocks carry no
+ * other rank's data).  The reference lays them out so, [B][P·T][H][D], and
+ * runs the naive attention once per query run against all of them; the
+ * backward folds the laid-out dK, dV back onto the rank's own tokens. */
+static bool is_ring(const spb_cuda_layer_shape &s)
+{
+    return s.attn == SPB_LAYER_ATTN_RING || s.attn == SPB_LAYER_ATTN_RING_ZIGZAG;
+}
+static int ring_runs(const spb_cuda_layer_shape &s) { return s.attn == SPB_LAYER_ATTN_RING_ZIGZAG ? 2 : 1; }
+/* the rank's own token that holds global key position x */
+static long ring_key_source(const spb_cuda_layer_shape &s, long x)
+{
+    if (s.attn == SPB_LAYER_ATTN_RING) return x % s.T;
+    long c = s.T / 2, chunk = x / c; /* chunks 0..P-1 are blocks' run 0, P..2P-1 their run 1 */
+    return (chunk < s.P ? 0 : c) + x % c;
+}
+static long ring_query_start(const spb_cuda_layer_shape &s, int run)
+{
+    if (s.attn == SPB_LAYER_ATTN_RING) return (long)s.ring_rank * s.T;
+    return spb_layer_zigzag_chunk(s.P, s.ring_rank, run) * (s.T / 2);
+}
+/* query run a of the fused qkv against the laid-out keys kx, vx */
+static spb_attn_desc ring_ref_desc(const spb_cuda_layer_shape &s, int a)
+{
+    spb_attn_desc d = cpu_desc(s);
+    const long W = (long)s.H * s.D, keys = (long)s.P * s.T;
+    d.q_len = s.T / ring_runs(s), d.q_offset = ring_query_start(s, a);
+    d.k_len = (int)keys, d.k_offset = 0;
+    d.k_token_stride = W, d.k_batch_stride = W * keys;
+    return d;
+}
+static void ring_lay_out_keys(const spb_cuda_layer_shape &s, const float *qkv, std::vector<float> &kx,
+                              std::vector<float> &vx)
+{
+    const long W = (long)s.H * s.D, keys = (long)s.P * s.T;
+    kx.resize((size_t)(s.B * keys * W)), vx.resize(kx.size());
+    for (long b = 0; b < s.B; b++)
+        for (long x = 0; x < keys; x++) {
+            const float *src = qkv + (b * s.T + ring_key_source(s, x)) * 3 * W;
+            memcpy(&kx[(size_t)((b * keys + x) * W)], src + W, sizeof(float) * W);
+            memcpy(&vx[(size_t)((b * keys + x) * W)], src + 2 * W, sizeof(float) * W);
+        }
+}
+
+/* The layer's attention: qkv -> atto, lse (local, or ring as above) */
+static void cpu_attention_forward(cpu_layer &L)
+{
+    const spb_cuda_layer_shape &s = L.s;
+    const long W = (long)s.H * s.D;
+    spb_attn_desc d = cpu_desc(s);
+    if (!is_ring(s)) {
+        spb_attn_naive.forward(&d, L.qkv.data(), L.qkv.data() + W, L.qkv.data() + 2 * W, L.atto.data(), L.lse.data());
+        return;
+    }
+    std::vector<float> kx, vx;
+    ring_lay_out_keys(s, L.qkv.data(), kx, vx);
+    const int runs = ring_runs(s), len = s.T / runs;
+    for (int a = 0; a < runs; a++) {
+        d = ring_ref_desc(s, a);
+        spb_attn_naive.forward(&d, L.qkv.data() + (long)a * len * 3 * W, kx.data(), vx.data(),
+                               L.atto.data() + (long)a * len * W, L.lse.data() + (long)a * s.B * s.H * len);
+    }
+}
+/* datto -> dqkv (+=) */
+static void cpu_attention_backward(cpu_layer &L, const float *datto, float *dqkv)
+{
+    const spb_cuda_layer_shape &s = L.s;
+    const long W = (long)s.H * s.D;
+    spb_attn_desc d = cpu_desc(s);
+    if (!is_ring(s)) {
+        spb_attn_naive.backward(&d, L.qkv.data(), L.qkv.data() + W, L.qkv.data() + 2 * W, L.atto.data(),
+                                L.lse.data(), datto, dqkv, dqkv + W, dqkv + 2 * W);
+        return;
+    }
+    std::vector<float> kx, vx;
+    ring_lay_out_keys(s, L.qkv.data(), kx, vx);
+    std::vector<float> dkx(kx.size(), 0.0f), dvx(vx.size(), 0.0f);
+    const int runs = ring_runs(s), len = s.T / runs;
+    for (int a = 0; a < runs; a++) {
+        d = ring_ref_desc(s, a);
+        const long qa = (long)a * len * 3 * W, oa = (long)a * len * W;
+        spb_attn_naive.backward(&d, L.qkv.data() + qa, kx.data(), vx.data(), L.atto.data() + oa,
+                                L.lse.data() + (long)a * s.B * s.H * len, datto + oa, dqkv + qa, dkx.data(),
+                                dvx.data());
+    }
+    const long keys = (long)s.P * s.T;
+    for (long b = 0; b < s.B; b++)
+        for (long x = 0; x < keys; x++) {
+            float *dst = dqkv + (b * s.T + ring_key_source(s, x)) * 3 * W;
+            spb_add_inplace(dst + W, &dkx[(size_t)((b * keys + x) * W)], W);
+            spb_add_inplace(dst + 2 * W, &dvx[(size_t)((b * keys + x) * W)], W);
+        }
+}
+
 static void cpu_forward(cpu_layer &L, const float *x, float *y)
 {
     const spb_cuda_layer_shape &s = L.s;
     const int rows = s.B * s.T, C = s.C, Ca = s.H * s.D, F = s.F;
-    const long W = Ca;
     L.x = x;
     L.ln1_out.resize((size_t)rows * C), L.m1.resize(rows), L.r1.resize(rows), L.qkv.resize((size_t)rows * 3 * Ca);
     L.atto.resize((size_t)rows * Ca), L.lse.resize((size_t)s.B * s.H * s.T), L.res_mid.resize((size_t)rows * C);
@@ -177,8 +272,7 @@ static void cpu_forward(cpu_layer &L, const float *x, float *y)
     L.fc_act.resize((size_t)rows * F);
     spb_layernorm_forward(L.ln1_out.data(), L.m1.data(), L.r1.data(), x, L.P(0), L.P(1), rows, C);
     spb_matmul_forward(L.qkv.data(), L.ln1_out.data(), L.P(2), L.P(3), rows, C, 3 * Ca);
-    spb_attn_desc d = cpu_desc(s);
-    spb_attn_naive.forward(&d, L.qkv.data(), L.qkv.data() + W, L.qkv.data() + 2 * W, L.atto.data(), L.lse.data());
+    cpu_attention_forward(L);
     spb_matmul_forward(L.res_mid.data(), L.atto.data(), L.P(4), NULL, rows, Ca, C);
     for (long r = 0; r < rows; r++) spb_add_inplace(L.res_mid.data() + r * C, L.P(5), C);
     spb_add_inplace(L.res_mid.data(), x, (long)rows * C);
@@ -193,7 +287,6 @@ static void cpu_backward(cpu_layer &L, float *dx)
 {
     const spb_cuda_layer_shape &s = L.s;
     const int rows = s.B * s.T, C = s.C, Ca = s.H * s.D, F = s.F;
-    const long W = Ca;
     std::vector<float> dfc((size_t)rows * F), dtmp((size_t)rows * C), datto((size_t)rows * Ca),
         dqkv((size_t)rows * 3 * Ca, 0.0f);
     for (long r = 0; r < rows; r++) spb_add_inplace(L.G(11), dx + r * C, C);
@@ -204,9 +297,7 @@ static void cpu_backward(cpu_layer &L, float *dx)
                            C);
     for (long r = 0; r < rows; r++) spb_add_inplace(L.G(5), dx + r * C, C);
     spb_matmul_backward(datto.data(), L.G(4), NULL, dx, L.atto.data(), L.P(4), rows, Ca, C, 0);
-    spb_attn_desc d = cpu_desc(s);
-    spb_attn_naive.backward(&d, L.qkv.data(), L.qkv.data() + W, L.qkv.data() + 2 * W, L.atto.data(), L.lse.data(),
-                            datto.data(), dqkv.data(), dqkv.data() + W, dqkv.data() + 2 * W);
+    cpu_attention_backward(L, datto.data(), dqkv.data());
     spb_matmul_backward(dtmp.data(), L.G(2), L.G(3), dqkv.data(), L.ln1_out.data(), L.P(2), rows, C, 3 * Ca, 0);
     spb_layernorm_backward(dx, L.G(0), L.G(1), dtmp.data(), L.x, L.P(0), L.m1.data(), L.r1.data(), rows, C);
 }
@@ -236,9 +327,15 @@ static void random_layer_params(const spb_cuda_layer_shape &s, const long *off, 
 static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cuda_impl impl, int cudnn = 0,
                         int fusion = 1)
 {
-    char shape[112];
-    snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s%s", s.B, s.T, s.C, s.H, s.D, s.F,
-             s.causal ? "causal" : "full", cudnn ? " cudnn" : "", impl == SPB_CUDA_FAST && !fusion ? " unfused" : "");
+    char shape[112], ring[48] = "";
+    if (is_ring(s))
+        snprintf(ring, sizeof ring, " %s P=%d r=%d", s.attn == SPB_LAYER_ATTN_RING ? "ring" : "zigzag", s.P,
+                 s.ring_rank);
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s%s%s", s.B, s.T, s.C, s.H, s.D, s.F,
+             s.causal ? "causal" : "full", ring, cudnn ? " cudnn" : "",
+             impl == SPB_CUDA_FAST && !fusion ? " unfused" : "");
+    /* a ring layer rounds each block's O to bf16 before the merge: one rounding more in series */
+    const int ring_depth = is_ring(s) ? 1 : 0;
     cpu_layer L;
     L.s = s;
     L.numel = spb_cuda_layer_numel(&s, L.off, NULL);
@@ -277,10 +374,11 @@ static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cud
      * what the layer adds, where an error cannot hide behind the identity) */
     std::vector<float> by(y), bgy(gy), bdx(rdx), bgdx(gdx);
     for (long i = 0; i < n; i++) by[i] -= x[i], bgy[i] -= x[i], bdx[i] -= dy[i], bgdx[i] -= dy[i];
-    report("layer", impl, shape, "y", norm_rel_err(gy.data(), y.data(), n), tol_chain(DEPTH_LAYER_FWD));
-    report("layer", impl, shape, "y - x", norm_rel_err(bgy.data(), by.data(), n), tol_chain(DEPTH_LAYER_FWD));
-    report("layer", impl, shape, "dx", norm_rel_err(gdx.data(), rdx.data(), n), tol_chain(DEPTH_LAYER));
-    report("layer", impl, shape, "dx - dy", norm_rel_err(bgdx.data(), bdx.data(), n), tol_chain(DEPTH_LAYER));
+    const double tol_fwd = tol_chain(DEPTH_LAYER_FWD + ring_depth), tol = tol_chain(DEPTH_LAYER + ring_depth);
+    report("layer", impl, shape, "y", norm_rel_err(gy.data(), y.data(), n), tol_fwd);
+    report("layer", impl, shape, "y - x", norm_rel_err(bgy.data(), by.data(), n), tol_fwd);
+    report("layer", impl, shape, "dx", norm_rel_err(gdx.data(), rdx.data(), n), tol);
+    report("layer", impl, shape, "dx - dy", norm_rel_err(bgdx.data(), bdx.data(), n), tol);
     long sizes[SPB_CUDA_LAYER_TENSORS];
     spb_cuda_layer_numel(&s, NULL, sizes);
     for (int k = 0; k < SPB_CUDA_LAYER_TENSORS; k++) {
@@ -292,7 +390,7 @@ static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cud
         }
         char nm[32];
         snprintf(nm, sizeof nm, "d%s", tensor_names[k]);
-        report("layer", impl, shape, nm, norm_rel_err(a.data(), b.data(), sizes[k]), tol_chain(DEPTH_LAYER));
+        report("layer", impl, shape, nm, norm_rel_err(a.data(), b.data(), sizes[k]), tol);
     }
     spb_cuda_free(dxin), spb_cuda_free(ddx), spb_cuda_free(dyo);
     spb_cuda_layer_destroy(D);
@@ -544,7 +642,8 @@ static size_t layer_bytes_estimate(const spb_cuda_layer_shape &s)
     double acts = rows * (2 * C + 4 * C + 2 * 3 * Ca + 2 * Ca + 4 * C + 2 * C + 4 * F) + 16.0 * rows;
     double scratch = rows * (2 * C + 2 * F + 2 * Ca + 2 * 3 * Ca + 2 * C + 4 * 3 * Ca) + 8.0 * s.H * rows;
     double extra = s.attn == SPB_LAYER_ATTN_ULYSSES ? rows * (2 * 3 * Ca * 3 + 2 * Ca * 2) + 4.0 * s.H * rows
-                   : s.attn == SPB_LAYER_ATTN_RING ? rows * (4 * Ca + 2 * Ca) + 4.0 * s.H * rows
+                   : s.attn == SPB_LAYER_ATTN_RING || s.attn == SPB_LAYER_ATTN_RING_ZIGZAG
+                       ? rows * (4 * Ca + 2 * Ca) + 4.0 * s.H * rows
                                                    : 0.0;
     double io = 3.0 * 4.0 * rows * C;
     return (size_t)(params + acts + scratch + extra + io);
@@ -596,7 +695,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
            timing.smoke ? ": the code path only, not a figure" : "");
     printf("%-12s %2s %-8s %6s %6s %4s %6s %-6s %9s %8s %7s %8s %7s\n", "strategy", "P", "pass", "N", "T_rank", "ah",
            "ffn", "causal", "median_ms", "TF/s_pp", "of_peak", "TF/s_ex", "vs_L/P");
-    const char *strategies[] = {"layer", "megatron-sp", "ulysses", "ring"};
+    const char *strategies[] = {"layer", "megatron-sp", "ulysses", "ring", "ring-zigzag"};
     for (long N : tokens) {
         double layer_ms = 0.0;
         for (const char *st : strategies) {
@@ -759,6 +858,17 @@ int main(int argc, char **argv)
      * side-by-side timing row), on the first and the non-causal shape */
     check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
     check_layer(g, shapes[2], SPB_CUDA_FAST, 0, 0);
+    /* ring layers (the timings' per-rank ring compute) against the CPU
+     * layer with the same keys laid out at the blocks' positions: the
+     * contiguous layout's busiest rank, zigzag on a middle rank and, not
+     * causal, on rank 0 of 3; both kernel sets */
+    const spb_cuda_layer_shape rings[] = {
+        {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING, 2, 1},
+        {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING_ZIGZAG, 2, 1},
+        {1, 96, 256, 2, 128, 512, 0, SPB_LAYER_ATTN_RING_ZIGZAG, 3, 0},
+    };
+    for (int impl = 0; impl < 2; impl++)
+        for (const auto &s : rings) check_layer(g, s, (spb_cuda_impl)impl);
     /* the layer with cuDNN's attention (the timings' vendor reference row),
      * where the build has cuDNN: the same bounds (cuDNN rounds dQ, dK, dV
      * to bf16 once, as the flash path's conversion does) */

@@ -57,25 +57,27 @@ __global__ void k_colsum_f32(float *db, const float *d, int rows, int C)
 }
 
 /* Ring merge: (o_acc, lse_acc) <- the log-sum-exp combination of itself
- * and a block's (o_blk, lse_blk).  o [B][T][H][D] (acc fp32, blk bf16), lse
- * [B][H][T].  One warp per (b, t, h) row. */
+ * and a block's (o_blk, lse_blk), for tokens [t0, t0 + len) of T (a run of
+ * the zigzag layout; all T for the contiguous one).  o [B][T][H][D] (acc
+ * fp32, blk bf16), lse of the run [B][H][len].  One warp per (b, t, h) row. */
 __global__ void k_lse_merge(float *o_acc, float *lse_acc, const __nv_bfloat16 *o_blk, const float *lse_blk, int B,
-                            int T, int H, int D)
+                            int T, int H, int D, int t0, int len)
 {
     long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
-    if (row >= (long)B * T * H) return;
+    if (row >= (long)B * len * H) return;
     int h = (int)(row % H);
     long bt = row / H;
-    int t = (int)(bt % T), b = (int)(bt / T);
-    long li = ((long)b * H + h) * T + t;
+    int t = (int)(bt % len), b = (int)(bt / len);
+    long li = ((long)b * H + h) * len + t;
     float la = lse_acc[li], lb = lse_blk[li];
     if (lb == -INFINITY) return; /* the block has no visible key for this row */
     float m = la > lb ? la : lb;
     float lse = m + logf(expf(la - m) + expf(lb - m)); /* la = -inf: expf(-inf) = 0 */
     float wa = expf(la - lse), wb = expf(lb - lse);
-    float *oa = o_acc + row * D;
-    const __nv_bfloat16 *ob = o_blk + row * D;
+    long oi = (((long)b * T + t0 + t) * H + h) * D;
+    float *oa = o_acc + oi;
+    const __nv_bfloat16 *ob = o_blk + oi;
     for (int e = lane; e < D; e += 32) oa[e] = oa[e] * wa + __bfloat162float(ob[e]) * wb;
     __syncwarp();
     if (lane == 0) lse_acc[li] = lse;
@@ -211,7 +213,9 @@ extern "C" spb_cuda_layer *spb_cuda_layer_create(const spb_cuda_layer_shape *s, 
      * a 256-byte boundary (cuBLASLt's default alignment assumption). */
     SPB_CHECK(s->C % 128 == 0 && ((long)s->H * s->D) % 128 == 0 && s->F % 128 == 0);
     if (s->attn == SPB_LAYER_ATTN_ULYSSES) SPB_CHECK(s->H % s->P == 0);
-    if (s->attn == SPB_LAYER_ATTN_RING) SPB_CHECK(s->ring_rank >= 0 && s->ring_rank < s->P);
+    if (s->attn == SPB_LAYER_ATTN_RING || s->attn == SPB_LAYER_ATTN_RING_ZIGZAG)
+        SPB_CHECK(s->ring_rank >= 0 && s->ring_rank < s->P);
+    if (s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) SPB_CHECK(s->T % 2 == 0);
     spb_cuda_layer *L = (spb_cuda_layer *)calloc(1, sizeof *L);
     SPB_CHECK(L);
     L->s = *s;
@@ -248,7 +252,7 @@ extern "C" spb_cuda_layer *spb_cuda_layer_create(const spb_cuda_layer_shape *s, 
         L->do_h = (spb_bf16 *)lalloc(L, SPB_MEM_WORKSPACE, 2 * rows * Ca);
         L->dqkv_h = (spb_bf16 *)lalloc(L, SPB_MEM_WORKSPACE, 2 * rows * 3 * Ca);
     }
-    if (s->attn == SPB_LAYER_ATTN_RING) {
+    if (s->attn == SPB_LAYER_ATTN_RING || s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) {
         L->o_acc = (float *)lalloc(L, SPB_MEM_WORKSPACE, 4 * rows * Ca);
         L->o_blk = (spb_bf16 *)lalloc(L, SPB_MEM_WORKSPACE, 2 * rows * Ca);
         L->lse_blk = (float *)lalloc(L, SPB_MEM_WORKSPACE, 4 * lse_n);
@@ -369,13 +373,34 @@ static spb_attn_desc qkv_desc(int B, int heads, int D, int q_len, long q_off, in
     return d;
 }
 
-/* Ring block j of rank r: T queries at r·T against the T keys at j·T (the
- * keys' data are this rank's own: the shape of the compute, not its values). */
-static spb_attn_desc ring_desc(const spb_cuda_layer_shape *s, int j)
+/* Ring attention's pieces: key block j (0..P-1) of run b against this
+ * rank's query run a.  Contiguous: one run of T tokens, queries at r·T,
+ * keys at j·T.  Zigzag: runs 0 and 1 of c = T/2 tokens, the rank's at
+ * chunks r and 2P-1-r, block j's at chunks j and 2P-1-j.  The keys' data
+ * are this rank's own runs (the shape of the compute, not its values). */
+static int ring_runs(const spb_cuda_layer_shape *s) { return s->attn == SPB_LAYER_ATTN_RING_ZIGZAG ? 2 : 1; }
+static long ring_run_start(const spb_cuda_layer_shape *s, int rank, int run)
 {
-    return qkv_desc(s->B, s->H, s->D, s->T, (long)s->ring_rank * s->T, s->T, (long)j * s->T, s->causal);
+    if (s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) return spb_layer_zigzag_chunk(s->P, rank, run) * (s->T / 2);
+    return (long)rank * s->T;
 }
-static int ring_block_visible(const spb_cuda_layer_shape *s, int j) { return !s->causal || j <= s->ring_rank; }
+static int ring_piece_visible(const spb_cuda_layer_shape *s, int a, int j, int b)
+{
+    return !s->causal || ring_run_start(s, j, b) <= ring_run_start(s, s->ring_rank, a);
+}
+/* the piece's descriptor: Q, K, V runs of the fused [B][T][3][H][D] buffer,
+ * O and dO runs of [B][T][H][D] (the callers offset the pointers by the
+ * runs' first tokens), lse of the query run [B][H][T / runs] */
+static spb_attn_desc ring_desc(const spb_cuda_layer_shape *s, int a, int j, int b)
+{
+    const int len = s->T / ring_runs(s);
+    const long W = (long)s->H * s->D;
+    spb_attn_desc d = qkv_desc(s->B, s->H, s->D, len, ring_run_start(s, s->ring_rank, a), len,
+                               ring_run_start(s, j, b), s->causal);
+    d.q_batch_stride = d.k_batch_stride = 3 * W * s->T;
+    d.o_batch_stride = W * s->T;
+    return d;
+}
 
 static void attention_forward(spb_cuda_layer *L, cudaStream_t st)
 {
@@ -401,18 +426,25 @@ static void attention_forward(spb_cuda_layer *L, cudaStream_t st)
         spb_cuda_ulysses_unpack(L->atto, L->blocks, P, s->B, s->T, 1, Hp, s->D, L->impl, st);
     } else {
         const long rows = (long)s->B * s->T, lse_n = (long)s->B * s->H * s->T;
+        const int runs = ring_runs(s), len = s->T / runs;
+        const long lse_run = lse_n / runs; /* L->lse and lse_blk: [runs][B][H][len] */
         SPB_CUDA_CHECK(cudaMemsetAsync(L->o_acc, 0, sizeof(float) * rows * W, st));
         k_fill_f32<<<blocks_for(lse_n, 256), 256, 0, st>>>(L->lse, -INFINITY, lse_n);
         SPB_CUDA_CHECK(cudaGetLastError());
-        for (int j = 0; j < s->P; j++) {
-            if (!ring_block_visible(s, j)) continue;
-            spb_attn_desc d = ring_desc(s, j);
-            spb_cuda_attention_forward(&d, L->qkv, L->qkv + W, L->qkv + 2 * W, L->o_blk, L->lse_blk, L->impl, st);
-            long nrows = rows * s->H;
-            k_lse_merge<<<blocks_for(nrows * 32, 256), 256, 0, st>>>(L->o_acc, L->lse, (const __nv_bfloat16 *)L->o_blk,
-                                                                     L->lse_blk, s->B, s->T, s->H, s->D);
-            SPB_CUDA_CHECK(cudaGetLastError());
-        }
+        for (int j = 0; j < s->P; j++)
+            for (int a = 0; a < runs; a++)
+                for (int b = 0; b < runs; b++) {
+                    if (!ring_piece_visible(s, a, j, b)) continue;
+                    spb_attn_desc d = ring_desc(s, a, j, b);
+                    const spb_bf16 *qa = L->qkv + (long)a * len * 3 * W, *kb = L->qkv + (long)b * len * 3 * W + W;
+                    spb_bf16 *oa = L->o_blk + (long)a * len * W;
+                    spb_cuda_attention_forward(&d, qa, kb, kb + W, oa, L->lse_blk + a * lse_run, L->impl, st);
+                    long nrows = (long)s->B * len * s->H;
+                    k_lse_merge<<<blocks_for(nrows * 32, 256), 256, 0, st>>>(
+                        L->o_acc, L->lse + a * lse_run, (const __nv_bfloat16 *)L->o_blk, L->lse_blk + a * lse_run,
+                        s->B, s->T, s->H, s->D, a * len, len);
+                    SPB_CUDA_CHECK(cudaGetLastError());
+                }
         spb_cuda_f32_to_bf16(L->atto, L->o_acc, rows * W, st);
     }
 }
@@ -451,12 +483,18 @@ static void attention_backward(spb_cuda_layer *L, cudaStream_t st)
     } else {
         /* Every block's dK/dV accumulate into this rank's own (in a ring run
          * they travel with their block: the same kernels, plus the transfers). */
-        for (int j = 0; j < s->P; j++) {
-            if (!ring_block_visible(s, j)) continue;
-            spb_attn_desc d = ring_desc(s, j);
-            spb_cuda_attention_backward(&d, L->qkv, L->qkv + W, L->qkv + 2 * W, L->atto, L->lse, L->datto,
-                                        L->dqkv32, L->dqkv32 + W, L->dqkv32 + 2 * W, L->attn_ws, L->impl, st);
-        }
+        const int runs = ring_runs(s), len = s->T / runs;
+        const long lse_run = (long)s->B * s->H * len;
+        for (int j = 0; j < s->P; j++)
+            for (int a = 0; a < runs; a++)
+                for (int b = 0; b < runs; b++) {
+                    if (!ring_piece_visible(s, a, j, b)) continue;
+                    spb_attn_desc d = ring_desc(s, a, j, b);
+                    const long qa = (long)a * len * 3 * W, kb = (long)b * len * 3 * W + W, oa = (long)a * len * W;
+                    spb_cuda_attention_backward(&d, L->qkv + qa, L->qkv + kb, L->qkv + kb + W, L->atto + oa,
+                                                L->lse + a * lse_run, L->datto + oa, L->dqkv32 + qa, L->dqkv32 + kb,
+                                                L->dqkv32 + kb + W, L->attn_ws, L->impl, st);
+                }
         spb_cuda_f32_to_bf16(L->dqkv, L->dqkv32, rows * 3 * W, st);
     }
 }

@@ -32,6 +32,9 @@ typedef enum spb_layer_attn_mode {
     SPB_LAYER_ATTN_RING,      /* products for T tokens; attention as P key blocks of T tokens each at
                                  offsets j·T, queries at ring_rank·T, merged by log-sum-exp (the K/V
                                  blocks are this rank's own: no communication) */
+    SPB_LAYER_ATTN_RING_ZIGZAG, /* ring on the zigzag layout (strategies/ring.c): the T tokens are
+                                 chunks ring_rank and 2P-1-ring_rank of c = T/2 tokens; key block j is
+                                 chunks j and 2P-1-j (this rank's own two chunks' K/V again) */
 } spb_layer_attn_mode;
 
 /* One device layer's shape.  H heads of D go through the QKV product and
@@ -43,7 +46,7 @@ typedef struct spb_cuda_layer_shape {
     int causal;
     spb_layer_attn_mode attn;
     int P;          /* ULYSSES, RING: sequence-parallel degree; 1 otherwise */
-    int ring_rank;  /* RING: this rank's query block (0..P-1) */
+    int ring_rank;  /* RING, RING_ZIGZAG: this rank (0..P-1) */
 } spb_cuda_layer_shape;
 
 /* The per-rank compute of a strategy at degree P for global N tokens per
@@ -60,6 +63,9 @@ typedef struct spb_cuda_layer_shape {
  *                  the contiguous layout under a causal mask (P - 1 full
  *                  blocks and the diagonal one); every rank is alike without
  *                  the mask.
+ *   "ring-zigzag"  the same on the zigzag layout (N divisible by 2P): every
+ *                  rank sees the same number of pairs, causal or not
+ *                  (ring_rank = P - 1, as for "ring").
  * Returns 0, or -1 when P does not divide N (or H, F) or a name is unknown. */
 static inline int spb_layer_strategy_shape(const char *strategy, int P, long N, int B, int C, int H, int D, int F,
                                            int causal, spb_cuda_layer_shape *out)
@@ -79,6 +85,9 @@ static inline int spb_layer_strategy_shape(const char *strategy, int P, long N, 
     } else if (!strcmp(strategy, "ring")) {
         if (N % P) return -1;
         s.T = (int)(N / P), s.attn = SPB_LAYER_ATTN_RING, s.P = P, s.ring_rank = P - 1;
+    } else if (!strcmp(strategy, "ring-zigzag")) {
+        if (N % (2L * P)) return -1;
+        s.T = (int)(N / P), s.attn = SPB_LAYER_ATTN_RING_ZIGZAG, s.P = P, s.ring_rank = P - 1;
     } else {
         return -1;
     }
@@ -117,6 +126,9 @@ static inline double spb_layer_block_pairs(long q, long q_off, long k, long k_of
     return sum;
 }
 
+/* The zigzag layout's chunk (of 2P) that holds run `run` (0 or 1) of rank r */
+static inline long spb_layer_zigzag_chunk(int P, int r, int run) { return run ? 2L * P - 1 - r : r; }
+
 /* Visible pairs per sequence and head of the attention a shape computes
  * (its own T tokens; or P·T tokens; or its P ring blocks). */
 static inline double spb_layer_attn_pairs(const spb_cuda_layer_shape *s)
@@ -128,6 +140,16 @@ static inline double spb_layer_attn_pairs(const spb_cuda_layer_shape *s)
         double sum = 0.0;
         for (int j = 0; j < s->P; j++)
             sum += spb_layer_block_pairs(T, (long)s->ring_rank * T, T, (long)j * T, s->causal);
+        return sum;
+    }
+    case SPB_LAYER_ATTN_RING_ZIGZAG: {
+        double sum = 0.0;
+        long c = T / 2;
+        for (int j = 0; j < s->P; j++)
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++)
+                    sum += spb_layer_block_pairs(c, spb_layer_zigzag_chunk(s->P, s->ring_rank, a) * c, c,
+                                                 spb_layer_zigzag_chunk(s->P, j, b) * c, s->causal);
         return sum;
     }
     default: return spb_layer_block_pairs(T, 0, T, 0, s->causal);

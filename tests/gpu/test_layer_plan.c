@@ -78,7 +78,16 @@ START_TEST(test_strategy_shapes_p8)
     ck_assert_int_eq(s.T, 4096); ck_assert_int_eq(s.attn, SPB_LAYER_ATTN_RING); ck_assert_int_eq(s.ring_rank, 7);
     /* the busiest rank: 7 full blocks and the diagonal */
     ck_assert(spb_layer_attn_pairs(&s) == 7.0 * 4096 * 4096 + 4096.0 * 4097.0 / 2.0);
+    ck_assert_int_eq(spb_layer_strategy_shape("ring-zigzag", 8, N, 1, 4096, 32, 128, 16384, 1, &s), 0);
+    ck_assert_int_eq(s.T, 4096); ck_assert_int_eq(s.attn, SPB_LAYER_ATTN_RING_ZIGZAG); ck_assert_int_eq(s.P, 8);
+    /* chunks of 2048: rank 7 holds chunks 7 and 8; key block j chunks j and
+     * 15 - j.  Chunk 7 sees chunks 0..6 whole and itself as the diagonal;
+     * chunk 8 sees 0..7 whole and itself: 15 whole chunks, 2 diagonals,
+     * which is an eighth of the layer's N(N+1)/2 */
+    ck_assert(spb_layer_attn_pairs(&s) == 15.0 * 2048 * 2048 + 2.0 * 2048.0 * 2049.0 / 2.0);
+    ck_assert(spb_layer_attn_pairs(&s) == 32768.0 * 32769.0 / 2.0 / 8.0);
     /* refusals */
+    ck_assert_int_eq(spb_layer_strategy_shape("ring-zigzag", 8, 32768 + 8, 1, 4096, 32, 128, 16384, 1, &s), -1);
     ck_assert_int_eq(spb_layer_strategy_shape("ulysses", 8, 4100, 1, 4096, 32, 128, 16384, 1, &s), -1);
     ck_assert_int_eq(spb_layer_strategy_shape("ulysses", 64, 32768, 1, 4096, 32, 128, 16384, 1, &s), -1);
     ck_assert_int_eq(spb_layer_strategy_shape("megatron-sp", 3, 32768, 1, 4096, 32, 128, 16384, 1, &s), -1);
@@ -109,6 +118,17 @@ START_TEST(test_per_rank_work_adds_up)
             s.ring_rank = P - 1;
             if (!causal) ck_assert(close_rel(P * spb_layer_exec_flops_fwd(&s), whole, 1e-12));
             else ck_assert(P * spb_layer_exec_flops_fwd(&s) > whole); /* the last rank works more than 1/P */
+            /* zigzag: the ranks' blocks cover the layer's pairs, each rank an
+             * equal share (the layout's point), so any rank's work x P is the layer's */
+            ck_assert_int_eq(spb_layer_strategy_shape("ring-zigzag", P, N, 1, 4096, 32, 128, 16384, causal, &s), 0);
+            pairs = 0.0;
+            for (int r = 0; r < P; r++) {
+                s.ring_rank = r;
+                pairs += spb_layer_attn_pairs(&s);
+                ck_assert(P * spb_layer_attn_pairs(&s) == spb_layer_attn_pairs(&L));
+            }
+            ck_assert(pairs == spb_layer_attn_pairs(&L));
+            ck_assert(close_rel(P * spb_layer_exec_flops_fwd(&s), whole, 1e-12));
         }
 }
 END_TEST
