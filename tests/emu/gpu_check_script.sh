@@ -42,9 +42,14 @@ fi
 # the unfused layer timed beside the fused one
 [ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-unfused,fwd+bwd,' "$out/layer_timings.csv" &&
     { echo "FAIL: layer_timings.csv has no layer-unfused row"; fail=1; }
-# one occupancy row per forward variant and head dim (10 x 2; zeros on the emulation)
-[ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 20 ] &&
-    { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 20 expected"; fail=1; }
+# one occupancy row per forward variant and head dim (11 x 2; zeros on the emulation)
+[ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 22 ] &&
+    { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 22 expected"; fail=1; }
+# the 32-rows-per-warp forward is timed, and the zigzag ring's per-rank compute
+[ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (mma, 32 rows/warp)' "$out/timings.csv" &&
+    { echo "FAIL: timings.csv has no 32-rows-per-warp forward row"; fail=1; }
+[ -s "$out/layer_timings.csv" ] && ! grep -q ',ring-zigzag,fwd+bwd,' "$out/layer_timings.csv" &&
+    { echo "FAIL: layer_timings.csv has no ring-zigzag row"; fail=1; }
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
 # the torch companion (torch on the CPU at the smoke shape) where python3 has
 # torch: its rows must pair with ours (a ratio) for every product
