@@ -211,12 +211,50 @@ static void ring_lay_out_keys(const spb_cuda_layer_shape &s, const float *qkv, s
         }
 }
 
-/* The layer's attention: qkv -> atto, lse (local, or ring as above) */
+/* Ulysses layers (the device layer's ULYSSES: the all-to-all is the
+ * identity there): block i of the head layout is this rank's own T tokens
+ * with heads [i·Hp, (i+1)·Hp), so head-layout position i·T + t, head hh
+ * holds its token t, head i·Hp + hh (ulysses_layout.h without the
+ * exchange).  The reference permutes so, runs the naive attention on
+ * N = P·T tokens of Hp heads and permutes back. */
+static void ulysses_permute(const spb_cuda_layer_shape &s, int w, const float *src, float *dst, bool to_head)
+{
+    const int P = s.P, Hp = s.H / P, T = s.T, D = s.D;
+    const long N = (long)P * T;
+    for (long b = 0; b < s.B; b++)
+        for (int i = 0; i < P; i++)
+            for (long t = 0; t < T; t++)
+                for (int wi = 0; wi < w; wi++)
+                    for (int hh = 0; hh < Hp; hh++) {
+                        long nat = (((b * T + t) * w + wi) * s.H + (long)i * Hp + hh) * D;
+                        long head = (((b * N + (long)i * T + t) * w + wi) * Hp + hh) * D;
+                        if (to_head) memcpy(dst + head, src + nat, sizeof(float) * D);
+                        else memcpy(dst + nat, src + head, sizeof(float) * D);
+                    }
+}
+/* the head layout's attention: N tokens, Hp heads, fused [B][N][3][Hp][D] */
+static spb_attn_desc ulysses_ref_desc(const spb_cuda_layer_shape &s)
+{
+    spb_cuda_layer_shape h = s;
+    h.T = s.P * s.T, h.H = s.H / s.P;
+    return cpu_desc(h);
+}
+
+/* The layer's attention: qkv -> atto, lse (local, Ulysses or ring as above) */
 static void cpu_attention_forward(cpu_layer &L)
 {
     const spb_cuda_layer_shape &s = L.s;
     const long W = (long)s.H * s.D;
     spb_attn_desc d = cpu_desc(s);
+    if (s.attn == SPB_LAYER_ATTN_ULYSSES) {
+        const long Wh = W / s.P;
+        std::vector<float> qkv_h(L.qkv.size()), o_h(L.atto.size());
+        ulysses_permute(s, 3, L.qkv.data(), qkv_h.data(), true);
+        d = ulysses_ref_desc(s);
+        spb_attn_naive.forward(&d, qkv_h.data(), qkv_h.data() + Wh, qkv_h.data() + 2 * Wh, o_h.data(), L.lse.data());
+        ulysses_permute(s, 1, o_h.data(), L.atto.data(), false);
+        return;
+    }
     if (!is_ring(s)) {
         spb_attn_naive.forward(&d, L.qkv.data(), L.qkv.data() + W, L.qkv.data() + 2 * W, L.atto.data(), L.lse.data());
         return;
@@ -236,6 +274,20 @@ static void cpu_attention_backward(cpu_layer &L, const float *datto, float *dqkv
     const spb_cuda_layer_shape &s = L.s;
     const long W = (long)s.H * s.D;
     spb_attn_desc d = cpu_desc(s);
+    if (s.attn == SPB_LAYER_ATTN_ULYSSES) {
+        const long Wh = W / s.P;
+        std::vector<float> qkv_h(L.qkv.size()), o_h(L.atto.size()), do_h(L.atto.size()),
+            dqkv_h(L.qkv.size(), 0.0f), dnat(L.qkv.size());
+        ulysses_permute(s, 3, L.qkv.data(), qkv_h.data(), true);
+        ulysses_permute(s, 1, L.atto.data(), o_h.data(), true);
+        ulysses_permute(s, 1, datto, do_h.data(), true);
+        d = ulysses_ref_desc(s);
+        spb_attn_naive.backward(&d, qkv_h.data(), qkv_h.data() + Wh, qkv_h.data() + 2 * Wh, o_h.data(), L.lse.data(),
+                                do_h.data(), dqkv_h.data(), dqkv_h.data() + Wh, dqkv_h.data() + 2 * Wh);
+        ulysses_permute(s, 3, dqkv_h.data(), dnat.data(), false);
+        spb_add_inplace(dqkv, dnat.data(), (long)dnat.size());
+        return;
+    }
     if (!is_ring(s)) {
         spb_attn_naive.backward(&d, L.qkv.data(), L.qkv.data() + W, L.qkv.data() + 2 * W, L.atto.data(),
                                 L.lse.data(), datto, dqkv, dqkv + W, dqkv + 2 * W);
@@ -331,6 +383,8 @@ static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cud
     if (is_ring(s))
         snprintf(ring, sizeof ring, " %s P=%d r=%d", s.attn == SPB_LAYER_ATTN_RING ? "ring" : "zigzag", s.P,
                  s.ring_rank);
+    else if (s.attn == SPB_LAYER_ATTN_ULYSSES)
+        snprintf(ring, sizeof ring, " ulysses P=%d", s.P);
     snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s%s%s", s.B, s.T, s.C, s.H, s.D, s.F,
              s.causal ? "causal" : "full", ring, cudnn ? " cudnn" : "",
              impl == SPB_CUDA_FAST && !fusion ? " unfused" : "");
@@ -858,17 +912,21 @@ int main(int argc, char **argv)
      * side-by-side timing row), on the first and the non-causal shape */
     check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
     check_layer(g, shapes[2], SPB_CUDA_FAST, 0, 0);
-    /* ring layers (the timings' per-rank ring compute) against the CPU
-     * layer with the same keys laid out at the blocks' positions: the
-     * contiguous layout's busiest rank, zigzag on a middle rank and, not
-     * causal, on rank 0 of 3; both kernel sets */
-    const spb_cuda_layer_shape rings[] = {
+    /* the timings' per-rank Ulysses and ring compute against the CPU layer
+     * on the same data (docs/GPU.md): Ulysses' head layout at P = 2 (two
+     * heads a rank, causal; one head of 128, full); ring with the keys
+     * laid out at the blocks' positions: the contiguous layout's busiest
+     * rank, zigzag on a middle rank and, not causal, on rank 0 of 3; both
+     * kernel sets */
+    const spb_cuda_layer_shape per_rank[] = {
+        {1, 128, 256, 4, 64, 1024, 1, SPB_LAYER_ATTN_ULYSSES, 2, 0},
+        {2, 64, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_ULYSSES, 2, 0},
         {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING, 2, 1},
         {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING_ZIGZAG, 2, 1},
         {1, 96, 256, 2, 128, 512, 0, SPB_LAYER_ATTN_RING_ZIGZAG, 3, 0},
     };
     for (int impl = 0; impl < 2; impl++)
-        for (const auto &s : rings) check_layer(g, s, (spb_cuda_impl)impl);
+        for (const auto &s : per_rank) check_layer(g, s, (spb_cuda_impl)impl);
     /* the layer with cuDNN's attention (the timings' vendor reference row),
      * where the build has cuDNN: the same bounds (cuDNN rounds dQ, dK, dV
      * to bf16 once, as the flash path's conversion does) */
