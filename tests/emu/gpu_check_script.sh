@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
 fail=0
 SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
-    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 1080 \
+    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 1380 \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
 # every CSV the script promises, each with data rows from the emulation only
 for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv layer_phases.csv core_step.csv; do
@@ -72,9 +72,9 @@ grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
 # --profile (what Nsight Compute runs over): every flash variant's passes and
-# nothing else, each call named; 16 here (10 forwards, 6 backwards; no cuDNN)
+# nothing else, each call named; 17 here (11 forwards, 6 backwards; no cuDNN)
 prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
-if ! grep -q "^profile: 16 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 16 ]; then
+if ! grep -q "^profile: 17 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 17 ]; then
     echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
 fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
