@@ -171,11 +171,8 @@ static spb_attn_desc cpu_desc(const spb_cuda_layer_shape &s)
  * other rank's data).  The reference lays them out so, [B][P·T][H][D], and
  * runs the naive attention once per query run against all of them; the
  * backward folds the laid-out dK, dV back onto the rank's own tokens. */
-static bool is_ring(const spb_cuda_layer_shape &s)
-{
-    return s.attn == SPB_LAYER_ATTN_RING || s.attn == SPB_LAYER_ATTN_RING_ZIGZAG;
-}
-static int ring_runs(const spb_cuda_layer_shape &s) { return s.attn == SPB_LAYER_ATTN_RING_ZIGZAG ? 2 : 1; }
+static bool is_ring(const spb_cuda_layer_shape &s) { return spb_layer_is_ring(&s); }
+static int ring_runs(const spb_cuda_layer_shape &s) { return spb_layer_ring_runs(&s); }
 /* the rank's own token that holds global key position x */
 static long ring_key_source(const spb_cuda_layer_shape &s, long x)
 {
@@ -183,10 +180,12 @@ static long ring_key_source(const spb_cuda_layer_shape &s, long x)
     long c = s.T / 2, chunk = x / c; /* chunks 0..P-1 are blocks' run 0, P..2P-1 their run 1 */
     return (chunk < s.P ? 0 : c) + x % c;
 }
+/* written out again here, not taken from layer_plan.h (the device layer's):
+ * the reference places the queries on its own */
 static long ring_query_start(const spb_cuda_layer_shape &s, int run)
 {
     if (s.attn == SPB_LAYER_ATTN_RING) return (long)s.ring_rank * s.T;
-    return spb_layer_zigzag_chunk(s.P, s.ring_rank, run) * (s.T / 2);
+    return (run ? 2L * s.P - 1 - s.ring_rank : s.ring_rank) * (s.T / 2);
 }
 /* query run a of the fused qkv against the laid-out keys kx, vx */
 static spb_attn_desc ring_ref_desc(const spb_cuda_layer_shape &s, int a)
@@ -379,14 +378,14 @@ static void random_layer_params(const spb_cuda_layer_shape &s, const long *off, 
 static void check_layer(spb_cuda_gemm *g, const spb_cuda_layer_shape &s, spb_cuda_impl impl, int cudnn = 0,
                         int fusion = 1)
 {
-    char shape[112], ring[48] = "";
+    char shape[112], mode[48] = "";
     if (is_ring(s))
-        snprintf(ring, sizeof ring, " %s P=%d r=%d", s.attn == SPB_LAYER_ATTN_RING ? "ring" : "zigzag", s.P,
+        snprintf(mode, sizeof mode, " %s P=%d r=%d", s.attn == SPB_LAYER_ATTN_RING ? "ring" : "zigzag", s.P,
                  s.ring_rank);
     else if (s.attn == SPB_LAYER_ATTN_ULYSSES)
-        snprintf(ring, sizeof ring, " ulysses P=%d", s.P);
+        snprintf(mode, sizeof mode, " ulysses P=%d", s.P);
     snprintf(shape, sizeof shape, "B=%d T=%d C=%d H=%d D=%d F=%d %s%s%s%s", s.B, s.T, s.C, s.H, s.D, s.F,
-             s.causal ? "causal" : "full", ring, cudnn ? " cudnn" : "",
+             s.causal ? "causal" : "full", mode, cudnn ? " cudnn" : "",
              impl == SPB_CUDA_FAST && !fusion ? " unfused" : "");
     /* a ring layer rounds each block's O to bf16 before the merge: one rounding more in series */
     const int ring_depth = is_ring(s) ? 1 : 0;
@@ -696,8 +695,7 @@ static size_t layer_bytes_estimate(const spb_cuda_layer_shape &s)
     double acts = rows * (2 * C + 4 * C + 2 * 3 * Ca + 2 * Ca + 4 * C + 2 * C + 4 * F) + 16.0 * rows;
     double scratch = rows * (2 * C + 2 * F + 2 * Ca + 2 * 3 * Ca + 2 * C + 4 * 3 * Ca) + 8.0 * s.H * rows;
     double extra = s.attn == SPB_LAYER_ATTN_ULYSSES ? rows * (2 * 3 * Ca * 3 + 2 * Ca * 2) + 4.0 * s.H * rows
-                   : s.attn == SPB_LAYER_ATTN_RING || s.attn == SPB_LAYER_ATTN_RING_ZIGZAG
-                       ? rows * (4 * Ca + 2 * Ca) + 4.0 * s.H * rows
+                   : spb_layer_is_ring(&s) ? rows * (4 * Ca + 2 * Ca) + 4.0 * s.H * rows
                                                    : 0.0;
     double io = 3.0 * 4.0 * rows * C;
     return (size_t)(params + acts + scratch + extra + io);

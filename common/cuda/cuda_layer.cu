@@ -213,8 +213,7 @@ extern "C" spb_cuda_layer *spb_cuda_layer_create(const spb_cuda_layer_shape *s, 
      * a 256-byte boundary (cuBLASLt's default alignment assumption). */
     SPB_CHECK(s->C % 128 == 0 && ((long)s->H * s->D) % 128 == 0 && s->F % 128 == 0);
     if (s->attn == SPB_LAYER_ATTN_ULYSSES) SPB_CHECK(s->H % s->P == 0);
-    if (s->attn == SPB_LAYER_ATTN_RING || s->attn == SPB_LAYER_ATTN_RING_ZIGZAG)
-        SPB_CHECK(s->ring_rank >= 0 && s->ring_rank < s->P);
+    if (spb_layer_is_ring(s)) SPB_CHECK(s->ring_rank >= 0 && s->ring_rank < s->P);
     if (s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) SPB_CHECK(s->T % 2 == 0);
     spb_cuda_layer *L = (spb_cuda_layer *)calloc(1, sizeof *L);
     SPB_CHECK(L);
@@ -252,7 +251,7 @@ extern "C" spb_cuda_layer *spb_cuda_layer_create(const spb_cuda_layer_shape *s, 
         L->do_h = (spb_bf16 *)lalloc(L, SPB_MEM_WORKSPACE, 2 * rows * Ca);
         L->dqkv_h = (spb_bf16 *)lalloc(L, SPB_MEM_WORKSPACE, 2 * rows * 3 * Ca);
     }
-    if (s->attn == SPB_LAYER_ATTN_RING || s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) {
+    if (spb_layer_is_ring(s)) {
         L->o_acc = (float *)lalloc(L, SPB_MEM_WORKSPACE, 4 * rows * Ca);
         L->o_blk = (spb_bf16 *)lalloc(L, SPB_MEM_WORKSPACE, 2 * rows * Ca);
         L->lse_blk = (float *)lalloc(L, SPB_MEM_WORKSPACE, 4 * lse_n);
@@ -378,25 +377,19 @@ static spb_attn_desc qkv_desc(int B, int heads, int D, int q_len, long q_off, in
  * keys at j·T.  Zigzag: runs 0 and 1 of c = T/2 tokens, the rank's at
  * chunks r and 2P-1-r, block j's at chunks j and 2P-1-j.  The keys' data
  * are this rank's own runs (the shape of the compute, not its values). */
-static int ring_runs(const spb_cuda_layer_shape *s) { return s->attn == SPB_LAYER_ATTN_RING_ZIGZAG ? 2 : 1; }
-static long ring_run_start(const spb_cuda_layer_shape *s, int rank, int run)
-{
-    if (s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) return spb_layer_zigzag_chunk(s->P, rank, run) * (s->T / 2);
-    return (long)rank * s->T;
-}
 static int ring_piece_visible(const spb_cuda_layer_shape *s, int a, int j, int b)
 {
-    return !s->causal || ring_run_start(s, j, b) <= ring_run_start(s, s->ring_rank, a);
+    return !s->causal || spb_layer_ring_run_start(s, j, b) <= spb_layer_ring_run_start(s, s->ring_rank, a);
 }
 /* the piece's descriptor: Q, K, V runs of the fused [B][T][3][H][D] buffer,
  * O and dO runs of [B][T][H][D] (the callers offset the pointers by the
  * runs' first tokens), lse of the query run [B][H][T / runs] */
 static spb_attn_desc ring_desc(const spb_cuda_layer_shape *s, int a, int j, int b)
 {
-    const int len = s->T / ring_runs(s);
+    const int len = s->T / spb_layer_ring_runs(s);
     const long W = (long)s->H * s->D;
-    spb_attn_desc d = qkv_desc(s->B, s->H, s->D, len, ring_run_start(s, s->ring_rank, a), len,
-                               ring_run_start(s, j, b), s->causal);
+    spb_attn_desc d = qkv_desc(s->B, s->H, s->D, len, spb_layer_ring_run_start(s, s->ring_rank, a), len,
+                               spb_layer_ring_run_start(s, j, b), s->causal);
     d.q_batch_stride = d.k_batch_stride = 3 * W * s->T;
     d.o_batch_stride = W * s->T;
     return d;
@@ -426,7 +419,7 @@ static void attention_forward(spb_cuda_layer *L, cudaStream_t st)
         spb_cuda_ulysses_unpack(L->atto, L->blocks, P, s->B, s->T, 1, Hp, s->D, L->impl, st);
     } else {
         const long rows = (long)s->B * s->T, lse_n = (long)s->B * s->H * s->T;
-        const int runs = ring_runs(s), len = s->T / runs;
+        const int runs = spb_layer_ring_runs(s), len = s->T / runs;
         const long lse_run = lse_n / runs; /* L->lse and lse_blk: [runs][B][H][len] */
         SPB_CUDA_CHECK(cudaMemsetAsync(L->o_acc, 0, sizeof(float) * rows * W, st));
         k_fill_f32<<<blocks_for(lse_n, 256), 256, 0, st>>>(L->lse, -INFINITY, lse_n);
@@ -483,7 +476,7 @@ static void attention_backward(spb_cuda_layer *L, cudaStream_t st)
     } else {
         /* Every block's dK/dV accumulate into this rank's own (in a ring run
          * they travel with their block: the same kernels, plus the transfers). */
-        const int runs = ring_runs(s), len = s->T / runs;
+        const int runs = spb_layer_ring_runs(s), len = s->T / runs;
         const long lse_run = (long)s->B * s->H * len;
         for (int j = 0; j < s->P; j++)
             for (int a = 0; a < runs; a++)

@@ -129,6 +129,23 @@ static inline double spb_layer_block_pairs(long q, long q_off, long k, long k_of
 /* The zigzag layout's chunk (of 2P) that holds run `run` (0 or 1) of rank r */
 static inline long spb_layer_zigzag_chunk(int P, int r, int run) { return run ? 2L * P - 1 - r : r; }
 
+/* Ring layers: runs of a rank's T tokens (1 contiguous, 2 zigzag) and the
+ * global position of run `run` of rank `rank` (the same for its queries
+ * and, as block `rank`, for its keys). */
+static inline int spb_layer_is_ring(const spb_cuda_layer_shape *s)
+{
+    return s->attn == SPB_LAYER_ATTN_RING || s->attn == SPB_LAYER_ATTN_RING_ZIGZAG;
+}
+static inline int spb_layer_ring_runs(const spb_cuda_layer_shape *s)
+{
+    return s->attn == SPB_LAYER_ATTN_RING_ZIGZAG ? 2 : 1;
+}
+static inline long spb_layer_ring_run_start(const spb_cuda_layer_shape *s, int rank, int run)
+{
+    if (s->attn == SPB_LAYER_ATTN_RING_ZIGZAG) return spb_layer_zigzag_chunk(s->P, rank, run) * (s->T / 2);
+    return (long)rank * s->T;
+}
+
 /* Visible pairs per sequence and head of the attention a shape computes
  * (its own T tokens; or P·T tokens; or its P ring blocks). */
 static inline double spb_layer_attn_pairs(const spb_cuda_layer_shape *s)
@@ -136,20 +153,16 @@ static inline double spb_layer_attn_pairs(const spb_cuda_layer_shape *s)
     long T = s->T;
     switch (s->attn) {
     case SPB_LAYER_ATTN_ULYSSES: return spb_layer_block_pairs((long)s->P * T, 0, (long)s->P * T, 0, s->causal);
-    case SPB_LAYER_ATTN_RING: {
-        double sum = 0.0;
-        for (int j = 0; j < s->P; j++)
-            sum += spb_layer_block_pairs(T, (long)s->ring_rank * T, T, (long)j * T, s->causal);
-        return sum;
-    }
+    case SPB_LAYER_ATTN_RING:
     case SPB_LAYER_ATTN_RING_ZIGZAG: {
         double sum = 0.0;
-        long c = T / 2;
+        const int runs = spb_layer_ring_runs(s);
+        const long len = T / runs;
         for (int j = 0; j < s->P; j++)
-            for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 2; b++)
-                    sum += spb_layer_block_pairs(c, spb_layer_zigzag_chunk(s->P, s->ring_rank, a) * c, c,
-                                                 spb_layer_zigzag_chunk(s->P, j, b) * c, s->causal);
+            for (int a = 0; a < runs; a++)
+                for (int b = 0; b < runs; b++)
+                    sum += spb_layer_block_pairs(len, spb_layer_ring_run_start(s, s->ring_rank, a), len,
+                                                 spb_layer_ring_run_start(s, j, b), s->causal);
         return sum;
     }
     default: return spb_layer_block_pairs(T, 0, T, 0, s->causal);
