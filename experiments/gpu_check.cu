@@ -669,6 +669,7 @@ struct flash_variant {
     int blocks; /* blocks per SM the forward is built for (spb_cuda_attention_set_fwd_blocks_per_sm) */
     int pipe;   /* the wgmma forward with the softmax overlapping P·V (spb_cuda_attention_set_fwd_pipelined) */
     int rpw;    /* rows per warp of the mma.sync forward (spb_cuda_attention_set_fwd_rows_per_warp) */
+    int xchg = 0; /* the backward on FlashAttention-2's tiling (spb_cuda_attention_set_bwd_exchange) */
 };
 static const flash_variant flash_variants[] = {
     {128, 0, 1, 1, "mma", 64, 1, 0, 16},
@@ -687,7 +688,10 @@ static const flash_variant flash_variants[] = {
     {128, 0, 2, 0, "wgmma, pipelined", 64, 1, 1, 16},
     {64, 0, 2, 0, "wgmma, 64 rows, pipelined", 64, 1, 1, 16},
     /* the mma.sync forward on FlashAttention-2's tiling: 4 warps of 32 rows */
-    {128, 0, 1, 0, "mma, 32 rows/warp", 64, 1, 0, 32}};
+    {128, 0, 1, 0, "mma, 32 rows/warp", 64, 1, 0, 32},
+    /* the mma.sync backward on FlashAttention-2's tiling: S and dP in 32 x 32
+     * warp tiles, P and dS through shared memory, dQ by atomics */
+    {128, 1, 0, 1, "mma, exchange", 64, 1, 0, 16, 1}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
@@ -699,6 +703,7 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     spb_cuda_attention_set_fwd_blocks_per_sm(vr.blocks);
     spb_cuda_attention_set_fwd_pipelined(vr.pipe);
     spb_cuda_attention_set_fwd_rows_per_warp(vr.rpw);
+    spb_cuda_attention_set_bwd_exchange(vr.xchg);
     if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
     return true;
 }
@@ -908,7 +913,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 if (!vr.bwd) continue;
                 fwd(); /* O and lse from this variant's forward */
                 ms = time_ms(bwd, reps);
-                bwd_sum[vr.bwd == 2 ? 2 : vr.fused][vr.rows == 64] += ms;
+                if (!vr.xchg) bwd_sum[vr.bwd == 2 ? 2 : vr.fused][vr.rows == 64] += ms; /* spbench's options */
                 snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
@@ -1044,6 +1049,16 @@ int main(int argc, char **argv)
     check_attention(SPB_CUDA_FAST, 128, 0, " rpw=32", true);
     check_attention(SPB_CUDA_FAST, 128, 1, " rpw=32", true);
     spb_cuda_attention_set_fwd_rows_per_warp(16);
+    /* the backward on FlashAttention-2's tiling (128 keys per block, P and
+     * dS through shared memory): both head dims in bf16, fp16 once, with the
+     * diagonal at row 16 (inside a warp's 32 x 32 tile of S) */
+    spb_cuda_attention_set_fused_dq(1);
+    spb_cuda_attention_set_bwd_exchange(1);
+    check_attention(SPB_CUDA_FAST, 64, 0, " exchange", true);
+    check_attention(SPB_CUDA_FAST, 128, 0, " exchange", true);
+    check_attention(SPB_CUDA_FAST, 128, 1, " exchange", true);
+    spb_cuda_attention_set_bwd_exchange(0);
+    spb_cuda_attention_set_fused_dq(0);
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {
         check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);

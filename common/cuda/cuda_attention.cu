@@ -34,7 +34,8 @@
  *            dV += Pᵀ dO, dK += dSᵀ Q               (no atomics)
  * (dQ in its own kernel recomputes S and dP: 7 products per pair instead of
  * 5, in exchange for no fp32 atomics; the FLOP counts reported are the
- * conventional 10·D per visible pair.)
+ * conventional 10·D per visible pair.  dkvq_exchange, selectable, is the
+ * backward in one kernel on FlashAttention-2's tiling: text at the kernel.)
  * Causal: tiles entirely above the diagonal (in global positions, with the
  * offsets) are skipped, and so is a tile for a warp none of whose rows sees
  * it; only tiles that cross the diagonal or the sequence's end are masked
@@ -319,12 +320,13 @@ template <int LD> __device__ __forceinline__ void ldm_b_kn(uint32_t b[4], const 
     spb_ldmatrix_x4_trans(b, S + (k0 + (m & 1) * 8 + lane % 8) * LD + n0 + (m >> 1) * 8);
 }
 
-/* acc[g][8][4] (RG groups of 16 rows: rows r + 16 g .. of Sa, x 64 columns)
- * = A · B(Sb rows 0..63)ᵀ over D.  Each B fragment is loaded once for the RG
- * groups: with RG = 2 a warp reads half the shared memory per product. */
-template <typename T, int D, int RG>
-__device__ __forceinline__ void mma_groups_rowsT(float (*acc)[8][4], const uint16_t *Sa, int r, const uint16_t *Sb,
-                                                 int lane)
+/* acc[g][2 NP][4] (RG groups of 16 rows: rows r + 16 g .. of Sa, x 16 NP
+ * columns) = A · B(Sb rows 0..16 NP - 1)ᵀ over D.  Each B fragment is loaded
+ * once for the RG groups: with RG = 2 a warp reads half the shared memory
+ * per product. */
+template <typename T, int D, int RG, int NP = 4>
+__device__ __forceinline__ void mma_groups_rowsT(float (*acc)[2 * NP][4], const uint16_t *Sa, int r,
+                                                 const uint16_t *Sb, int lane)
 {
     SPB_UNROLL
     for (int kc = 0; kc < D / 16; kc++) {
@@ -332,7 +334,7 @@ __device__ __forceinline__ void mma_groups_rowsT(float (*acc)[8][4], const uint1
         SPB_UNROLL
         for (int g = 0; g < RG; g++) ldm_a<D + PAD>(a[g], Sa, r + 16 * g, kc * 16, lane);
         SPB_UNROLL
-        for (int np = 0; np < 4; np++) {
+        for (int np = 0; np < NP; np++) {
             uint32_t bf[4];
             ldm_b_nk<D + PAD>(bf, Sb, np * 16, kc * 16, lane);
             SPB_UNROLL
@@ -859,6 +861,203 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
     }
     add_rows<D>(dk + kb, d.k_token_stride, j0 + r, d.k_len, dka, d.scale, g, t);
     add_rows<D>(dv + kb, d.k_token_stride, j0 + r, d.k_len, dva, 1.0f, g, t);
+}
+
+/* ---- the backward on FlashAttention-2's tiling ---------------------------------
+ * dkvq_exchange: one block of 8 warps holds XK = 128 keys (K, V resident)
+ * and streams the query rows in tiles of BC = 64 (Q, dO, lse, D in two
+ * stages).  Per tile, three steps, each with the warp layout that suits its
+ * product, P and dS passing between them through shared memory (dkv_fast
+ * keeps a warp's Sᵀ rows in its registers instead, which ties every
+ * product of that warp to 16 keys x the whole width):
+ *   S, dP (64 x 128)  warps 2 (queries) x 4 (keys), 32 x 32 each;
+ *                     P = exp(S - lse) and dS = P (dP - D), rounded to T,
+ *                     into Ps and dSs ([query][key])
+ *   dV, dK (128 x D)  warps 4 (keys) x 2 (halves of D), 32 x D/2 each:
+ *                     dV += Pᵀ dO, dK += dSᵀ Q, held over the tiles
+ *   dQ (64 x D)       warps 2 (queries) x 4 (quarters of D), 32 x D/4
+ *                     each: dQ += scale · dS K, added by fp32 atomics
+ * 5 products per pair, as dkv_fast's FUSED.  At head dim 128 a warp loads
+ * 144 ldmatrix.x4 per tile for its 320 products (FUSED dkv_fast: 184), and
+ * S and dP take 32 registers each where dkv_fast's take 64 each (its
+ * 255 registers spill).  Causal: query tiles that see none of the block's
+ * keys are skipped; the other tiles' S steps mask per element where a
+ * warp's 32 x 32 crosses the diagonal or the keys' end. */
+#define XK 128 /* keys per block of dkvq_exchange */
+
+/* acc[x][NT][4] (2 groups of 16 rows: rows m0 + 16 x .. of A, x 8 NT
+ * columns n0.. of B) += A · B over KS of k; B stored [k][n] (row stride
+ * LDB); A stored [m][k] (A_KM false) or [k][m] (true: Pᵀ, dSᵀ from P and
+ * dS as they lie), row stride LDA */
+template <typename T, int LDA, bool A_KM, int LDB, int KS, int NT>
+__device__ __forceinline__ void mma_two_groups_b_kn(float (*acc)[NT][4], const uint16_t *A, int m0, const uint16_t *B,
+                                                    int n0, int lane)
+{
+    static_assert(NT % 2 == 0, "whole pairs of n-tiles");
+    SPB_UNROLL
+    for (int kk = 0; kk < KS / 16; kk++) {
+        uint32_t a[2][4];
+        SPB_UNROLL
+        for (int x = 0; x < 2; x++) {
+            if (A_KM)
+                ldm_a_km<LDA>(a[x], A, m0 + 16 * x, kk * 16, lane);
+            else
+                ldm_a<LDA>(a[x], A, m0 + 16 * x, kk * 16, lane);
+        }
+        SPB_UNROLL
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t bf[4];
+            ldm_b_kn<LDB>(bf, B, kk * 16, n0 + 16 * np, lane);
+            SPB_UNROLL
+            for (int x = 0; x < 2; x++) {
+                elem<T>::mma(acc[x][2 * np], a[x], bf[0], bf[1]);
+                elem<T>::mma(acc[x][2 * np + 1], a[x], bf[2], bf[3]);
+            }
+        }
+    }
+}
+
+/* The S step's elementwise part: this warp's S and dP (query rows sq.. of
+ * the tile at i0, keys sk.. of the block at j0; C layout) become P and
+ * dS = P (dP - D), rounded to T, at their places in Ps and dSs.  Lc, Dc:
+ * the tile's lse (log2; +inf past q_len: P = 0) and D.  MASKED: keys past
+ * k_len and, causal, keys after the row's position get P = 0. */
+template <typename T, bool MASKED>
+__device__ __forceinline__ void p_ds_to_shared_body(const float (*s)[4][4], const float (*dp)[4][4], uint16_t *Ps,
+                                                    uint16_t *dSs, const spb_attn_desc &d, int i0, int j0, int sq,
+                                                    int sk, const float *Lc, const float *Dc, float c, int g, int t)
+{
+    constexpr int LDP = XK + PAD;
+    SPB_UNROLL
+    for (int x = 0; x < 2; x++)
+        SPB_UNROLL
+        for (int y = 0; y < 2; y++) {
+            const int row = sq + 16 * x + g + 8 * y;
+            const float L2 = Lc[row], Dl = Dc[row];
+            const long qpos = d.q_offset + i0 + row;
+            SPB_UNROLL
+            for (int nt = 0; nt < 4; nt++) {
+                const int col = sk + 8 * nt + 2 * t;
+                float p[2], ds[2];
+                for (int e = 0; e < 2; e++) {
+                    p[e] = spb_ex2(fmaf(s[x][nt][2 * y + e], c, -L2));
+                    if (MASKED) {
+                        const int j = j0 + col + e;
+                        if (!(j < d.k_len && (!d.causal || d.k_offset + j <= qpos))) p[e] = 0.0f;
+                    }
+                    ds[e] = p[e] * (dp[x][nt][2 * y + e] - Dl);
+                }
+                *(uint32_t *)(Ps + row * LDP + col) = elem<T>::pack2(p[0], p[1]);
+                *(uint32_t *)(dSs + row * LDP + col) = elem<T>::pack2(ds[0], ds[1]);
+            }
+        }
+}
+
+/* fp32 rows row0 + 16 x + g (+ 8) below len, columns col0.. (NT n-tiles), of
+ * a [token][...] tensor at base (token stride `stride`) += scale · acc; by
+ * fp32 atomics where ATOMIC (dQ: every key block adds to the same rows) */
+template <int NT, bool ATOMIC>
+__device__ __forceinline__ void add_two_groups(float *base, long stride, int row0, int len, int col0,
+                                               const float (*acc)[NT][4], float scale, int g, int t)
+{
+    SPB_UNROLL
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            const int i = row0 + 16 * x + g + 8 * y;
+            if (i >= len) continue;
+            float *row = base + (long)i * stride + col0 + 2 * t;
+            SPB_UNROLL
+            for (int nt = 0; nt < NT; nt++)
+                for (int e = 0; e < 2; e++) {
+                    if (ATOMIC)
+                        atomicAdd(row + 8 * nt + e, scale * acc[x][nt][2 * y + e]);
+                    else
+                        row[8 * nt + e] += scale * acc[x][nt][2 * y + e];
+                }
+        }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
+                                                     const spb_bf16 *v, const float *lse, const float *delta,
+                                                     const spb_bf16 *dout, float *dk, float *dv, float *dq)
+{
+    constexpr int W = 8, LD = D + PAD, LDP = XK + PAD;
+    constexpr int NV = D / 16, NQ = D / 32; /* n-tiles of a warp's half (dV, dK) and quarter (dQ) of D */
+    extern __shared__ __align__(16) unsigned char smem[];
+    /* K, V of the block's keys; Q, dO in two stages; P, dS of one tile */
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + XK * LD, *Qs = Vs + XK * LD, *dOs = Qs + 2 * BC * LD;
+    uint16_t *Ps = dOs + 2 * BC * LD, *dSs = Ps + BC * LDP;
+    float *Ls = (float *)(dSs + BC * LDP), *Ds = Ls + 2 * BC; /* two stages each */
+    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * XK;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int sq = 32 * (warp / 4), sk = 32 * (warp % 4);       /* S step: queries sq.., keys sk.. */
+    const int vk = 32 * (warp % 4), vc = (D / 2) * (warp / 4);  /* dV, dK step: keys vk.., columns vc.. */
+    const int qq = 32 * (warp % 2), qc = (D / 4) * (warp / 2);  /* dQ step: queries qq.., columns qc.. */
+    const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
+               ob = b * d.o_batch_stride + (long)h * D, rows_base = ((long)b * d.heads + h) * d.q_len;
+    const float c = d.scale * LOG2E;
+    /* causal: the first query tile with a row that sees one of these keys */
+    const long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
+    const int i_start = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
+    const int n_tiles = (d.q_len - i_start + BC - 1) / BC;
+
+    load_rows_async<XK, D, W>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
+    load_rows_async<XK, D, W>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
+    if (n_tiles > 0) {
+        load_rows_async<BC, D, W>(Qs, q, qb, d.q_token_stride, i_start, d.q_len);
+        load_rows_async<BC, D, W>(dOs, dout, ob, d.o_token_stride, i_start, d.q_len);
+        load_row_stats<W>(Ls, Ds, d, lse, delta, rows_base, i_start);
+    }
+    spb_cp_async_commit();
+    float dka[2][NV][4], dva[2][NV][4];
+    SPB_UNROLL
+    for (int x = 0; x < 2; x++)
+        for (int nt = 0; nt < NV; nt++)
+            for (int e = 0; e < 4; e++) dka[x][nt][e] = dva[x][nt][e] = 0.0f;
+    spb_cp_async_wait<0>();
+    for (int it = 0; it < n_tiles; it++) {
+        const int i0 = i_start + it * BC, st = it & 1;
+        __syncthreads(); /* the other stage, Ps and dSs are free */
+        if (it + 1 < n_tiles) {
+            load_rows_async<BC, D, W>(Qs + (st ^ 1) * BC * LD, q, qb, d.q_token_stride, i0 + BC, d.q_len);
+            load_rows_async<BC, D, W>(dOs + (st ^ 1) * BC * LD, dout, ob, d.o_token_stride, i0 + BC, d.q_len);
+            load_row_stats<W>(Ls + (st ^ 1) * BC, Ds + (st ^ 1) * BC, d, lse, delta, rows_base, i0 + BC);
+        }
+        spb_cp_async_commit();
+        spb_cp_async_wait<1>();
+        __syncthreads();
+        const uint16_t *Qc = Qs + st * BC * LD, *dOc = dOs + st * BC * LD;
+        {
+            float s[2][4][4], dp[2][4][4];
+            SPB_UNROLL
+            for (int x = 0; x < 2; x++)
+                for (int nt = 0; nt < 4; nt++)
+                    for (int e = 0; e < 4; e++) s[x][nt][e] = dp[x][nt][e] = 0.0f;
+            mma_groups_rowsT<T, D, 2, 2>(s, Qc, sq, Ks + sk * LD, lane);
+            mma_groups_rowsT<T, D, 2, 2>(dp, dOc, sq, Vs + sk * LD, lane);
+            /* keys past k_len are zero rows (their P reaches only dK, dV rows never
+             * stored, and dQ through a zero K row); masked anyway, so P holds no stray values */
+            const bool masked =
+                j0 + sk + 32 > d.k_len || (d.causal && d.k_offset + j0 + sk + 31 > d.q_offset + i0 + sq);
+            if (masked)
+                p_ds_to_shared_body<T, true>(s, dp, Ps, dSs, d, i0, j0, sq, sk, Ls + st * BC, Ds + st * BC, c, g, t);
+            else
+                p_ds_to_shared_body<T, false>(s, dp, Ps, dSs, d, i0, j0, sq, sk, Ls + st * BC, Ds + st * BC, c, g, t);
+        }
+        __syncthreads(); /* the tile's P and dS are whole */
+        mma_two_groups_b_kn<T, LDP, true, LD, BC, NV>(dva, Ps, vk, dOc, vc, lane);
+        mma_two_groups_b_kn<T, LDP, true, LD, BC, NV>(dka, dSs, vk, Qc, vc, lane);
+        float qa[2][NQ][4];
+        SPB_UNROLL
+        for (int x = 0; x < 2; x++)
+            for (int nt = 0; nt < NQ; nt++)
+                for (int e = 0; e < 4; e++) qa[x][nt][e] = 0.0f;
+        mma_two_groups_b_kn<T, LDP, false, LD, XK, NQ>(qa, dSs, qq, Ks, qc, lane);
+        add_two_groups<NQ, true>(dq + qb, d.q_token_stride, i0 + qq, d.q_len, qc, qa, d.scale, g, t);
+    }
+    add_two_groups<NV, false>(dk + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dka, d.scale, g, t);
+    add_two_groups<NV, false>(dv + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dva, 1.0f, g, t);
 }
 
 /* ========================== HOPPER forward (wgmma) ================================ */
@@ -1417,6 +1616,26 @@ extern "C" int spb_cuda_attention_set_fwd_rows_per_warp(int rows)
     return old;
 }
 
+/* The mma.sync backward on FlashAttention-2's tiling (dkvq_exchange: 128
+ * keys per block, P and dS through shared memory, dQ by atomics) instead of
+ * dq_fast + dkv_fast: off unless a caller asks. */
+static bool fast_bwd_exchange = false;
+extern "C" int spb_cuda_attention_set_bwd_exchange(int on)
+{
+    int old = fast_bwd_exchange;
+    fast_bwd_exchange = on != 0;
+    return old;
+}
+/* why the backward's switches cannot be launched together, or NULL */
+static const char *bwd_switches_clash(void)
+{
+    if (!fast_bwd_exchange) return nullptr;
+    if (fast_bwd_wgmma) return "the exchange backward is an mma.sync backward (--flash-bwd mma)";
+    if (fast_block_rows != 128) return "the exchange backward holds 128 keys per block (--flash-block-rows 128)";
+    if (!fast_fused_dq) return "the exchange backward adds dQ by atomics: it needs the fused dQ switch on";
+    return nullptr;
+}
+
 /* why the current switches cannot be launched together, or NULL */
 static const char *fwd_switches_clash(void)
 {
@@ -1519,6 +1738,21 @@ static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
     dq_fast<T, D, W><<<gq, 32 * W, sq, s>>>(*d, q, k, v, lse, delta, dout, dq);
     SPB_CUDA_CHECK(cudaGetLastError());
     dkv_fast<T, D, W, false><<<gk, 32 * W, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
+}
+
+/* Shared memory: K and V of the block's keys, two stages of Q and dO, P and
+ * dS of one tile, two stages of the query rows' statistics. */
+template <typename T, int D>
+static void bwd_exchange_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk,
+                                float *dv, cudaStream_t s)
+{
+    const size_t sm = 2 * ((size_t)(2 * XK + 4 * BC) * (D + PAD) + 2 * (size_t)BC * (XK + PAD)) +
+                      4 * sizeof(float) * BC;
+    static const bool allowed = allow_smem(dkvq_exchange<T, D>, sm);
+    (void)allowed;
+    dim3 grid((d->k_len + XK - 1) / XK, d->heads, d->batch);
+    dkvq_exchange<T, D><<<grid, 256, sm, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
 }
 
 /* Shared memory: the resident query rows and two stages of K and V, in
@@ -1659,7 +1893,12 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
     SPB_CUDA_CHECK(cudaGetLastError());
     const void *ptrs[5] = {q, k, v, o, dout};
     int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 5), wide = fast_block_rows == 128;
-    if (fast && fast_bwd_wgmma) {
+    const char *why = fast ? bwd_switches_clash() : nullptr;
+    if (why) SPB_DIE("CUDA attention: the backward's switches: %s", why);
+    if (fast && fast_bwd_exchange) {
+        d->head_dim == 64 ? bwd_exchange_launch<T, 64>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                          : bwd_exchange_launch<T, 128>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+    } else if (fast && fast_bwd_wgmma) {
         if (d->head_dim == 64)
             wide ? bwd_wgmma_launch<T, 64, 2>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
                  : bwd_wgmma_launch<T, 64, 1>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);

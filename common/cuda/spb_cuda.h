@@ -212,6 +212,13 @@ int spb_cuda_attention_set_fwd_pipelined(int on);
  * products); needs the mma.sync forward, 128-row blocks and the blocks
  * switch at 1, else the forward dies.  Returns the previous value. */
 int spb_cuda_attention_set_fwd_rows_per_warp(int rows);
+/* The mma.sync FAST backward on FlashAttention-2's tiling (on != 0): one
+ * kernel, 8 warps holding 128 keys, per 64-query tile S and dP in 32 x 32
+ * warp tiles, P and dS through shared memory to the dV, dK and dQ products
+ * in their own warp layouts, dQ by fp32 atomics; needs 128-row blocks, the
+ * fused dQ switch on and the mma.sync backward, else the backward dies.
+ * Returns the previous setting. */
+int spb_cuda_attention_set_bwd_exchange(int on);
 /* What the CUDA runtime says of a kernel's residency on one SM. */
 typedef struct {
     int blocks_per_sm, warps_per_sm, registers; /* registers per thread */
