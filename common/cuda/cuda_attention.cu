@@ -106,6 +106,14 @@ __device__ __forceinline__ int visible_keys(const spb_attn_desc &d, long i)
     return last >= d.k_len ? d.k_len : (int)(last + 1);
 }
 
+/* Causal: the first query tile (of TILE rows) with a row that sees key j0
+ * of the block, or of a block of keys from j0; 0 without the mask. */
+template <int TILE> __device__ __forceinline__ int first_query_tile(const spb_attn_desc &d, long j0)
+{
+    long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
+    return i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / TILE * TILE);
+}
+
 /* Rows [first, first + ST) of one head of a [batch][token][head][D] tensor
  * into shared memory (rows at or past `limit` as zeros), by the block's ST
  * threads; base = batch offset + head offset. */
@@ -231,10 +239,7 @@ __global__ void __launch_bounds__(ST) dkv_simple(spb_attn_desc d, const spb_bf16
         vr[x] = live ? ld<T>(v, koff + x) : 0.0f;
         dka[x] = dva[x] = 0.0f;
     }
-    /* first query row that sees the block's first key */
-    long i_first = d.causal ? d.k_offset + (long)blockIdx.x * ST - d.q_offset : 0;
-    int i0 = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / ST * ST);
-    for (; i0 < d.q_len; i0 += ST) {
+    for (int i0 = first_query_tile<ST>(d, (long)blockIdx.x * ST); i0 < d.q_len; i0 += ST) {
         __syncthreads();
         stage_rows<T, D>(Qs, q, b * d.q_batch_stride + (long)h * D, d.q_token_stride, i0, d.q_len);
         stage_rows<T, D>(dOs, dout, b * d.o_batch_stride + (long)h * D, d.o_token_stride, i0, d.q_len);
@@ -741,6 +746,19 @@ __device__ __forceinline__ void load_row_stats(float *Ls, float *Ds, const spb_a
     }
 }
 
+/* The backward's query tile at i0 into one stage: Q and dO rows by cp.async
+ * (the caller commits), their lse and D (load_row_stats) */
+template <int D, int W>
+__device__ __forceinline__ void load_query_tile(uint16_t *Qst, uint16_t *dOst, float *Lst, float *Dst,
+                                                const spb_attn_desc &d, const spb_bf16 *q, const spb_bf16 *dout,
+                                                const float *lse, const float *delta, long qb, long ob,
+                                                long rows_base, int i0)
+{
+    load_rows_async<BC, D, W>(Qst, q, qb, d.q_token_stride, i0, d.q_len);
+    load_rows_async<BC, D, W>(dOst, dout, ob, d.o_token_stride, i0, d.q_len);
+    load_row_stats<W>(Lst, Dst, d, lse, delta, rows_base, i0);
+}
+
 /* A operand (16 x 16): rows (m) [m0, m0 + 16), k [k0, k0 + 16) of a tile stored
  * [k][m] (dSᵀ for dS·K), transposed on the way */
 template <int LD> __device__ __forceinline__ void ldm_a_km(uint32_t a[4], const uint16_t *S, int m0, int k0, int lane)
@@ -806,18 +824,12 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
     const long kpos[2] = {d.k_offset + j0 + r + g, d.k_offset + j0 + r + g + 8};
     const bool kin[2] = {j0 + r + g < d.k_len, j0 + r + g + 8 < d.k_len};
     const long warp_first_k = d.k_offset + j0 + r;
-    /* causal: the first query tile with a row that sees one of these keys */
-    long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
-    const int i_start = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
+    const int i_start = first_query_tile<BC>(d, j0);
     const int n_tiles = (d.q_len - i_start + BC - 1) / BC;
 
     load_rows_async<16 * W, D, W>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
     load_rows_async<16 * W, D, W>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
-    if (n_tiles > 0) {
-        load_rows_async<BC, D, W>(Qs, q, qb, d.q_token_stride, i_start, d.q_len);
-        load_rows_async<BC, D, W>(dOs, dout, ob, d.o_token_stride, i_start, d.q_len);
-        load_row_stats<W>(Ls, Ds, d, lse, delta, rows_base, i_start);
-    }
+    if (n_tiles > 0) load_query_tile<D, W>(Qs, dOs, Ls, Ds, d, q, dout, lse, delta, qb, ob, rows_base, i_start);
     spb_cp_async_commit();
     float dka[D / 8][4], dva[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++)
@@ -826,11 +838,9 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
     for (int it = 0; it < n_tiles; it++) {
         const int i0 = i_start + it * BC, st = it & 1;
         __syncthreads(); /* the other stage is free */
-        if (it + 1 < n_tiles) {
-            load_rows_async<BC, D, W>(Qs + (st ^ 1) * BC * LD, q, qb, d.q_token_stride, i0 + BC, d.q_len);
-            load_rows_async<BC, D, W>(dOs + (st ^ 1) * BC * LD, dout, ob, d.o_token_stride, i0 + BC, d.q_len);
-            load_row_stats<W>(Ls + (st ^ 1) * BC, Ds + (st ^ 1) * BC, d, lse, delta, rows_base, i0 + BC);
-        }
+        if (it + 1 < n_tiles)
+            load_query_tile<D, W>(Qs + (st ^ 1) * BC * LD, dOs + (st ^ 1) * BC * LD, Ls + (st ^ 1) * BC,
+                                  Ds + (st ^ 1) * BC, d, q, dout, lse, delta, qb, ob, rows_base, i0 + BC);
         spb_cp_async_commit();
         spb_cp_async_wait<1>();
         __syncthreads();
@@ -997,18 +1007,12 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
                ob = b * d.o_batch_stride + (long)h * D, rows_base = ((long)b * d.heads + h) * d.q_len;
     const float c = d.scale * LOG2E;
-    /* causal: the first query tile with a row that sees one of these keys */
-    const long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
-    const int i_start = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
+    const int i_start = first_query_tile<BC>(d, j0);
     const int n_tiles = (d.q_len - i_start + BC - 1) / BC;
 
     load_rows_async<XK, D, W>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
     load_rows_async<XK, D, W>(Vs, v, kb, d.k_token_stride, j0, d.k_len);
-    if (n_tiles > 0) {
-        load_rows_async<BC, D, W>(Qs, q, qb, d.q_token_stride, i_start, d.q_len);
-        load_rows_async<BC, D, W>(dOs, dout, ob, d.o_token_stride, i_start, d.q_len);
-        load_row_stats<W>(Ls, Ds, d, lse, delta, rows_base, i_start);
-    }
+    if (n_tiles > 0) load_query_tile<D, W>(Qs, dOs, Ls, Ds, d, q, dout, lse, delta, qb, ob, rows_base, i_start);
     spb_cp_async_commit();
     float dka[2][NV][4], dva[2][NV][4];
     SPB_UNROLL
@@ -1019,11 +1023,9 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
     for (int it = 0; it < n_tiles; it++) {
         const int i0 = i_start + it * BC, st = it & 1;
         __syncthreads(); /* the other stage, Ps and dSs are free */
-        if (it + 1 < n_tiles) {
-            load_rows_async<BC, D, W>(Qs + (st ^ 1) * BC * LD, q, qb, d.q_token_stride, i0 + BC, d.q_len);
-            load_rows_async<BC, D, W>(dOs + (st ^ 1) * BC * LD, dout, ob, d.o_token_stride, i0 + BC, d.q_len);
-            load_row_stats<W>(Ls + (st ^ 1) * BC, Ds + (st ^ 1) * BC, d, lse, delta, rows_base, i0 + BC);
-        }
+        if (it + 1 < n_tiles)
+            load_query_tile<D, W>(Qs + (st ^ 1) * BC * LD, dOs + (st ^ 1) * BC * LD, Ls + (st ^ 1) * BC,
+                                  Ds + (st ^ 1) * BC, d, q, dout, lse, delta, qb, ob, rows_base, i0 + BC);
         spb_cp_async_commit();
         spb_cp_async_wait<1>();
         __syncthreads();
@@ -1442,9 +1444,7 @@ __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb
     const long kpos[2] = {d.k_offset + j0 + r + g, d.k_offset + j0 + r + g + 8};
     const bool kin[2] = {j0 + r + g < d.k_len, j0 + r + g + 8 < d.k_len};
     const long warp_first_k = d.k_offset + j0 + r, group_first_k = d.k_offset + j0 + 64 * wg;
-    /* causal: the first query tile with a row that sees one of these keys */
-    long i_first = d.causal ? d.k_offset + j0 - d.q_offset : 0;
-    const int i_start = i_first <= 0 ? 0 : (int)((i_first > d.q_len ? d.q_len : i_first) / BC * BC);
+    const int i_start = first_query_tile<BC>(d, j0);
     const int n_tiles = (d.q_len - i_start + BC - 1) / BC;
 
     load_rows_cm<RK, D, NT>(Ks, k, kb, d.k_token_stride, j0, d.k_len);
