@@ -19,7 +19,7 @@ out=.
 while [ $# -gt 0 ]; do case "$1" in --out) out=$2; shift 2 ;; *) shift ;; esac; done
 mkdir -p "$out" && echo "kernel,result" > "$out/checks.csv"
 STUB
-printf '#!/bin/sh\nexit 0\n' > "$tmp/build/spbench-gpu-layer"
+for p in spbench-gpu-layer spbench spbench-dump-compare; do printf '#!/bin/sh\nexit 0\n' > "$tmp/build/$p"; done
 cat > "$tmp/ncu" <<'STUB'
 #!/usr/bin/env bash
 echo "ncu:$*" >> "$CALLS"
@@ -39,7 +39,7 @@ done
 "${prog[@]}" || exit $?
 [ -n "$rep" ] && echo report > "$rep.ncu-rep"
 STUB
-chmod +x "$tmp/build/spbench-gpu-check" "$tmp/build/spbench-gpu-layer" "$tmp/ncu"
+chmod +x "$tmp/build/"* "$tmp/ncu"
 export CALLS="$tmp/calls.txt"
 passed=0 failed=0
 verdict() { # label, status
@@ -67,6 +67,10 @@ verdict "the report exported: details and raw CSVs" \
     $([ -s "$tmp/out/ncu_attention.csv" ] && grep -q "raw metric" "$tmp/out/ncu_attention_raw.csv" && echo 0 || echo 1)
 verdict "the calls' order kept in ncu_attention.log" $(grep -q "profile call 1" "$tmp/out/ncu_attention.log" && echo 0 || echo 1)
 verdict "the binary report deleted" $([ ! -e "$tmp/out/ncu_attention.ncu-rep" ] && echo 0 || echo 1)
+# before the strategy runs and the core step, which a lease's deadline may cut
+verdict "the profile runs before the strategy runs and the core step" \
+    $(awk '/profile: .*ncu_attention.csv/ { p = NR } /strategies: skipped/ { s = NR } /core-step: skipped/ { c = NR }
+        END { exit !(p && s && c && p < s && p < c) }' "$tmp/out.log" && echo 0 || echo 1)
 verdict "the log names the CSVs" $(grep -q "profile: .*ncu_attention.csv" "$tmp/out.log" && echo 0 || echo 1)
 : > "$CALLS"
 run "$tmp/none" none
