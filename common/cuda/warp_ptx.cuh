@@ -2,7 +2,8 @@
  * behind one small function, and nowhere else as inline assembly: the
  * tensor-core product, ldmatrix (shared memory to operand fragments),
  * cp.async (global to shared memory without a trip through registers) and
- * ex2.approx (2^x on the special-function unit).
+ * ex2.approx (2^x on the special-function unit) and the 8-byte fp32
+ * reduction to global memory.
  * Under the CPU emulation (SPB_CUDA_EMU, common/cuda/emu) each calls the
  * emulator's model of the instruction instead, written from the PTX ISA.
  *
@@ -104,6 +105,23 @@ template <int N> __device__ __forceinline__ void spb_cp_async_wait(void)
     spb_emu_cp_async_wait(N);
 #else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* p[0] += a, p[1] += b in global memory (p 8-byte aligned), nothing read
+ * back: one 8-byte reduction (red.global.add.v2.f32, sm_90) where the
+ * target has it, else two atomicAdd.  The fused dQ's adds: a warp's
+ * fragment pairs are adjacent columns, so half the instructions and one L2
+ * request per 32-byte sector instead of two. */
+__device__ __forceinline__ void spb_red_add_f32x2(float *p, float a, float b)
+{
+#if defined(SPB_CUDA_EMU)
+    spb_emu_red_add_f32x2(p, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
 #endif
 }
 

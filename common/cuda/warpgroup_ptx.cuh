@@ -1,7 +1,9 @@
 /* Hopper's warpgroup tensor-core instructions (sm_90a), each behind one
  * small function as warp_ptx.cuh does for mma.sync: wgmma.mma_async with
- * its fence, commit and wait, the shared-memory matrix descriptor, and the
- * async-proxy fence.  Under the CPU emulation (SPB_CUDA_EMU) each calls the
+ * its fence, commit and wait, the shared-memory matrix descriptor, the
+ * async-proxy fence, and the bulk reduction from shared to global memory
+ * with its commit and waits (sm_90; built where wgmma is, so that one
+ * probe answers for both).  Under the CPU emulation (SPB_CUDA_EMU) each calls the
  * emulator's model, written from the PTX ISA (emu_wgmma.cc).  Compiled for
  * another target (sm_80, or sm_90 without the "a"), the functions trap: the
  * launcher asks spb_wgmma_built() first.
@@ -93,13 +95,68 @@ template <int N> __device__ __forceinline__ void spb_wgmma_wait(void)
 #endif
 }
 /* this thread's generic-proxy writes to shared memory, ordered before
- * later async-proxy reads (wgmma) */
+ * later async-proxy reads (wgmma, the bulk reduction) */
 __device__ __forceinline__ void spb_fence_proxy_async(void)
 {
 #if defined(SPB_CUDA_EMU)
     spb_emu_fence_proxy_async();
 #elif defined(SPB_WGMMA_HERE)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* dst (global) += src (this block's shared memory), `bytes` of fp32 (a
+ * multiple of 16, both addresses 16-byte aligned), added at L2 by the
+ * bulk-copy engine (cp.reduce.async.bulk, sm_90): FlashAttention-3's dQ
+ * accumulation, one instruction per row instead of an atomic per element.
+ * The engine reads src in the async proxy: the threads that wrote it issue
+ * spb_fence_proxy_async before the barrier that precedes the issue; src is
+ * overwritten only after a spb_bulk_wait_read that covers the operation,
+ * and the thread waits (spb_bulk_wait) before it ends. */
+__device__ __forceinline__ void spb_bulk_reduce_add_f32(float *dst, const float *src, uint32_t bytes)
+{
+#if defined(SPB_CUDA_EMU)
+    spb_emu_bulk_reduce_add_f32(dst, src, bytes);
+#elif defined(SPB_WGMMA_HERE)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(spb_smem_offset(src)), "r"(bytes)
+                 : "memory");
+#else
+    (void)dst, (void)src, (void)bytes;
+    __trap();
+#endif
+}
+/* closes this thread's group of bulk operations */
+__device__ __forceinline__ void spb_bulk_commit(void)
+{
+#if defined(SPB_CUDA_EMU)
+    spb_emu_bulk_commit();
+#elif defined(SPB_WGMMA_HERE)
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+/* at most N of this thread's bulk groups may still read their source */
+template <int N> __device__ __forceinline__ void spb_bulk_wait_read(void)
+{
+#if defined(SPB_CUDA_EMU)
+    spb_emu_bulk_wait(N, 1);
+#elif defined(SPB_WGMMA_HERE)
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+/* at most N of this thread's bulk groups unfinished */
+template <int N> __device__ __forceinline__ void spb_bulk_wait(void)
+{
+#if defined(SPB_CUDA_EMU)
+    spb_emu_bulk_wait(N, 0);
+#elif defined(SPB_WGMMA_HERE)
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    __trap();
 #endif
 }
 

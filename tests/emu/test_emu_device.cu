@@ -843,6 +843,133 @@ static void check_ptx_refusals(void)
 }
 
 
+/* ---- the bulk reduction and the 8-byte reduction (warpgroup_ptx.cuh, warp_ptx.cuh,
+ * emu_bulk_copy.cc) --------------------------------------------------------------
+ * Every block stages ROWS rows of 16 floats (row r, column c: 100 r + c +
+ * block) in shared memory, one element per thread, and after a barrier
+ * thread 0 adds each row to row r of dst with one bulk reduction, commits
+ * and waits: dst ends as its first value plus the sum over the blocks. */
+constexpr int kBulkRows = 4;
+__global__ void bulk_rows(float *dst, int ld)
+{
+    extern __shared__ __align__(16) float stage[];
+    const int t = threadIdx.x;
+    stage[t] = (float)(100 * (t / 16) + t % 16 + (int)blockIdx.x);
+    spb_fence_proxy_async();
+    __syncthreads();
+    if (t == 0) {
+        for (int r = 0; r < kBulkRows; r++) spb_bulk_reduce_add_f32(dst + r * ld, stage + 16 * r, 64);
+        spb_bulk_commit();
+        spb_bulk_wait_read<0>();
+        spb_bulk_wait<0>();
+    }
+}
+/* the source overwritten after the issue, before the wait: the add takes
+ * the old value in the blocks where it happens at issue, the new in the
+ * others (out[block]) */
+__global__ void bulk_overwritten(float *out)
+{
+    extern __shared__ __align__(16) float stage[];
+    for (int i = 0; i < 4; i++) stage[i] = 1.0f;
+    spb_bulk_reduce_add_f32(out + 4 * blockIdx.x, stage, 16);
+    spb_bulk_commit();
+    stage[0] = 2.0f; /* the race this kernel exists for */
+    spb_bulk_wait<0>();
+}
+/* refusals: a size that is not a multiple of 16, a misaligned destination,
+ * a source in static shared memory, a thread that ends without waiting
+ * (committed or not) */
+__global__ void bulk_bad(float *dst, int what)
+{
+    extern __shared__ __align__(16) float stage[];
+    __shared__ __align__(16) float st[16];
+    for (int i = 0; i < 16; i++) stage[i] = st[i] = 0.0f;
+    if (what == 0) spb_bulk_reduce_add_f32(dst, stage, 24);
+    if (what == 1) spb_bulk_reduce_add_f32(dst + 2, stage, 16);
+    if (what == 2) spb_bulk_reduce_add_f32(dst, st, 16);
+    if (what >= 3) spb_bulk_reduce_add_f32(dst, stage, 16);
+    if (what != 4) spb_bulk_commit();
+    if (what < 3) spb_bulk_wait<0>();
+    if (what == 4) spb_bulk_wait<0>(); /* covers no group: still in flight at the end */
+}
+/* the 8-byte reduction: every thread of every block adds (1, 2) to pair
+ * t % 4 of out; at p = out + 1, misaligned */
+__global__ void red_pairs(float *out, int misaligned)
+{
+    spb_red_add_f32x2(out + 2 * (threadIdx.x % 4) + misaligned, 1.0f, 2.0f);
+}
+/* a write to the staged rows before the wait that covers their read */
+__global__ void bulk_early_write(float *dst)
+{
+    extern __shared__ __align__(16) float stage[];
+    const int t = threadIdx.x;
+    stage[t] = 1.0f;
+    spb_fence_proxy_async();
+    __syncthreads();
+    if (t == 0) {
+        spb_bulk_reduce_add_f32(dst, stage, 4 * 32);
+        spb_bulk_commit();
+    }
+    __syncthreads();
+    stage[t] = 2.0f; /* thread 0 has not waited: the engine may still read it */
+    __syncthreads();
+    if (t == 0) spb_bulk_wait<0>();
+}
+
+static void check_bulk_reduce(void)
+{
+    const int B = 4, ld = 20; /* rows 80 bytes apart: 16-byte aligned, not contiguous */
+    float *dst = device_array<float>(kBulkRows * ld);
+    std::vector<float> first(kBulkRows * ld);
+    for (int i = 0; i < kBulkRows * ld; i++) first[i] = 0.5f * (float)i;
+    cudaMemcpy(dst, first.data(), first.size() * sizeof(float), cudaMemcpyHostToDevice);
+    bulk_rows<<<B, 16 * kBulkRows, 4 * 16 * kBulkRows>>>(dst, ld);
+    std::vector<float> h = to_host(dst, kBulkRows * ld);
+    int bad = 0;
+    for (int r = 0; r < kBulkRows; r++)
+        for (int c = 0; c < ld; c++) {
+            float want = first[r * ld + c] + (c < 16 ? (float)(B * (100 * r + c) + B * (B - 1) / 2) : 0.0f);
+            bad += h[r * ld + c] != want;
+        }
+    EXPECT(bad == 0, "%d of %d elements wrong after the bulk reductions of %d blocks", bad, kBulkRows * ld, B);
+
+    float *out = device_array<float>(8);
+    cudaMemset(out, 0, 8 * sizeof(float));
+    red_pairs<<<3, 64>>>(out, 0);
+    std::vector<float> p = to_host(out, 8);
+    bad = 0;
+    for (int i = 0; i < 8; i++) bad += p[i] != (i % 2 ? 96.0f : 48.0f);
+    EXPECT(bad == 0, "%d of 8 sums wrong after 192 8-byte reductions", bad);
+    EXPECT(refused("red.global.add.v2.f32, 4-byte aligned", [&] { red_pairs<<<1, 32>>>(out, 1); }),
+           "an 8-byte reduction at a misaligned address not refused");
+
+#ifndef SPB_EMU_RACECHECK
+    float *ov = device_array<float>(4 * B);
+    cudaMemset(ov, 0, 4 * B * sizeof(float));
+    bulk_overwritten<<<B, 1, 16>>>(ov);
+    std::vector<float> o = to_host(ov, 4 * B);
+    int early = 0, late = 0;
+    for (int b = 0; b < B; b++) early += o[4 * b] == 1.0f, late += o[4 * b] == 2.0f;
+    EXPECT(early == B / 2 && late == B / 2, "%d blocks added the source as at the issue, %d as at the wait (of %d)",
+           early, late, B);
+    cudaFree(ov);
+#else
+    EXPECT(refused("a staged row written before the wait", [&] { bulk_early_write<<<1, 32, 128>>>(dst); }),
+           "a write to a bulk reduction's source before its wait not reported");
+#endif
+    EXPECT(refused("bulk reduction of 24 bytes", [&] { bulk_bad<<<1, 1, 64>>>(dst, 0); }),
+           "a bulk reduction of 24 bytes not refused");
+    EXPECT(refused("bulk reduction to an 8-byte aligned address", [&] { bulk_bad<<<1, 1, 64>>>(dst, 1); }),
+           "a bulk reduction to a misaligned destination not refused");
+    EXPECT(refused("bulk reduction from static shared memory", [&] { bulk_bad<<<1, 1, 64>>>(dst, 2); }),
+           "a bulk reduction from static shared memory not refused");
+    EXPECT(refused("a thread that ends before its wait", [&] { bulk_bad<<<1, 1, 64>>>(dst, 3); }),
+           "a thread ending with a bulk reduction in flight not refused");
+    EXPECT(refused("a thread whose wait covers no group", [&] { bulk_bad<<<1, 1, 64>>>(dst, 4); }),
+           "an uncommitted bulk reduction left at the thread's end not refused");
+    cudaFree(dst), cudaFree(out);
+}
+
 /* ---- wgmma (warpgroup_ptx.cuh, emu_wgmma.cc) ---------------------------------------
  * Operands laid out here from the PTX ISA's text, not from the emulator's
  * code: the canonical no-swizzle layouts (K-major: element (row m, k) at
@@ -1328,7 +1455,7 @@ static void check_block_races(void)
 {
 #ifdef SPB_EMU_RACECHECK
     __nv_bfloat16 *h = device_array<__nv_bfloat16>(4 * 33);
-    int *buf = device_array<int>(64), *iout = device_array<int>(64);
+    int *buf = device_array<int>(64), *iout = device_array<int>(128); /* dyn_neighbour: 2 blocks of 64 */
     float *in = device_array<float>(4 * 32), *sum = device_array<float>(1), *fout = device_array<float>(1);
     uint32_t *ubuf = device_array<uint32_t>(256), *uout = device_array<uint32_t>(256);
     cudaMemset(in, 0, 4 * 32 * sizeof(float));
@@ -1420,6 +1547,7 @@ int main(void)
     check_cp_async();
     check_ptx_refusals();
     check_wgmma();
+    check_bulk_reduce();
     check_stream_order();
     check_block_races();
     printf("CUDA emulation: %d checks, %d failed: %s\n", checks, failures, failures ? "FAIL" : "PASS");

@@ -63,6 +63,25 @@ void spb_emu_complete_groups(std::vector<T> &items, std::vector<size_t> &group_e
 /* completes every copy still queued (a thread's end: a GPU finishes them) */
 void spb_emu_copies_finish(spb_emu_copy_queue *q);
 
+/* The bulk reductions (cp.reduce.async.bulk ... add.f32) a thread has
+ * issued and not yet completed (emu_bulk_copy.cc), and where its committed
+ * bulk groups end. */
+struct spb_emu_bulk_op {
+    float *dst;
+    const float *src;
+    unsigned bytes;
+    const void *pc;
+};
+struct spb_emu_bulk_queue {
+    std::vector<spb_emu_bulk_op> ops;
+    std::vector<size_t> group_end;
+    bool eager = false; /* done at issue (else at the wait that covers them) */
+};
+spb_emu_bulk_queue *spb_emu_thread_bulk(void);
+/* a thread's end with bulk operations not waited for: refused (their
+ * source is the block's shared memory, gone with the block) */
+void spb_emu_bulk_finish(spb_emu_bulk_queue *q);
+
 /* The wgmma.mma_async operations a thread has issued and not yet
  * completed (emu_wgmma.cc), and where its committed groups end. */
 struct spb_emu_wgmma_op {

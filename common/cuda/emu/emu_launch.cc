@@ -90,6 +90,7 @@ struct fiber {
     const char *waiting = nullptr; /* what it waits in, for a deadlock report */
     spb_emu_copy_queue copies;     /* its cp.async copies in flight */
     spb_emu_wgmma_queue wgmma;     /* its wgmma operations in flight */
+    spb_emu_bulk_queue bulk;       /* its bulk reductions in flight */
 };
 
 struct warp_state {
@@ -175,6 +176,7 @@ void fiber_main()
     fiber *f = r->cur;
     (*r->body)();
     spb_emu_copies_finish(&f->copies);
+    spb_emu_bulk_finish(&f->bulk);
     f->done = true;
     r->alive--;
     r->warps[f->warp].alive--;
@@ -383,6 +385,7 @@ int spb_emu_sync_point_now(spb_emu_sync_point *s)
 
 spb_emu_copy_queue *spb_emu_thread_copies(void) { return &current("cp.async")->copies; }
 spb_emu_wgmma_queue *spb_emu_thread_wgmma(void) { return &current("wgmma")->wgmma; }
+spb_emu_bulk_queue *spb_emu_thread_bulk(void) { return &current("cp.reduce.async.bulk")->bulk; }
 
 /* ---- launches --------------------------------------------------------------- */
 void spb_emu_set_max_dynamic_shared(const void *kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }
@@ -462,6 +465,8 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
             f.copies.group_end.clear();
             f.copies.eager = n % 2 == 1; /* emu_async_copy.cc */
             f.wgmma = spb_emu_wgmma_queue();
+            f.bulk = spb_emu_bulk_queue();
+            f.bulk.eager = n % 2 == 1; /* emu_bulk_copy.cc */
             f.stack = stacks[t];
             start_context(f, r);
         }

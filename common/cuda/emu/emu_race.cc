@@ -129,8 +129,8 @@ std::string source_line(uint32_t off)
 }
 
 /* kinds of access: spb_emu_race_access's 0-2, a cp.async's two ends, and
- * an asynchronous read's (wgmma's operands: issue, and the wait that
- * covers it) */
+ * an asynchronous read's (wgmma's operands, a bulk reduction's source:
+ * issue, and the wait that covers it) */
 const int kCopyIssued = 3, kCopyLands = 4, kAsyncReadIssued = 5, kAsyncReadDone = 6;
 const char *kind_name(int kind)
 {
@@ -232,8 +232,9 @@ void shared_race_begins(size_t byte, int kind, uint32_t pc, const spb_emu_sync_p
 {
     shared_race_begins(byte, kind, pc, me);
     fprintf(stderr,
-            "an operand of a wgmma (issued by the warpgroup of thread %d, %s) that no wgmma.wait_group has covered "
-            "yet: the tensor cores may still read it (docs/EMULATION.md)\n",
+            "read asynchronously (a wgmma operand, issued by the warpgroup of thread %d, or a bulk copy's source, "
+            "by that thread; %s) and no wait_group has covered that read yet: the tensor cores or the copy engine "
+            "may still read it (docs/EMULATION.md)\n",
             c.async_reader, source_line(c.async_pc).c_str());
     abort();
 }

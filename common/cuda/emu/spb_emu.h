@@ -119,6 +119,10 @@ template <typename V> static SPB_EMU_ATOMIC V atomicAdd(V *p, V v)
     return old;
 }
 
+/* red.global.add.v2.f32 (warp_ptx.cuh; emu_bulk_copy.cc): one 8-byte
+ * atomic update, of an 8-byte aligned address */
+void spb_emu_red_add_f32x2(float *p, float a, float b);
+
 /* ---- device functions the host library lacks (those the sources use; a
  * kernel that calls another fails to compile here, and it goes here) ----- */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -165,6 +169,13 @@ void spb_emu_wgmma_fence(void);
 void spb_emu_wgmma_commit(void);
 void spb_emu_wgmma_wait(int groups_left);
 void spb_emu_fence_proxy_async(void);
+/* cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32, and the bulk
+ * group's commit and wait (emu_bulk_copy.cc): fp32 adds of a shared-memory
+ * row into global memory by the copy engine, done at one end of the window
+ * a GPU allows (at the covering wait, or at issue, alternately by block) */
+void spb_emu_bulk_reduce_add_f32(float *dst, const float *src, unsigned bytes);
+void spb_emu_bulk_commit(void);
+void spb_emu_bulk_wait(int groups_left, int read_only);
 
 /* cuda_runtime.h's C++ overloads for symbols exist for nvcc only */
 template <typename T>
