@@ -504,6 +504,21 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
     }
 }
 
+/* The backward on FlashAttention-2's tiling (128 keys per block, P and dS
+ * through shared memory; its switches on for the checks, then off): both
+ * head dims in bf16, fp16 once, with the diagonal at row 16 (inside a
+ * warp's 32 x 32 tile of S) */
+static void check_exchange_backward(const char *variant)
+{
+    spb_cuda_attention_set_fused_dq(1);
+    spb_cuda_attention_set_bwd_exchange(1);
+    check_attention(SPB_CUDA_FAST, 64, 0, variant, true);
+    check_attention(SPB_CUDA_FAST, 128, 0, variant, true);
+    check_attention(SPB_CUDA_FAST, 128, 1, variant, true);
+    spb_cuda_attention_set_bwd_exchange(0);
+    spb_cuda_attention_set_fused_dq(0);
+}
+
 /* cuDNN's fused attention (--attention cudnn) on the same layouts and cases
  * as the flash kernel, bf16 and fp16 (at the bf16 bounds); its dQ, dK, dV are 16-bit and overwritten, so the
  * reference starts from zero.  A query block behind its key block (rows
@@ -669,7 +684,8 @@ struct flash_variant {
     int blocks; /* blocks per SM the forward is built for (spb_cuda_attention_set_fwd_blocks_per_sm) */
     int pipe;   /* the wgmma forward with the softmax overlapping P·V (spb_cuda_attention_set_fwd_pipelined) */
     int rpw;    /* rows per warp of the mma.sync forward (spb_cuda_attention_set_fwd_rows_per_warp) */
-    int xchg = 0; /* the backward on FlashAttention-2's tiling (spb_cuda_attention_set_bwd_exchange) */
+    int xchg = 0; /* the backward on FlashAttention-2's tiling (spb_cuda_attention_set_bwd_exchange);
+                   * 2: with its dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
 };
 static const flash_variant flash_variants[] = {
     {128, 0, 1, 1, "mma", 64, 1, 0, 16},
@@ -691,19 +707,23 @@ static const flash_variant flash_variants[] = {
     {128, 0, 1, 0, "mma, 32 rows/warp", 64, 1, 0, 32},
     /* the mma.sync backward on FlashAttention-2's tiling: S and dP in 32 x 32
      * warp tiles, P and dS through shared memory, dQ by atomics */
-    {128, 1, 0, 1, "mma, exchange", 64, 1, 0, 16, 1}};
+    {128, 1, 0, 1, "mma, exchange", 64, 1, 0, 16, 1},
+    /* and its dQ staged in shared memory, added a row at a time by the copy
+     * engine (sm_90: where the wgmma kernels are) */
+    {128, 1, 0, 1, "mma, exchange, bulk dQ", 64, 1, 0, 16, 2}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
 {
-    if ((vr.fwd == 2 || vr.bwd == 2) && !wgmma) return false;
+    if ((vr.fwd == 2 || vr.bwd == 2 || vr.xchg == 2) && !wgmma) return false;
     spb_cuda_attention_set_block_rows(vr.rows);
     spb_cuda_attention_set_fused_dq(vr.fused);
     spb_cuda_attention_set_fwd_key_block(vr.keys);
     spb_cuda_attention_set_fwd_blocks_per_sm(vr.blocks);
     spb_cuda_attention_set_fwd_pipelined(vr.pipe);
     spb_cuda_attention_set_fwd_rows_per_warp(vr.rpw);
-    spb_cuda_attention_set_bwd_exchange(vr.xchg);
+    spb_cuda_attention_set_bwd_exchange(vr.xchg != 0);
+    spb_cuda_attention_set_bwd_dq_bulk(vr.xchg == 2);
     if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
     return true;
 }
@@ -1049,16 +1069,8 @@ int main(int argc, char **argv)
     check_attention(SPB_CUDA_FAST, 128, 0, " rpw=32", true);
     check_attention(SPB_CUDA_FAST, 128, 1, " rpw=32", true);
     spb_cuda_attention_set_fwd_rows_per_warp(16);
-    /* the backward on FlashAttention-2's tiling (128 keys per block, P and
-     * dS through shared memory): both head dims in bf16, fp16 once, with the
-     * diagonal at row 16 (inside a warp's 32 x 32 tile of S) */
-    spb_cuda_attention_set_fused_dq(1);
-    spb_cuda_attention_set_bwd_exchange(1);
-    check_attention(SPB_CUDA_FAST, 64, 0, " exchange", true);
-    check_attention(SPB_CUDA_FAST, 128, 0, " exchange", true);
-    check_attention(SPB_CUDA_FAST, 128, 1, " exchange", true);
-    spb_cuda_attention_set_bwd_exchange(0);
-    spb_cuda_attention_set_fused_dq(0);
+    /* the backward on FlashAttention-2's tiling, dQ by 8-byte reductions */
+    check_exchange_backward(" exchange");
     printf("%s\n", spb_cudnn_attention_version());
     for (int t = 0; t < 2; t++) {
         check_cudnn_attention(64, t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16);
@@ -1093,6 +1105,10 @@ int main(int argc, char **argv)
         spb_cuda_attention_set_fwd_wgmma(0);
         spb_cuda_attention_set_bwd_wgmma(0);
         spb_cuda_attention_set_block_rows(128);
+        /* and with its dQ added by the copy engine (sm_90, as wgmma) */
+        spb_cuda_attention_set_bwd_dq_bulk(1);
+        check_exchange_backward(" exchange bulk dQ");
+        spb_cuda_attention_set_bwd_dq_bulk(0);
     } else {
         printf("%-28s %-6s skipped: %s\n", "flash (wgmma)", "fast",
                no_wgmma ? "--no-wgmma" : "no wgmma here (compute capability 9.0 and an sm_90a build)");

@@ -793,10 +793,8 @@ __device__ __forceinline__ void dq_from_dst(const spb_attn_desc &d, float *dq, l
         int i = i0 + m0 + g + 8 * x;
         if (i >= d.q_len) continue;
         float *row = dq + qb + (long)i * d.q_token_stride + c0;
-        for (int nt = 0; nt < NT; nt++) {
-            atomicAdd(row + nt * 8 + 2 * t, d.scale * acc[nt][2 * x]);
-            atomicAdd(row + nt * 8 + 2 * t + 1, d.scale * acc[nt][2 * x + 1]);
-        }
+        for (int nt = 0; nt < NT; nt++)
+            spb_red_add_f32x2(row + nt * 8 + 2 * t, d.scale * acc[nt][2 * x], d.scale * acc[nt][2 * x + 1]);
     }
 }
 
@@ -886,7 +884,13 @@ __global__ void __launch_bounds__(32 * W) dkv_fast(spb_attn_desc d, const spb_bf
  *   dV, dK (128 x D)  warps 4 (keys) x 2 (halves of D), 32 x D/2 each:
  *                     dV += Pᵀ dO, dK += dSᵀ Q, held over the tiles
  *   dQ (64 x D)       warps 2 (queries) x 4 (quarters of D), 32 x D/4
- *                     each: dQ += scale · dS K, added by fp32 atomics
+ *                     each: dQ += scale · dS K, added by 8-byte fp32
+ *                     reductions, or with BULK (FlashAttention-3's way, sm_90)
+ *                     written to a stage in shared memory and added a row
+ *                     at a time by the copy engine (cp.reduce.async.bulk):
+ *                     warp 0 issues the tile's 64 rows after the next
+ *                     tile's first barrier and waits for their read before
+ *                     its third, so BULK adds no barrier per tile
  * 5 products per pair, as dkv_fast's FUSED.  At head dim 128 a warp loads
  * 144 ldmatrix.x4 per tile for its 320 products (FUSED dkv_fast: 184), and
  * S and dP take 32 registers each where dkv_fast's take 64 each (its
@@ -965,7 +969,8 @@ __device__ __forceinline__ void p_ds_to_shared_body(const float (*s)[4][4], cons
 
 /* fp32 rows row0 + 16 x + g (+ 8) below len, columns col0.. (NT n-tiles), of
  * a [token][...] tensor at base (token stride `stride`) += scale · acc; by
- * fp32 atomics where ATOMIC (dQ: every key block adds to the same rows) */
+ * 8-byte fp32 reductions where ATOMIC (dQ: every key block adds to the same
+ * rows) */
 template <int NT, bool ATOMIC>
 __device__ __forceinline__ void add_two_groups(float *base, long stride, int row0, int len, int col0,
                                                const float (*acc)[NT][4], float scale, int g, int t)
@@ -977,17 +982,56 @@ __device__ __forceinline__ void add_two_groups(float *base, long stride, int row
             if (i >= len) continue;
             float *row = base + (long)i * stride + col0 + 2 * t;
             SPB_UNROLL
-            for (int nt = 0; nt < NT; nt++)
-                for (int e = 0; e < 2; e++) {
-                    if (ATOMIC)
-                        atomicAdd(row + 8 * nt + e, scale * acc[x][nt][2 * y + e]);
-                    else
-                        row[8 * nt + e] += scale * acc[x][nt][2 * y + e];
+            for (int nt = 0; nt < NT; nt++) {
+                if (ATOMIC) {
+                    spb_red_add_f32x2(row + 8 * nt, scale * acc[x][nt][2 * y], scale * acc[x][nt][2 * y + 1]);
+                } else {
+                    row[8 * nt] += scale * acc[x][nt][2 * y];
+                    row[8 * nt + 1] += scale * acc[x][nt][2 * y + 1];
                 }
+            }
         }
 }
 
-template <typename T, int D>
+/* BULK's dQ tile in shared memory: rows of D fp32 padded by 8, so that the
+ * fragment stores of a warp's 8 rows fall in distinct banks (two passes of
+ * 32 lanes x 8 bytes) and every row starts 16-byte aligned for the copy
+ * engine */
+template <int D> __host__ __device__ constexpr int dq_stage_ld() { return D + 8; }
+
+/* this warp's share of the tile's dQ (rows row0 + 16 x + g (+ 8), columns
+ * col0..) · scale into the stage Qd, then the async-proxy fence that orders
+ * these writes before the copy engine's read */
+template <int D, int NT>
+__device__ __forceinline__ void dq_to_stage(float *Qd, int row0, int col0, const float (*acc)[NT][4], float scale,
+                                            int g, int t)
+{
+    constexpr int LDQ = dq_stage_ld<D>();
+    SPB_UNROLL
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y < 2; y++) {
+            float *row = Qd + (row0 + 16 * x + g + 8 * y) * LDQ + col0 + 2 * t;
+            SPB_UNROLL
+            for (int nt = 0; nt < NT; nt++)
+                *(float2 *)(row + 8 * nt) = make_float2(scale * acc[x][nt][2 * y], scale * acc[x][nt][2 * y + 1]);
+        }
+    spb_fence_proxy_async();
+}
+
+/* warp 0 of the block hands the staged tile's rows [i0, i0 + BC) below
+ * q_len to the copy engine (dq += Qd), two rows a lane, and commits them
+ * as the lane's group; after a barrier that follows every dq_to_stage */
+template <int D>
+__device__ __forceinline__ void dq_stage_issue(const spb_attn_desc &d, float *dq, long qb, int i0, const float *Qd,
+                                               int lane)
+{
+    constexpr int LDQ = dq_stage_ld<D>();
+    for (int r = lane; r < BC; r += 32)
+        if (i0 + r < d.q_len) spb_bulk_reduce_add_f32(dq + qb + (long)(i0 + r) * d.q_token_stride, Qd + r * LDQ, 4 * D);
+    spb_bulk_commit();
+}
+
+template <typename T, int D, bool BULK>
 __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                      const spb_bf16 *v, const float *lse, const float *delta,
                                                      const spb_bf16 *dout, float *dk, float *dv, float *dq)
@@ -999,6 +1043,7 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
     uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + XK * LD, *Qs = Vs + XK * LD, *dOs = Qs + 2 * BC * LD;
     uint16_t *Ps = dOs + 2 * BC * LD, *dSs = Ps + BC * LDP;
     float *Ls = (float *)(dSs + BC * LDP), *Ds = Ls + 2 * BC; /* two stages each */
+    float *Qd = Ds + 2 * BC;                                   /* BULK: the tile's dQ (dq_stage_ld) */
     const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * XK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int sq = 32 * (warp / 4), sk = 32 * (warp % 4);       /* S step: queries sq.., keys sk.. */
@@ -1022,7 +1067,8 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
     spb_cp_async_wait<0>();
     for (int it = 0; it < n_tiles; it++) {
         const int i0 = i_start + it * BC, st = it & 1;
-        __syncthreads(); /* the other stage, Ps and dSs are free */
+        __syncthreads(); /* the other stage, Ps and dSs are free; BULK: the last tile's dQ is staged */
+        if (BULK && it > 0 && warp == 0) dq_stage_issue<D>(d, dq, qb, i0 - BC, Qd, lane);
         if (it + 1 < n_tiles)
             load_query_tile<D, W>(Qs + (st ^ 1) * BC * LD, dOs + (st ^ 1) * BC * LD, Ls + (st ^ 1) * BC,
                                   Ds + (st ^ 1) * BC, d, q, dout, lse, delta, qb, ob, rows_base, i0 + BC);
@@ -1047,6 +1093,8 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
             else
                 p_ds_to_shared_body<T, false>(s, dp, Ps, dSs, d, i0, j0, sq, sk, Ls + st * BC, Ds + st * BC, c, g, t);
         }
+        /* BULK: the engine has read the last tile's dQ before anyone writes this one's */
+        if (BULK && warp == 0) spb_bulk_wait_read<0>();
         __syncthreads(); /* the tile's P and dS are whole */
         mma_two_groups_b_kn<T, LDP, true, LD, BC, NV>(dva, Ps, vk, dOc, vc, lane);
         mma_two_groups_b_kn<T, LDP, true, LD, BC, NV>(dka, dSs, vk, Qc, vc, lane);
@@ -1056,7 +1104,17 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
             for (int nt = 0; nt < NQ; nt++)
                 for (int e = 0; e < 4; e++) qa[x][nt][e] = 0.0f;
         mma_two_groups_b_kn<T, LDP, false, LD, XK, NQ>(qa, dSs, qq, Ks, qc, lane);
-        add_two_groups<NQ, true>(dq + qb, d.q_token_stride, i0 + qq, d.q_len, qc, qa, d.scale, g, t);
+        if (BULK)
+            dq_to_stage<D, NQ>(Qd, qq, qc, qa, d.scale, g, t);
+        else
+            add_two_groups<NQ, true>(dq + qb, d.q_token_stride, i0 + qq, d.q_len, qc, qa, d.scale, g, t);
+    }
+    if (BULK && n_tiles > 0) {
+        __syncthreads(); /* the last tile's dQ is staged */
+        if (warp == 0) {
+            dq_stage_issue<D>(d, dq, qb, i_start + (n_tiles - 1) * BC, Qd, lane);
+            spb_bulk_wait<0>(); /* before the block, and its shared memory, ends */
+        }
     }
     add_two_groups<NV, false>(dk + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dka, d.scale, g, t);
     add_two_groups<NV, false>(dv + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dva, 1.0f, g, t);
@@ -1617,7 +1675,7 @@ extern "C" int spb_cuda_attention_set_fwd_rows_per_warp(int rows)
 }
 
 /* The mma.sync backward on FlashAttention-2's tiling (dkvq_exchange: 128
- * keys per block, P and dS through shared memory, dQ by atomics) instead of
+ * keys per block, P and dS through shared memory, dQ by reductions) instead of
  * dq_fast + dkv_fast: off unless a caller asks. */
 static bool fast_bwd_exchange = false;
 extern "C" int spb_cuda_attention_set_bwd_exchange(int on)
@@ -1626,9 +1684,24 @@ extern "C" int spb_cuda_attention_set_bwd_exchange(int on)
     fast_bwd_exchange = on != 0;
     return old;
 }
+/* The exchange backward's dQ added a row at a time by the copy engine
+ * from a tile staged in shared memory (cp.reduce.async.bulk, sm_90) instead
+ * of 8-byte reductions from registers: off unless a caller asks, and only
+ * where spb_cuda_attention_wgmma_available (the same build and GPU). */
+static bool fast_bwd_dq_bulk = false;
+extern "C" int spb_cuda_attention_set_bwd_dq_bulk(int on)
+{
+    if (on && !spb_cuda_attention_wgmma_available())
+        SPB_DIE("CUDA attention: the bulk dQ (cp.reduce.async.bulk) needs a GPU of compute capability 9.0 "
+                "(H100/H200) and a build with sm_90a code; this one has neither or not both");
+    int old = fast_bwd_dq_bulk;
+    fast_bwd_dq_bulk = on != 0;
+    return old;
+}
 /* why the backward's switches cannot be launched together, or NULL */
 static const char *bwd_switches_clash(void)
 {
+    if (fast_bwd_dq_bulk && !fast_bwd_exchange) return "the bulk dQ is the exchange backward's (its switch on)";
     if (!fast_bwd_exchange) return nullptr;
     if (fast_bwd_wgmma) return "the exchange backward is an mma.sync backward (--flash-bwd mma)";
     if (fast_block_rows != 128) return "the exchange backward holds 128 keys per block (--flash-block-rows 128)";
@@ -1741,18 +1814,19 @@ static void bwd_fast_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb
 }
 
 /* Shared memory: K and V of the block's keys, two stages of Q and dO, P and
- * dS of one tile, two stages of the query rows' statistics. */
-template <typename T, int D>
+ * dS of one tile, two stages of the query rows' statistics; BULK: the
+ * tile's dQ in fp32 (at head dim 128: 205 KB in all, else 171). */
+template <typename T, int D, bool BULK>
 static void bwd_exchange_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                 const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk,
                                 float *dv, cudaStream_t s)
 {
     const size_t sm = 2 * ((size_t)(2 * XK + 4 * BC) * (D + PAD) + 2 * (size_t)BC * (XK + PAD)) +
-                      4 * sizeof(float) * BC;
-    static const bool allowed = allow_smem(dkvq_exchange<T, D>, sm);
+                      4 * sizeof(float) * BC + (BULK ? sizeof(float) * BC * dq_stage_ld<D>() : 0);
+    static const bool allowed = allow_smem(dkvq_exchange<T, D, BULK>, sm);
     (void)allowed;
     dim3 grid((d->k_len + XK - 1) / XK, d->heads, d->batch);
-    dkvq_exchange<T, D><<<grid, 256, sm, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
+    dkvq_exchange<T, D, BULK><<<grid, 256, sm, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
 }
 
 /* Shared memory: the resident query rows and two stages of K and V, in
@@ -1891,13 +1965,19 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
     long rows = (long)d->batch * d->heads * d->q_len;
     attn_delta<T><<<(unsigned)((rows + 255) / 256), 256, 0, s>>>(*d, o, dout, workspace);
     SPB_CUDA_CHECK(cudaGetLastError());
-    const void *ptrs[5] = {q, k, v, o, dout};
-    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 5), wide = fast_block_rows == 128;
+    /* dq too: the fused dQ's 8-byte reductions and the bulk dQ's 16-byte rows */
+    const void *ptrs[6] = {q, k, v, o, dout, dq};
+    int fast = impl == SPB_CUDA_FAST && fast_ok(d, ptrs, 6), wide = fast_block_rows == 128;
     const char *why = fast ? bwd_switches_clash() : nullptr;
     if (why) SPB_DIE("CUDA attention: the backward's switches: %s", why);
     if (fast && fast_bwd_exchange) {
-        d->head_dim == 64 ? bwd_exchange_launch<T, 64>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
-                          : bwd_exchange_launch<T, 128>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+        if (fast_bwd_dq_bulk) { /* 16-byte aligned rows (fast_ok) for the copy engine */
+            d->head_dim == 64 ? bwd_exchange_launch<T, 64, true>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                              : bwd_exchange_launch<T, 128, true>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+        } else {
+            d->head_dim == 64 ? bwd_exchange_launch<T, 64, false>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                              : bwd_exchange_launch<T, 128, false>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+        }
     } else if (fast && fast_bwd_wgmma) {
         if (d->head_dim == 64)
             wide ? bwd_wgmma_launch<T, 64, 2>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)

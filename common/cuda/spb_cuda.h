@@ -158,8 +158,9 @@ void spb_cuda_ulysses_head_to_blocks(spb_bf16 *blocks, const spb_bf16 *head, int
  * Head dim 64 or 128.  FAST = tensor cores (mma.sync m16n8k16 bf16, ldmatrix,
  * cp.async; sm_80+):
  * needs token strides and batch strides that are multiples of 8 elements and
- * 16-byte aligned pointers; otherwise it falls back to SIMPLE (returns 0 then,
- * 1 when the fast kernel ran). */
+ * 16-byte aligned pointers (q k v o, and dout and dq in the backward);
+ * otherwise it falls back to SIMPLE (returns 0 then, 1 when the fast kernel
+ * ran). */
 int spb_cuda_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                spb_bf16 *o, float *lse, spb_cuda_impl impl, cudaStream_t s);
 /* workspace: fp32 [B][H][q_len] for D_i = dO_i·O_i (caller's, spb_cuda_alloc). */
@@ -177,7 +178,7 @@ int spb_cuda_attention_backward_half(const spb_attn_desc *d, int fp16, const spb
 /* Rows per block of the FAST kernels: 128 (8 warps, the default) or 64 (4
  * warps), for the GPU check to time both; returns the previous value. */
 int spb_cuda_attention_set_block_rows(int rows);
-/* FAST backward: dQ inside the dK/dV kernel with fp32 atomics (on != 0;
+/* FAST backward: dQ inside the dK/dV kernel with fp32 reductions (on != 0;
  * FlashAttention-2's way, 5 products per pair, dQ's rounding order varies
  * between runs) or in its own kernel (0, the default: 7 products,
  * deterministic); returns the previous setting. */
@@ -215,10 +216,17 @@ int spb_cuda_attention_set_fwd_rows_per_warp(int rows);
 /* The mma.sync FAST backward on FlashAttention-2's tiling (on != 0): one
  * kernel, 8 warps holding 128 keys, per 64-query tile S and dP in 32 x 32
  * warp tiles, P and dS through shared memory to the dV, dK and dQ products
- * in their own warp layouts, dQ by fp32 atomics; needs 128-row blocks, the
- * fused dQ switch on and the mma.sync backward, else the backward dies.
- * Returns the previous setting. */
+ * in their own warp layouts, dQ by 8-byte fp32 reductions; needs 128-row
+ * blocks, the fused dQ switch on and the mma.sync backward, else the
+ * backward dies.  Returns the previous setting. */
 int spb_cuda_attention_set_bwd_exchange(int on);
+/* The exchange backward's dQ as FlashAttention-3 adds it (on != 0): each
+ * tile staged in shared memory and added to dq a row at a time by the copy
+ * engine (cp.reduce.async.bulk), one instruction per row instead of a
+ * reduction per pair.  Dies unless spb_cuda_attention_wgmma_available (a
+ * 9.0 GPU and sm_90a code); the backward dies if it is on without the
+ * exchange switch.  Returns the previous setting. */
+int spb_cuda_attention_set_bwd_dq_bulk(int on);
 /* What the CUDA runtime says of a kernel's residency on one SM. */
 typedef struct {
     int blocks_per_sm, warps_per_sm, registers; /* registers per thread */
