@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
 fail=0
 SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
-    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 1700 \
+    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 2100 \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
 # every CSV the script promises, each with data rows from the emulation only
 for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv layer_phases.csv core_step.csv; do
