@@ -706,7 +706,7 @@ static const flash_variant flash_variants[] = {
     /* the mma.sync forward on FlashAttention-2's tiling: 4 warps of 32 rows */
     {128, 0, 1, 0, "mma, 32 rows/warp", 64, 1, 0, 32},
     /* the mma.sync backward on FlashAttention-2's tiling: S and dP in 32 x 32
-     * warp tiles, P and dS through shared memory, dQ by atomics */
+     * warp tiles, P and dS through shared memory, dQ by 8-byte reductions */
     {128, 1, 0, 1, "mma, exchange", 64, 1, 0, 16, 1},
     /* and its dQ staged in shared memory, added a row at a time by the copy
      * engine (sm_90: where the wgmma kernels are) */

@@ -967,13 +967,15 @@ __device__ __forceinline__ void p_ds_to_shared_body(const float (*s)[4][4], cons
         }
 }
 
+/* How write_two_groups puts a value: added, added by an 8-byte fp32
+ * reduction (dQ: every key block adds to the same rows), or stored */
+enum rows_op { ROWS_ADD, ROWS_REDUCE, ROWS_STORE };
+
 /* fp32 rows row0 + 16 x + g (+ 8) below len, columns col0.. (NT n-tiles), of
- * a [token][...] tensor at base (token stride `stride`) += scale · acc; by
- * 8-byte fp32 reductions where ATOMIC (dQ: every key block adds to the same
- * rows) */
-template <int NT, bool ATOMIC>
-__device__ __forceinline__ void add_two_groups(float *base, long stride, int row0, int len, int col0,
-                                               const float (*acc)[NT][4], float scale, int g, int t)
+ * a [token][...] tensor at base (token stride `stride`) (OP)= scale · acc */
+template <int NT, rows_op OP>
+__device__ __forceinline__ void write_two_groups(float *base, long stride, int row0, int len, int col0,
+                                                 const float (*acc)[NT][4], float scale, int g, int t)
 {
     SPB_UNROLL
     for (int x = 0; x < 2; x++)
@@ -983,11 +985,14 @@ __device__ __forceinline__ void add_two_groups(float *base, long stride, int row
             float *row = base + (long)i * stride + col0 + 2 * t;
             SPB_UNROLL
             for (int nt = 0; nt < NT; nt++) {
-                if (ATOMIC) {
-                    spb_red_add_f32x2(row + 8 * nt, scale * acc[x][nt][2 * y], scale * acc[x][nt][2 * y + 1]);
+                const float a = scale * acc[x][nt][2 * y], b = scale * acc[x][nt][2 * y + 1];
+                if (OP == ROWS_REDUCE) {
+                    spb_red_add_f32x2(row + 8 * nt, a, b);
+                } else if (OP == ROWS_STORE) {
+                    *(float2 *)(row + 8 * nt) = make_float2(a, b);
                 } else {
-                    row[8 * nt] += scale * acc[x][nt][2 * y];
-                    row[8 * nt + 1] += scale * acc[x][nt][2 * y + 1];
+                    row[8 * nt] += a;
+                    row[8 * nt + 1] += b;
                 }
             }
         }
@@ -999,28 +1004,10 @@ __device__ __forceinline__ void add_two_groups(float *base, long stride, int row
  * engine */
 template <int D> __host__ __device__ constexpr int dq_stage_ld() { return D + 8; }
 
-/* this warp's share of the tile's dQ (rows row0 + 16 x + g (+ 8), columns
- * col0..) · scale into the stage Qd, then the async-proxy fence that orders
- * these writes before the copy engine's read */
-template <int D, int NT>
-__device__ __forceinline__ void dq_to_stage(float *Qd, int row0, int col0, const float (*acc)[NT][4], float scale,
-                                            int g, int t)
-{
-    constexpr int LDQ = dq_stage_ld<D>();
-    SPB_UNROLL
-    for (int x = 0; x < 2; x++)
-        for (int y = 0; y < 2; y++) {
-            float *row = Qd + (row0 + 16 * x + g + 8 * y) * LDQ + col0 + 2 * t;
-            SPB_UNROLL
-            for (int nt = 0; nt < NT; nt++)
-                *(float2 *)(row + 8 * nt) = make_float2(scale * acc[x][nt][2 * y], scale * acc[x][nt][2 * y + 1]);
-        }
-    spb_fence_proxy_async();
-}
-
 /* warp 0 of the block hands the staged tile's rows [i0, i0 + BC) below
  * q_len to the copy engine (dq += Qd), two rows a lane, and commits them
- * as the lane's group; after a barrier that follows every dq_to_stage */
+ * as the lane's group; after a barrier that follows every warp's stores
+ * and fence */
 template <int D>
 __device__ __forceinline__ void dq_stage_issue(const spb_attn_desc &d, float *dq, long qb, int i0, const float *Qd,
                                                int lane)
@@ -1104,10 +1091,12 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
             for (int nt = 0; nt < NQ; nt++)
                 for (int e = 0; e < 4; e++) qa[x][nt][e] = 0.0f;
         mma_two_groups_b_kn<T, LDP, false, LD, XK, NQ>(qa, dSs, qq, Ks, qc, lane);
-        if (BULK)
-            dq_to_stage<D, NQ>(Qd, qq, qc, qa, d.scale, g, t);
-        else
-            add_two_groups<NQ, true>(dq + qb, d.q_token_stride, i0 + qq, d.q_len, qc, qa, d.scale, g, t);
+        if (BULK) { /* into the stage, fenced for the copy engine's (async-proxy) read */
+            write_two_groups<NQ, ROWS_STORE>(Qd, dq_stage_ld<D>(), qq, BC, qc, qa, d.scale, g, t);
+            spb_fence_proxy_async();
+        } else {
+            write_two_groups<NQ, ROWS_REDUCE>(dq + qb, d.q_token_stride, i0 + qq, d.q_len, qc, qa, d.scale, g, t);
+        }
     }
     if (BULK && n_tiles > 0) {
         __syncthreads(); /* the last tile's dQ is staged */
@@ -1116,8 +1105,8 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
             spb_bulk_wait<0>(); /* before the block, and its shared memory, ends */
         }
     }
-    add_two_groups<NV, false>(dk + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dka, d.scale, g, t);
-    add_two_groups<NV, false>(dv + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dva, 1.0f, g, t);
+    write_two_groups<NV, ROWS_ADD>(dk + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dka, d.scale, g, t);
+    write_two_groups<NV, ROWS_ADD>(dv + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dva, 1.0f, g, t);
 }
 
 /* ========================== HOPPER forward (wgmma) ================================ */

@@ -42,21 +42,20 @@ namespace {
     abort();
 }
 
+/* the adds, by the issuing thread (the destination: atomic updates) */
+void add(const spb_emu_bulk_op &op)
+{
+    spb_emu_race_access(op.dst, op.bytes, 2, op.pc);
+    for (unsigned i = 0; i < op.bytes / 4; i++) op.dst[i] += op.src[i];
+}
 /* kind 6 (spb_emu_race_access): the asynchronous read of src is over */
+void close_read(const spb_emu_bulk_op &op) { spb_emu_race_access(op.src, op.bytes, 6, op.pc); }
+/* at the wait, in the blocks where the adds happen there */
 void complete(const spb_emu_bulk_op &op)
 {
-    spb_emu_race_access(op.src, op.bytes, 6, op.pc);
-    spb_emu_race_access(op.dst, op.bytes, 2, op.pc);
-    for (unsigned i = 0; i < op.bytes / 4; i++) op.dst[i] += op.src[i];
+    close_read(op);
+    add(op);
 }
-
-/* done at issue: the data now, the race check's read still open until the wait */
-void add_now(const spb_emu_bulk_op &op)
-{
-    spb_emu_race_access(op.dst, op.bytes, 2, op.pc);
-    for (unsigned i = 0; i < op.bytes / 4; i++) op.dst[i] += op.src[i];
-}
-void close_read(const spb_emu_bulk_op &op) { spb_emu_race_access(op.src, op.bytes, 6, op.pc); }
 } // namespace
 
 /* red.global.add.v2.f32: atomic as the atomics of spb_emu.h are (one OS
@@ -82,7 +81,7 @@ void spb_emu_bulk_reduce_add_f32(float *dst, const float *src, unsigned bytes)
     const spb_emu_bulk_op op{dst, src, bytes, __builtin_return_address(0)};
     spb_emu_race_access(src, bytes, 5, op.pc); /* read until a wait covers it */
     spb_emu_bulk_queue *q = spb_emu_thread_bulk();
-    if (q->eager) add_now(op);
+    if (q->eager) add(op); /* the race check's read stays open until the wait */
     q->ops.push_back(op);
 }
 
