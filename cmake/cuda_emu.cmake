@@ -62,6 +62,7 @@ endforeach()
 set_source_files_properties(${spb_emu_dir}/emu_launch.cc PROPERTIES COMPILE_OPTIONS -Wno-clobbered)
 add_library(spbcuda STATIC ${spb_emu_sources}
   ${spb_emu_dir}/emu_launch.cc ${spb_emu_dir}/emu_runtime.cc ${spb_emu_dir}/emu_mma.cc ${spb_emu_dir}/emu_wgmma.cc ${spb_emu_dir}/emu_async_copy.cc ${spb_emu_dir}/emu_bulk_copy.cc
+  ${spb_emu_dir}/emu_tma.cc
   ${spb_emu_dir}/emu_streams.cc ${spb_emu_dir}/emu_race.cc ${spb_emu_dir}/emu_cublas.cc
   ${CMAKE_SOURCE_DIR}/common/cuda/gpu_util.c ${CMAKE_SOURCE_DIR}/common/cuda/cudnn_attention.c)
 set(SPB_EMU_NCCL ${spb_emu_nccl} CACHE INTERNAL "the NCCL stand-in is in the emulation build")

@@ -6,6 +6,7 @@
  * the PTX ISA's definitions, not from the emulator's code.  CUDA C, translated
  * and built like the project's .cu files in the emulation build; a plain
  * program: exit 0 when every check passes. */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <signal.h>
@@ -790,8 +791,9 @@ __global__ void cp_async_misaligned(const uint32_t *src, uint32_t *out)
 
 /* 1 when f() ends the process as a refusal of the emulator's: killed
  * (SIGABRT) or a non-zero exit, with a message that is not
- * AddressSanitizer's; prints the message */
-template <typename F> static int refused(const char *what, F f)
+ * AddressSanitizer's (and that says `needle`, where given); prints the
+ * message */
+template <typename F> static int refused_saying(const char *what, const char *needle, F f)
 {
     fflush(stdout);
     fflush(stderr);
@@ -819,8 +821,10 @@ template <typename F> static int refused(const char *what, F f)
     for (size_t p = 0; (p = msg.find('\n', p)) != std::string::npos; p += 5) msg.replace(p, 1, "\n    ");
     printf("  %s: %s\n    %s\n", what, died ? (WIFSIGNALED(st) ? "killed by a signal" : "non-zero exit") : "NOT refused",
            msg.empty() ? "(no message)" : msg.c_str());
-    return died && !msg.empty() && msg.find("AddressSanitizer") == std::string::npos;
+    return died && !msg.empty() && msg.find("AddressSanitizer") == std::string::npos &&
+           (!needle || msg.find(needle) != std::string::npos);
 }
+template <typename F> static int refused(const char *what, F f) { return refused_saying(what, nullptr, f); }
 
 static void check_ptx_refusals(void)
 {
@@ -1086,6 +1090,21 @@ __global__ void wgmma_operand(float *out, uint64_t extra_bits, int start)
     out[threadIdx.x] = d[0];
 }
 
+/* only the first warpgroup of the block issues */
+__global__ void wgmma_first_group(float *out)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+    for (int i = threadIdx.x; i < 4096; i += blockDim.x) dyn[i] = 0;
+    __syncthreads();
+    if (threadIdx.x >= 128) return;
+    float d[32];
+    spb_wgmma_fence();
+    spb_wgmma_m64n64_ss<0>(d, spb_wgmma_desc(dyn, 128, 256), spb_wgmma_desc(dyn, 128, 256), 0);
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    out[threadIdx.x] = d[0];
+}
+
 static uint16_t half_bits(float v, int fp16)
 {
     uint16_t b;
@@ -1207,9 +1226,20 @@ static void check_wgmma(void)
            "a wgmma with no wgmma.fence before it not refused");
     EXPECT(refused("wgmma in a block of 96 threads", [&] { wgmma_operand<<<1, 96, 4096>>>(out, 0, 0); }),
            "a wgmma from a block that is not whole warpgroups not refused");
-    EXPECT(refused("wgmma, a 128-byte swizzled descriptor",
-                   [&] { wgmma_operand<<<1, 128, 4096>>>(out, (uint64_t)1 << 62, 0); }),
-           "a swizzled descriptor not refused (only no-swizzle is modelled)");
+    EXPECT(refused("wgmma from the partial warpgroup of a block of 160 threads",
+                   [&] { wgmma_operand<<<1, 160, 4096>>>(out, 0, 0); }),
+           "a wgmma from threads 128..159 of a block of 160 (a partial warpgroup) not refused");
+    EXPECT(completes([&] { wgmma_first_group<<<1, 160, 4096>>>(out); }),
+           "a wgmma from the whole first warpgroup of a block of 160 threads refused");
+    EXPECT(refused("wgmma, a 64-byte swizzled descriptor",
+                   [&] { wgmma_operand<<<1, 128, 4096>>>(out, (uint64_t)2 << 62, 0); }),
+           "a 64-byte swizzled descriptor not refused (no swizzle and 128 bytes are modelled)");
+    EXPECT(refused("wgmma, a descriptor with a base offset",
+                   [&] { wgmma_operand<<<1, 128, 4096>>>(out, (uint64_t)1 << 62 | (uint64_t)1 << 49, 0); }),
+           "a descriptor with a base offset not refused");
+    EXPECT(refused("wgmma, a K-major 128-byte-swizzled k16 slice across its row",
+                   [&] { wgmma_operand<<<1, 128, 4096>>>(out, (uint64_t)1 << 62, 112); }),
+           "a 128-byte-swizzled K-major descriptor starting 112 bytes into a row not refused");
     EXPECT(refused("wgmma, an operand past the dynamic shared memory",
                    [&] { wgmma_operand<<<1, 128, 4096>>>(out, 0, 3072); }),
            "a wgmma operand past the launch's dynamic shared memory not refused");
@@ -1537,6 +1567,459 @@ static void check_block_races(void)
 #endif
 }
 
+/* ---- mbarrier and the tensor copy (emu_tma.cc) ------------------------------------
+ * From the PTX ISA (mbarrier, cp.async.bulk.tensor) and the driver's
+ * cuTensorMapEncodeTiled: a box of the tensor lands in shared memory dim 0
+ * fastest, zero where a coordinate lies outside the tensor; with the
+ * 128-byte swizzle the byte at shared offset o lies at o ^ ((o >> 7) & 7) << 4;
+ * the box's bytes complete on the barrier's transaction count, and a wait
+ * for parity p returns once the phase of parity p has completed.  The
+ * swizzled wgmma operands are read by the ISA's canonical 128-byte layouts
+ * (K-major: (m, k) at start + 128 (m % 8) + SBO (m / 8) + 2 k; MN-major:
+ * (k, n) at start + 2 (n % 64) + LBO (n / 64) + 128 (k % 8) + SBO (k / 8)),
+ * the address then swizzled.  Written here from those definitions. */
+typedef CUresult (*tma_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static tma_encode_fn tma_encoder(void)
+{
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return nullptr;
+    return (tma_encode_fn)f;
+}
+static CUresult tma_encode(CUtensorMap *m, CUtensorMapDataType type, int rank, void *addr, const cuuint64_t *dims,
+                           const cuuint64_t *strides, const cuuint32_t *box, int swizzle128)
+{
+    const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+    tma_encode_fn enc = tma_encoder();
+    if (!enc) return CUDA_ERROR_NOT_FOUND;
+    return enc(m, type, (cuuint32_t)rank, addr, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+static size_t swz128(size_t o) { return o ^ ((o >> 7) & 7) << 4; }
+/* the (B, N, H, D) = (2, 100, 3, 128) bf16 tensor's element bits: never 0 */
+static uint16_t bnhd_bits(size_t i) { return (uint16_t)(0x100 + (i * 37 + 11) % 0x3e00); }
+
+/* the first key row of block (h, b)'s box: past the tensor's end, or before its start */
+__device__ __host__ static int tma_row0(int h) { return h == 1 ? -8 : 64; }
+
+/* warp 8 lane 0 loads (h, b)'s 64 rows x 128 d as two 64-column boxes into two
+ * 8 KB halves; the two warpgroups wait (EARLY: read first, the mutation)
+ * and copy the 16 KB out as they lie in shared memory */
+template <int EARLY> __global__ void tma_box(const __grid_constant__ CUtensorMap map, unsigned char *out)
+{
+    extern __shared__ __align__(1024) unsigned char dyn[];
+    uint64_t *bar = (uint64_t *)dyn;
+    unsigned char *buf = dyn + 1024;
+    int h = (int)blockIdx.x, b = (int)blockIdx.y, j0 = tma_row0(h);
+    unsigned char *o = out + (size_t)(blockIdx.x + gridDim.x * blockIdx.y) * 16384;
+    if (threadIdx.x == 0) spb_emu_mbarrier_init(bar, 1);
+    __syncthreads();
+    if (threadIdx.x == 256) {
+        spb_emu_mbarrier_arrive_expect_tx(bar, 2 * 8192);
+        int c0[4] = {0, h, j0, b}, c1[4] = {64, h, j0, b};
+        spb_emu_tma_load(buf, &map, c0, 4, bar);
+        spb_emu_tma_load(buf + 8192, &map, c1, 4, bar);
+    }
+    if (EARLY) __syncthreads(); /* after the issue, but no wait */
+    if (threadIdx.x < 256) {
+        if (!EARLY) spb_emu_mbarrier_wait(bar, 0);
+        for (int i = threadIdx.x; i < 16384; i += 256) o[i] = buf[i];
+        if (EARLY) spb_emu_mbarrier_wait(bar, 0);
+    }
+}
+
+/* a 2-stage ring: warp 8 lane 0 fills stage t % 2 with tile t once the
+ * eight consumer warps have released it (empty), the consumers sum it once
+ * it is full; partial[tile][warp] */
+__global__ void tma_ring(const __grid_constant__ CUtensorMap map, int tiles, float *partial)
+{
+    extern __shared__ __align__(1024) unsigned char dyn[];
+    uint64_t *full = (uint64_t *)dyn, *empty = full + 2;
+    const float *stage = (const float *)(dyn + 1024);
+    if (threadIdx.x == 0)
+        for (int s = 0; s < 2; s++) spb_emu_mbarrier_init(&full[s], 1), spb_emu_mbarrier_init(&empty[s], 8);
+    __syncthreads();
+    int first = (int)blockIdx.x * tiles;
+    if (threadIdx.x == 256) {
+        for (int t = 0; t < tiles; t++) {
+            int s = t % 2;
+            unsigned phase = (unsigned)(t / 2) & 1u;
+            spb_emu_mbarrier_wait(&empty[s], phase ^ 1u); /* the first round passes at once */
+            spb_emu_mbarrier_arrive_expect_tx(&full[s], 4096);
+            int c[2] = {0, 32 * (first + t)};
+            spb_emu_tma_load((void *)(stage + 1024 * s), &map, c, 2, &full[s]);
+        }
+    } else if (threadIdx.x < 256) {
+        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        for (int t = 0; t < tiles; t++) {
+            int s = t % 2;
+            spb_emu_mbarrier_wait(&full[s], (unsigned)(t / 2) & 1u);
+            float v = 0.0f;
+            for (int i = warp * 128 + lane; i < warp * 128 + 128; i += 32) v += stage[1024 * s + i];
+            for (int d = 16; d; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+            if (lane == 0) {
+                partial[(first + t) * 8 + warp] = v;
+                spb_emu_mbarrier_arrive(&empty[s]);
+            }
+        }
+    }
+}
+
+/* a no-swizzle (LBO 16) or 128-byte-swizzle descriptor */
+__device__ static uint64_t sw128_desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    return spb_wgmma_desc(p, lbo, sbo) | (uint64_t)1 << 62;
+}
+/* Q, K, V (64 x 128 bf16 each, rows 0, 64, 128 of one tensor) loaded by
+ * warp 4 as 64-column boxes with the 128-byte swizzle; the warpgroup
+ * computes S = Q Kᵀ (SS, K-major, eight k16 steps), then O = P V with P
+ * (64 x 64) from registers and V MN-major (RS, trans-b): n128 over all of
+ * V's columns and n64 over its second 64 */
+__global__ void tma_wgmma(const __grid_constant__ CUtensorMap map, const uint16_t *P, float *out)
+{
+    extern __shared__ __align__(1024) unsigned char dyn[];
+    uint64_t *bar = (uint64_t *)dyn;
+    unsigned char *Q = dyn + 1024, *K = Q + 16384, *V = K + 16384;
+    float *o = out + (size_t)blockIdx.x * (64 * 64 + 64 * 128 + 64 * 64);
+    if (threadIdx.x == 0) spb_emu_mbarrier_init(bar, 1);
+    __syncthreads();
+    if (threadIdx.x == 128) {
+        spb_emu_mbarrier_arrive_expect_tx(bar, 6 * 8192);
+        for (int t = 0; t < 3; t++)
+            for (int half = 0; half < 2; half++) {
+                int c[2] = {64 * half, 64 * t};
+                spb_emu_tma_load(Q + 16384 * t + 8192 * half, &map, c, 2, bar);
+            }
+    }
+    if (threadIdx.x >= 128) return;
+    spb_emu_mbarrier_wait(bar, 0);
+    float s[32];
+    spb_wgmma_fence();
+    for (int j = 0; j < 8; j++) {
+        uint32_t at = 8192u * (j / 4) + 32u * (j % 4);
+        spb_wgmma_m64n64_ss<0>(s, sw128_desc(Q + at, 16, 1024), sw128_desc(K + at, 16, 1024), j > 0);
+    }
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    store_d(o, s, 64);
+    int w = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float d128[64], d64[32];
+    for (int i = 0; i < 64; i++) d128[i] = 0.0f;
+    for (int i = 0; i < 32; i++) d64[i] = 0.0f;
+    spb_wgmma_fence();
+    for (int j = 0; j < 4; j++) {
+        uint32_t a[4];
+        for (int r = 0; r < 4; r++) { /* mma's A layout over P's columns 16j.. */
+            uint16_t e[2];
+            for (int hh = 0; hh < 2; hh++) {
+                int i = 2 * r + hh, row = 16 * w + g + 8 * ((i / 2) % 2), col = 16 * j + 2 * t + (i % 2) + 8 * (i / 4);
+                e[hh] = P[row * 64 + col];
+            }
+            a[r] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+        }
+        spb_wgmma_m64nN_rs_mn<0, 128>(d128, a, sw128_desc(V + 2048 * j, 8192, 1024));
+        spb_wgmma_m64nN_rs_mn<0, 64>(d64, a, sw128_desc(V + 8192 + 2048 * j, 8192, 1024));
+    }
+    spb_wgmma_commit();
+    spb_wgmma_wait<0>();
+    store_d(o + 64 * 64, d128, 128);
+    store_d(o + 64 * 64 + 64 * 128, d64, 64);
+}
+
+/* what the emulation must refuse */
+__global__ void tma_bad(const __grid_constant__ CUtensorMap map, int what)
+{
+    extern __shared__ __align__(1024) unsigned char dyn[];
+    uint64_t *bar = (uint64_t *)dyn;
+    int c[4] = {0, 0, 0, 0};
+    if (threadIdx.x == 0) {
+        if (what == 0) spb_emu_mbarrier_wait(bar, 0); /* never initialised */
+        if (what == 1) {                              /* over-arrival: the copy's bytes not yet in */
+            spb_emu_mbarrier_init(bar, 1);
+            spb_emu_mbarrier_arrive_expect_tx(bar, 8192);
+            spb_emu_mbarrier_arrive(bar);
+        }
+        if (what == 2) spb_emu_mbarrier_init(bar, 0);
+        if (what == 3) {
+            spb_emu_mbarrier_init(bar, 1);
+            spb_emu_mbarrier_wait(bar, 2);
+        }
+        if (what == 4) spb_emu_mbarrier_init((uint64_t *)(dyn + 4), 1);
+        if (what >= 5 && what <= 9) {
+            spb_emu_mbarrier_init(bar, 1);
+            spb_emu_mbarrier_arrive_expect_tx(bar, 8192);
+        }
+        if (what == 5) spb_emu_tma_load(dyn + 1024 + 128, &map, c, 4, bar); /* swizzled: 1024 aligned */
+        if (what == 6) spb_emu_tma_load(dyn + 1024, &map, c, 4, bar);       /* nobody waits */
+        if (what == 7) spb_emu_tma_load(dyn + 1024, &map, c, 2, bar);       /* rank 2, the map's 4 */
+        if (what == 8) {
+            CUtensorMap zero;
+            memset(&zero, 0, sizeof zero);
+            spb_emu_tma_load(dyn + 1024, &zero, c, 4, bar);
+        }
+        if (what == 9) spb_emu_tma_load(dyn + 4096, &map, c, 4, bar); /* past the dynamic shared memory */
+    }
+    if (what == 10) { /* a phase that never completes: two arrivals expected, one made */
+        if (threadIdx.x == 0) spb_emu_mbarrier_init(bar, 2);
+        __syncthreads();
+        if (threadIdx.x == 0) spb_emu_mbarrier_arrive(bar);
+        spb_emu_mbarrier_wait(bar, 0);
+    }
+}
+
+/* a tensor copy over the bytes a wgmma issued before it still reads (its
+ * wait_group comes after the copy's wait) */
+__global__ void tma_over_wgmma(const __grid_constant__ CUtensorMap map)
+{
+    extern __shared__ __align__(1024) unsigned char dyn[];
+    uint64_t *bar = (uint64_t *)dyn;
+    unsigned char *Q = dyn + 1024, *K = Q + 16384;
+    if (threadIdx.x == 0) spb_emu_mbarrier_init(&bar[0], 1), spb_emu_mbarrier_init(&bar[1], 1);
+    __syncthreads();
+    if (threadIdx.x == 128) {
+        spb_emu_mbarrier_arrive_expect_tx(&bar[0], 2 * 8192);
+        for (int t = 0; t < 2; t++) {
+            int c[2] = {0, 64 * t};
+            spb_emu_tma_load(Q + 16384 * t, &map, c, 2, &bar[0]);
+        }
+    }
+    float s[32];
+    if (threadIdx.x < 128) {
+        spb_emu_mbarrier_wait(&bar[0], 0);
+        spb_wgmma_fence();
+        spb_wgmma_m64n64_ss<0>(s, sw128_desc(Q, 16, 1024), sw128_desc(K, 16, 1024), 0);
+        spb_wgmma_commit();
+    }
+    __syncthreads();
+    if (threadIdx.x == 128) { /* the next K tile over the one in use */
+        spb_emu_mbarrier_arrive_expect_tx(&bar[1], 8192);
+        int c[2] = {0, 128};
+        spb_emu_tma_load(K, &map, c, 2, &bar[1]);
+    }
+    if (threadIdx.x < 128) {
+        spb_emu_mbarrier_wait(&bar[1], 0);
+        spb_wgmma_wait<0>();
+    }
+}
+
+/* Named barriers as FlashAttention-3's ping-pong uses them: two groups of
+ * 64 threads take turns (bar.sync on its own barrier, bar.arrive on the
+ * other's); group 1 gives the first turn, group 0 takes the last hand-over
+ * unless `unbalanced`. */
+__global__ void ping_pong_turns(int *log, int *next, int rounds, int unbalanced)
+{
+    const int group = threadIdx.x / 64;
+    if (group == 1) spb_emu_named_barrier(1, 128, 0);
+    for (int i = 0; i < rounds; i++) {
+        spb_emu_named_barrier(1 + group, 128, 1);
+        if (threadIdx.x % 64 == 0) log[atomicAdd(next, 1)] = group;
+        spb_emu_named_barrier(2 - group, 128, 0);
+    }
+    if (group == 0 && !unbalanced) spb_emu_named_barrier(1, 128, 1);
+}
+__global__ void named_barrier_bad_count(void) { spb_emu_named_barrier(1, 48, 1); }
+
+static void check_named_barriers(void)
+{
+    int *log = device_array<int>(16), *next = device_array<int>(1);
+    cudaMemset(next, 0, sizeof(int));
+    ping_pong_turns<<<2, 128>>>(log, next, 4, 0);
+    int h[16] = {0}, n = 0;
+    cudaMemcpy(&n, next, sizeof n, cudaMemcpyDeviceToHost);
+    cudaMemcpy(h, log, sizeof h, cudaMemcpyDeviceToHost);
+    EXPECT(n == 16, "%d turns logged, 16 expected", n);
+    bool alternate = true;
+    for (int i = 0; i < 8; i++) alternate = alternate && h[i] == i % 2 && h[8 + i] == i % 2;
+    EXPECT(alternate, "the two groups' turns do not alternate 0, 1, 0, 1, ... in each block");
+    EXPECT(aborts([&] { ping_pong_turns<<<1, 128>>>(log, next, 2, 1); }),
+           "a block ending with a hand-over no bar.sync took is not refused");
+    EXPECT(aborts([&] { named_barrier_bad_count<<<1, 64>>>(); }), "a named barrier count of 48 is not refused");
+    cudaFree(log), cudaFree(next);
+}
+
+static void check_tma(void)
+{
+    /* (a) a 4D box, swizzled, across the tensor's end and start */
+    const int B = 2, N = 100, H = 3, D = 128;
+    std::vector<uint16_t> T((size_t)B * N * H * D);
+    for (size_t i = 0; i < T.size(); i++) T[i] = bnhd_bits(i);
+    uint16_t *dT = device_array<uint16_t>(T.size());
+    cudaMemcpy(dT, T.data(), T.size() * 2, cudaMemcpyHostToDevice);
+    CUtensorMap map4;
+    const cuuint64_t dims4[4] = {128, 3, 100, 2}, strides4[3] = {256, 768, 76800};
+    const cuuint32_t box4[4] = {64, 1, 64, 1};
+    EXPECT(tma_encode(&map4, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, dT, dims4, strides4, box4, 1) == CUDA_SUCCESS,
+           "cuTensorMapEncodeTiled of the (2, 100, 3, 128) bf16 tensor failed");
+    unsigned char *dout = device_array<unsigned char>(6 * 16384);
+    tma_box<0><<<dim3(3, 2), 288, 1024 + 16384>>>(map4, dout);
+    EXPECT(cudaGetLastError() == cudaSuccess, "the tensor-copy launch failed");
+    std::vector<unsigned char> got = to_host(dout, 6 * 16384);
+    int bad = 0, zeros = 0;
+    auto expected = [&](int blk, size_t o) { /* the 2 bytes the box puts at unswizzled offset o */
+        int h = blk % 3, b = blk / 3, half = (int)(o / 8192), r = (int)(o % 8192 / 128), c = (int)(o % 128 / 2);
+        int j = tma_row0(h) + r;
+        if (j < 0 || j >= N) return (uint16_t)0;
+        return T[(((size_t)b * N + j) * H + h) * D + 64 * half + c];
+    };
+    for (int blk = 0; blk < 6; blk++)
+        for (size_t o = 0; o < 16384; o += 2) {
+            uint16_t want = expected(blk, o), have;
+            memcpy(&have, &got[(size_t)blk * 16384 + swz128(1024 + o) - 1024], 2);
+            bad += have != want;
+            zeros += want == 0;
+        }
+    EXPECT(bad == 0 && zeros == (4 * 28 + 2 * 8) * 128, /* rows 100..127 of four blocks, -8..-1 of two */
+           "a 4D swizzled box (zero rows past the end and before the start): %d of %d elements wrong, %d zero",
+           bad, 6 * 8192, zeros);
+
+    /* (e) the mutation: consumers that read before they wait see the old
+     * bytes in the blocks whose copies land at the wait */
+    tma_box<1><<<dim3(3, 2), 288, 1024 + 16384>>>(map4, dout);
+    got = to_host(dout, 6 * 16384);
+    int wrong_blocks = 0;
+    for (int blk = 0; blk < 6; blk++) {
+        int wrong = 0;
+        for (size_t o = 0; o < 16384; o += 2) {
+            uint16_t have;
+            memcpy(&have, &got[(size_t)blk * 16384 + swz128(1024 + o) - 1024], 2);
+            wrong += have != expected(blk, o);
+        }
+        wrong_blocks += wrong > 0;
+    }
+    printf("  tensor copy read before the wait: %d of 6 blocks read wrong bytes\n", wrong_blocks);
+    EXPECT(wrong_blocks >= 1 && wrong_blocks < 6,
+           "a consumer reading before its mbarrier wait: %d of 6 blocks wrong (some must be, in the blocks whose "
+           "copies land at the wait; not all: the others land at issue)",
+           wrong_blocks);
+
+    /* (b) a 2-stage producer/consumer ring, fp32, no swizzle, a partial last tile */
+    const int blocks = 4, tiles = 5, rows = 630;
+    std::vector<float> X((size_t)rows * 32);
+    for (size_t i = 0; i < X.size(); i++) X[i] = (float)((i * 5 + 1) % 7) - 3.0f;
+    float *dX = device_array<float>(X.size()), *dpart = device_array<float>(blocks * tiles * 8);
+    cudaMemcpy(dX, X.data(), X.size() * 4, cudaMemcpyHostToDevice);
+    CUtensorMap map2;
+    const cuuint64_t dims2[2] = {32, (cuuint64_t)rows}, strides2[1] = {128};
+    const cuuint32_t box2[2] = {32, 32};
+    EXPECT(tma_encode(&map2, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, dX, dims2, strides2, box2, 0) == CUDA_SUCCESS,
+           "cuTensorMapEncodeTiled of a 2D fp32 tensor failed");
+    tma_ring<<<blocks, 288, 1024 + 2 * 4096>>>(map2, tiles, dpart);
+    std::vector<float> part = to_host(dpart, blocks * tiles * 8);
+    bad = 0;
+    for (int t = 0; t < blocks * tiles; t++) {
+        float want = 0.0f, have = 0.0f;
+        for (int r = 32 * t; r < 32 * t + 32 && r < rows; r++)
+            for (int c = 0; c < 32; c++) want += X[(size_t)r * 32 + c];
+        for (int w = 0; w < 8; w++) have += part[t * 8 + w];
+        bad += have != want;
+    }
+    EXPECT(bad == 0, "a 2-stage full/empty mbarrier ring: %d of %d tile sums wrong", bad, blocks * tiles);
+
+    /* (c) wgmma on swizzled tiles the copy laid out */
+    std::vector<float> qkv(192 * 128), Pf(64 * 64);
+    std::vector<uint16_t> qkv_bits(192 * 128), P_bits(64 * 64);
+    auto scrambled = [](uint32_t i, int mod) { /* no period a permutation of columns could match */
+        i = (i ^ 61u) * 2654435761u;
+        return (float)((i >> 15) % (uint32_t)mod) - (float)(mod / 2);
+    };
+    for (int i = 0; i < 192 * 128; i++) qkv[i] = scrambled((uint32_t)i, 9), qkv_bits[i] = half_bits(qkv[i], 0);
+    for (int i = 0; i < 64 * 64; i++) Pf[i] = scrambled((uint32_t)i + 7777u, 7), P_bits[i] = half_bits(Pf[i], 0);
+    uint16_t *dqkv = device_array<uint16_t>(192 * 128), *dP = device_array<uint16_t>(64 * 64);
+    const int per_block = 64 * 64 + 64 * 128 + 64 * 64;
+    float *dres = device_array<float>(2 * per_block);
+    cudaMemcpy(dqkv, qkv_bits.data(), qkv_bits.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dP, P_bits.data(), P_bits.size() * 2, cudaMemcpyHostToDevice);
+    CUtensorMap mapq;
+    const cuuint64_t dimsq[2] = {128, 192}, stridesq[1] = {256};
+    const cuuint32_t boxq[2] = {64, 64};
+    EXPECT(tma_encode(&mapq, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dqkv, dimsq, stridesq, boxq, 1) == CUDA_SUCCESS,
+           "cuTensorMapEncodeTiled of the Q/K/V tensor failed");
+    const int wg_shared = 1024 + 3 * 16384;
+    cudaFuncSetAttribute(tma_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_shared);
+    tma_wgmma<<<2, 160, wg_shared>>>(mapq, dP, dres);
+    EXPECT(cudaGetLastError() == cudaSuccess, "the wgmma launch failed");
+    std::vector<float> res = to_host(dres, 2 * per_block);
+    int bad_s = 0, bad_o128 = 0, bad_o64 = 0;
+    for (int blk = 0; blk < 2; blk++) {
+        const float *r = res.data() + (size_t)blk * per_block;
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < 64; n++) {
+                float want = 0.0f;
+                for (int k = 0; k < 128; k++) want += qkv[m * 128 + k] * qkv[(64 + n) * 128 + k];
+                bad_s += r[m * 64 + n] != want;
+            }
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < 128; n++) {
+                float want = 0.0f;
+                for (int k = 0; k < 64; k++) want += Pf[m * 64 + k] * qkv[(128 + k) * 128 + n];
+                bad_o128 += r[64 * 64 + m * 128 + n] != want;
+                if (n >= 64) bad_o64 += r[64 * 64 + 64 * 128 + m * 64 + n - 64] != want;
+            }
+    }
+    EXPECT(bad_s == 0, "S = Q Kᵀ by wgmma SS from 128-byte-swizzled K-major tiles: %d of 8192 wrong", bad_s);
+    EXPECT(bad_o128 == 0, "O = P V by wgmma RS n128 from a 128-byte-swizzled MN-major tile: %d of 16384 wrong",
+           bad_o128);
+    EXPECT(bad_o64 == 0, "O = P V by wgmma RS n64 (V's second 64 columns), swizzled MN-major: %d of 8192 wrong",
+           bad_o64);
+
+    /* (d) refusals */
+    auto bad_launch = [&](int what, int shared) {
+        return [&, what, shared] { tma_bad<<<1, 32, shared>>>(map4, what); };
+    };
+    EXPECT(refused_saying("mbarrier wait on a barrier never initialised", "no mbarrier.init", bad_launch(0, 17408)),
+           "a wait on an uninitialised mbarrier not refused");
+    EXPECT(refused_saying("mbarrier over-arrival", "no arrival pending", bad_launch(1, 17408)),
+           "an arrival beyond the barrier's count not refused");
+    EXPECT(refused("mbarrier.init with count 0", bad_launch(2, 17408)), "an mbarrier count of 0 not refused");
+    EXPECT(refused("mbarrier wait with parity 2", bad_launch(3, 17408)), "a wait with parity 2 not refused");
+    EXPECT(refused("mbarrier 4-byte aligned", bad_launch(4, 17408)), "a misaligned mbarrier not refused");
+    EXPECT(refused_saying("tensor copy, swizzled, to a 128-byte aligned destination", "1024-byte aligned",
+                          bad_launch(5, 17408)),
+           "a 128-byte swizzled copy to a destination not 1024-byte aligned not refused");
+    EXPECT(refused_saying("tensor copy nobody waits for", "never completed", bad_launch(6, 17408)),
+           "a block ending with a tensor copy that never landed not refused");
+    EXPECT(refused("tensor copy of rank 2 with a 4D map", bad_launch(7, 17408)), "a rank mismatch not refused");
+    EXPECT(refused("tensor copy with a map not encoded", bad_launch(8, 17408)),
+           "a tensor copy from a map cuTensorMapEncodeTiled did not write not refused");
+    EXPECT(refused("tensor copy past the dynamic shared memory", bad_launch(9, 8192)),
+           "a tensor copy past the launch's dynamic shared memory not refused");
+    EXPECT(refused_saying("an mbarrier phase that never completes", "waits in mbarrier wait", bad_launch(10, 17408)),
+           "a wait on a phase that never completes not reported as a deadlock");
+
+    /* the driver's refusals: an error, not an abort */
+    CUtensorMap m;
+    const cuuint32_t box_wide[4] = {128, 1, 64, 1};
+    const cuuint64_t strides_odd[3] = {256, 776, 76800};
+    fflush(stdout);
+    EXPECT(tma_encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, dT, dims4, strides4, box_wide, 1) ==
+               CUDA_ERROR_INVALID_VALUE,
+           "a 256-byte inner box with the 128-byte swizzle accepted");
+    EXPECT(tma_encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, dT, dims4, strides_odd, box4, 1) ==
+               CUDA_ERROR_INVALID_VALUE,
+           "a stride that is not a multiple of 16 accepted");
+    EXPECT(tma_encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (char *)dT + 8, dims4, strides4, box4, 1) ==
+               CUDA_ERROR_INVALID_VALUE,
+           "a global address not 16-byte aligned accepted");
+    void *fn = (void *)1;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSuccess;
+    EXPECT(cudaGetDriverEntryPointByVersion("cuNoSuchFunction", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+               fn == nullptr && q == cudaDriverEntryPointSymbolNotFound,
+           "an unknown driver symbol: not cudaSuccess with a null pointer and SymbolNotFound");
+
+#ifdef SPB_EMU_RACECHECK
+    cudaFuncSetAttribute(tma_over_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024 + 2 * 16384);
+    EXPECT(refused_saying("a tensor copy over a wgmma operand in flight", "tensor copy",
+                          [&] { tma_over_wgmma<<<1, 160, 1024 + 2 * 16384>>>(mapq); }),
+           "a tensor copy landing over bytes a wgmma still reads not reported as a race");
+#endif
+    cudaFree(dT), cudaFree(dout), cudaFree(dX), cudaFree(dpart), cudaFree(dqkv), cudaFree(dP), cudaFree(dres);
+}
+
 int main(void)
 {
     check_barriers();
@@ -1548,8 +2031,10 @@ int main(void)
     check_ptx_refusals();
     check_wgmma();
     check_bulk_reduce();
+    check_named_barriers();
     check_stream_order();
     check_block_races();
+    check_tma();
     printf("CUDA emulation: %d checks, %d failed: %s\n", checks, failures, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }

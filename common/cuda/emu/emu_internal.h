@@ -29,6 +29,24 @@ void spb_emu_warp_gather(unsigned mask, const void *mine, size_t bytes, void *al
 int spb_emu_in_dynamic_shared(const void *p, size_t bytes);
 /* The kernel running now, for error reports. */
 const char *spb_emu_kernel_name(void);
+/* Blocks the calling thread (fiber) until ready(arg) holds: asked at once,
+ * then each time the scheduler comes back to it; `what` names the wait in a
+ * deadlock report ("thread N waits in <what>").  Whatever can make ready()
+ * hold must call spb_emu_note_progress, or the scheduler, seeing a pass in
+ * which nothing moved, reports a deadlock. */
+void spb_emu_block_until(bool (*ready)(void *), void *arg, const char *what);
+void spb_emu_note_progress(void);
+/* the calling thread waits two of the scheduler's passes: every other warp
+ * runs as far as it can first (after an mbarrier arrival, emu_tma.cc) */
+void spb_emu_let_others_run(const char *what);
+/* The mbarriers and tensor copies of a block (emu_tma.cc): its start (eager:
+ * copies land at issue, else at a wait on their barrier) and its end (all
+ * threads done: a copy that never landed is refused). */
+void spb_emu_tma_block_begin(bool eager);
+void spb_emu_tma_block_end(void);
+/* The driver functions cudaGetDriverEntryPointByVersion gives (emu_tma.cc:
+ * cuTensorMapEncodeTiled), or null. */
+void *spb_emu_driver_entry_point(const char *symbol);
 
 /* The cp.async copies a thread has issued and not yet completed, in issue
  * order, and where its committed groups end (emu_async_copy.cc). */

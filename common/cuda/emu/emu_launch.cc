@@ -12,7 +12,10 @@
  * over what another has not read yet) and an order dependence between
  * blocks show up as wrong results instead of passing by luck.  A pass in
  * which no fiber gets further is a deadlock (a barrier some threads never
- * reach): reported with the kernel's name, never a hang.
+ * reach, an mbarrier phase that never completes): reported with the
+ * kernel's name, never a hang.  A thread waiting on an mbarrier
+ * (emu_tma.cc) yields as one at a __syncthreads does: the other warps run
+ * on, and an arrival or a tensor copy's completion counts as progress.
  *
  * What a GPU refuses is refused here too, as a launch error that
  * cudaGetLastError returns: more than 1024 threads, a grid over its limits,
@@ -115,6 +118,12 @@ struct block_run {
     bool progress = false;
     const char *kernel = "?";
     size_t shared_bytes = 0; /* the launch's dynamic shared memory */
+    unsigned long pass = 0;  /* the scheduler's passes over the block's warps so far */
+    int delayed = 0;         /* threads waiting for a later pass (spb_emu_let_others_run): not a deadlock */
+    struct named_barrier {
+        int count = 0, arrived = 0;
+        unsigned long gen = 0;
+    } named[16]; /* bar.sync / bar.arrive id, count (id 0 is __syncthreads') */
 };
 
 block_run *run_now = nullptr; /* the launch in progress (one at a time) */
@@ -238,7 +247,8 @@ fiber *current(const char *what)
 {
     fprintf(stderr,
             "spbench CUDA emulation: deadlock in kernel %s, block (%u,%u,%u): no thread can go on "
-            "(a barrier or warp operation that not every thread reaches)\n",
+            "(a barrier or warp operation that not every thread reaches, or an mbarrier phase that never "
+            "completes)\n",
             r->kernel, r->fibers[0].where.block.x, r->fibers[0].where.block.y, r->fibers[0].where.block.z);
     int shown = 0;
     for (size_t i = 0; i < r->fibers.size() && shown < 8; i++)
@@ -383,6 +393,72 @@ int spb_emu_sync_point_now(spb_emu_sync_point *s)
     return 1;
 }
 
+void spb_emu_block_until(bool (*ready)(void *), void *arg, const char *what)
+{
+    fiber *f = current(what);
+    if (ready(arg)) return;
+    f->waiting = what;
+    do
+        yield(f);
+    while (!ready(arg));
+    f->waiting = nullptr;
+    run_now->progress = true; /* this thread got past the wait */
+}
+
+/* bar.sync / bar.arrive: the barrier completes when `count` threads have
+ * arrived, syncing or not; its arrivals must all name the same count. */
+void spb_emu_named_barrier(int id, int count, int wait)
+{
+    fiber *f = current(wait ? "bar.sync" : "bar.arrive");
+    block_run *r = run_now;
+    const int threads = (int)r->fibers.size();
+    if (id < 1 || id > 15 || count <= 0 || count % 32 || count > threads) {
+        fprintf(stderr,
+                "spbench CUDA emulation: kernel %s: %s %d, %d (ids 1..15 here, a thread count that is a positive "
+                "multiple of 32 and at most the block's %d)\n",
+                r->kernel, wait ? "bar.sync" : "bar.arrive", id, count, threads);
+        abort();
+    }
+    block_run::named_barrier &b = r->named[id];
+    if (b.arrived == 0) {
+        b.count = count;
+    } else if (b.count != count) {
+        fprintf(stderr, "spbench CUDA emulation: kernel %s: named barrier %d awaited with counts %d and %d\n",
+                r->kernel, id, b.count, count);
+        abort();
+    }
+    r->progress = true;
+    const unsigned long g = b.gen;
+    if (++b.arrived == b.count) {
+        b.arrived = 0;
+        b.gen++;
+        return;
+    }
+    if (!wait) return;
+    f->waiting = "bar.sync (a named barrier)";
+    while (b.gen == g) yield(f);
+    f->waiting = nullptr;
+}
+
+/* The calling thread goes on only two passes of the scheduler later: one
+ * whole pass (whichever its direction) in which every other warp runs as
+ * far as it can first: what a GPU may do between two of this thread's
+ * instructions (an mbarrier arrival and what follows it). */
+static bool pass_moved_on(void *arg) { return run_now->pass >= *(const unsigned long *)arg + 2; }
+void spb_emu_let_others_run(const char *what)
+{
+    (void)current(what);
+    unsigned long now = run_now->pass;
+    run_now->delayed++;
+    spb_emu_block_until(pass_moved_on, &now, what);
+    run_now->delayed--;
+}
+
+void spb_emu_note_progress(void)
+{
+    if (run_now) run_now->progress = true;
+}
+
 spb_emu_copy_queue *spb_emu_thread_copies(void) { return &current("cp.async")->copies; }
 spb_emu_wgmma_queue *spb_emu_thread_wgmma(void) { return &current("wgmma")->wgmma; }
 spb_emu_bulk_queue *spb_emu_thread_bulk(void) { return &current("cp.reduce.async.bulk")->bulk; }
@@ -470,12 +546,14 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
             f.stack = stacks[t];
             start_context(f, r);
         }
+        spb_emu_tma_block_begin(n % 2 == 1); /* emu_tma.cc */
         /* A pass takes the warps one at a time and runs each as far as it
          * gets (to a __syncthreads, or its end) before the next starts: the
          * most one warp can run ahead of another on a GPU, so that a race
          * between warps shows. */
         const long n_warps = (long)r.warps.size();
         for (int pass = 0; r.alive > 0; pass++) {
+            r.pass = (unsigned long)pass;
             bool up = (pass + n) % 2 == 0, any = false;
             for (long wx = 0; wx < n_warps; wx++) {
                 long w = up ? wx : n_warps - 1 - wx, first = 32 * w, count = threads - first < 32 ? threads - first : 32;
@@ -493,7 +571,18 @@ void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_conf
             }
             r.cur = nullptr;
             spb_emu_here = nullptr;
-            if (!any && r.alive > 0) deadlock(&r);
+            if (!any && r.alive > 0 && !r.delayed) deadlock(&r);
+        }
+        spb_emu_tma_block_end();
+        for (int id = 1; id < 16; id++) {
+            if (r.named[id].arrived) {
+                fprintf(stderr,
+                        "spbench CUDA emulation: kernel %s: the block ended with %d of %d arrivals at named barrier %d "
+                        "(a bar.arrive no bar.sync took, or a bar.sync short of arrivals)\n",
+                        name, r.named[id].arrived, r.named[id].count, id);
+                abort();
+            }
+            r.named[id] = block_run::named_barrier();
         }
     }
     run_now = nullptr;

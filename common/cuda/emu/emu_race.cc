@@ -128,16 +128,17 @@ std::string source_line(uint32_t off)
     return out.empty() ? "?" : out;
 }
 
-/* kinds of access: spb_emu_race_access's 0-2, a cp.async's two ends, and
- * an asynchronous read's (wgmma's operands, a bulk reduction's source:
- * issue, and the wait that covers it) */
-const int kCopyIssued = 3, kCopyLands = 4, kAsyncReadIssued = 5, kAsyncReadDone = 6;
+/* kinds of access: spb_emu_race_access's 0-2, a cp.async's two ends, an
+ * asynchronous read's (wgmma's operands, a bulk reduction's source: issue,
+ * and the wait that covers it), and a tensor copy landing (emu_tma.cc) */
+const int kCopyIssued = 3, kCopyLands = 4, kAsyncReadIssued = 5, kAsyncReadDone = 6, kTensorCopyLands = 7;
 const char *kind_name(int kind)
 {
     return kind == 0 || kind == kAsyncReadIssued || kind == kAsyncReadDone ? "reads"
            : kind == 2                                                    ? "atomically updates"
            : kind == kCopyIssued                                          ? "issues a cp.async to"
-                                                                          : "writes";
+           : kind == kTensorCopyLands ? "has a tensor copy (the copy engine) write"
+                                      : "writes";
 }
 
 [[noreturn]] void report(uintptr_t lo, const region &r, size_t byte, int kind, uint32_t pc, int32_t other,
@@ -267,6 +268,18 @@ void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
         } else if (c.pending != kNone) {
             report_pending(i, k, pc, me, c.pending, c.pending_pc);
         }
+        /* A tensor copy lands (the copy engine writes): a race with an
+         * asynchronous read or a cp.async still in flight (above), but no
+         * writer is recorded and no thread's access is checked against it:
+         * what orders it is an mbarrier (the producer's wait on the "empty"
+         * barrier the consumers arrived on, the consumers' wait on the
+         * "full" one the copy completes), which the generations of
+         * __syncthreads and warp operations cannot see.  The bytes start
+         * afresh: no writer, no readers. */
+        if (k == kTensorCopyLands) {
+            c.writer = c.reader = kNone;
+            continue;
+        }
         if (k == kCopyIssued) { /* checked as the write it will be, where it is issued */
             c.pending = me.thread, c.pending_pc = pc;
             k = 1;
@@ -343,7 +356,7 @@ void touch(const void *p, size_t n, int kind, const void *caller)
     const uint32_t pc = (uint32_t)((uintptr_t)caller - code_base);
     uintptr_t lo;
     if (region *r = find((uintptr_t)p, &lo))
-        touch_device(r, lo, (uintptr_t)p - lo, n, kind >= kAsyncReadIssued ? 0 : kind, pc);
+        touch_device(r, lo, (uintptr_t)p - lo, n, kind >= kAsyncReadIssued ? 0 : kind, pc); /* 7: not here */
     else if (spb_emu_in_dynamic_shared(p, 1))
         touch_shared((size_t)((const char *)p - (const char *)spb_emu_dynamic_shared()), n, kind, pc);
     /* else a thread's locals, static shared memory */

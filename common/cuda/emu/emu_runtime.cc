@@ -393,4 +393,16 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     return cudaSuccess;
 }
 
+/* the driver's functions the emulation has (emu_tma.cc); any other is not
+ * found, which the real runtime also reports with cudaSuccess */
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult *driverStatus)
+{
+    (void)cudaVersion, (void)flags;
+    if (!symbol || !funcPtr) return fail(cudaErrorInvalidValue);
+    *funcPtr = spb_emu_driver_entry_point(symbol);
+    if (driverStatus) *driverStatus = *funcPtr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
+
 } /* extern "C" */

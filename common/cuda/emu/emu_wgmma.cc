@@ -8,12 +8,19 @@
  *     t = lane % 4 (the ISA's "register fragment layout for accumulator D");
  *   - A from registers: warp w's lanes hold rows 16w.. in mma.m16n8k16's A
  *     layout (emu_mma.cc);
- *   - A and B from shared memory through a matrix descriptor, no swizzle,
- *     in the ISA's canonical layouts (K-major:
- *     ((8,m),(T,2k)):((1T,SBO),(1,LBO)); MN-major:
- *     ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)); T = 8 elements of 16 bits),
- *     as warpgroup_ptx.cuh writes them out.  Swizzled modes and a base
- *     offset are refused: nothing here writes them.
+ *   - A and B from shared memory through a matrix descriptor, in the
+ *     ISA's canonical layouts (T = 8 elements of 16 bits), without swizzle
+ *     (K-major: ((8,m),(T,2k)):((1T,SBO),(1,LBO)); MN-major:
+ *     ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))) as warpgroup_ptx.cuh writes
+ *     them out, or with the 128-byte swizzle (layout type 1: K-major
+ *     ((8,m),(T,2k)):((8T,SBO),(1,T)), element (m, k) at start + 128 (m % 8)
+ *     + SBO (m / 8) + 2 k, LBO unused; MN-major ((T,8,m),(8,k)):
+ *     ((1,T,LBO),(8T,SBO)), element (k, n) at start + 2 (n % 64) +
+ *     LBO (n / 64) + 128 (k % 8) + SBO (k / 8)), that offset a in the
+ *     dynamic shared memory then swizzled, a ^ ((a >> 7) & 7) << 4, as a
+ *     tensor copy with the 128-byte swizzle lays a tile out (emu_tma.cc).
+ *     Refused: the 64- and 32-byte swizzles, a base offset, a K-major
+ *     swizzled start whose k16 slice (32 bytes) crosses its 128-byte row.
  *
  * Asynchrony.  A wgmma is queued at issue and computed when a wait_group
  * of the issuing thread covers its group: the latest moment a GPU allows.
@@ -24,7 +31,8 @@
  * warpgroup's first thread), so a write to them in between is reported as
  * a race, barriers or not, even where the numbers would agree.
  *
- * Checked here: every thread of the block is in a whole warpgroup; the
+ * Checked here: the issuing thread's warpgroup is whole (a block may have
+ * more threads, a producer warp, that issue no wgmma); the
  * lanes of a warp issue the same descriptors; a wgmma.fence precedes the
  * first wgmma and the first one after every wait_group (the ISA asks for a
  * fence wherever ordinary code touched the accumulators or A registers in
@@ -49,13 +57,24 @@ namespace {
 
 struct desc_fields {
     uint32_t start, lbo, sbo;
+    bool swizzle128; /* layout type 1 (bits 62-63) */
 };
 desc_fields decode(uint64_t desc)
 {
-    if (desc >> 62) refuse("a swizzled descriptor (only the no-swizzle layout is modelled)");
-    if ((desc >> 49) & 7u) refuse("a descriptor with a matrix base offset (only for swizzled layouts)");
+    unsigned layout = (unsigned)(desc >> 62);
+    if (layout == 2 || layout == 3)
+        refuse("a descriptor with the 64- or 32-byte swizzle (no swizzle and the 128-byte swizzle are modelled)");
+    if ((desc >> 49) & 7u) refuse("a descriptor with a matrix base offset (not modelled)");
     return desc_fields{(uint32_t)(desc & 0x3FFFu) << 4, (uint32_t)(desc >> 16 & 0x3FFFu) << 4,
-                       (uint32_t)(desc >> 32 & 0x3FFFu) << 4};
+                       (uint32_t)(desc >> 32 & 0x3FFFu) << 4, layout == 1};
+}
+/* a K-major 128-byte-swizzled operand's k16 slice (32 bytes of each
+ * 128-byte row) must not cross its row */
+void check_k_slice(const desc_fields &f)
+{
+    if (f.swizzle128 && f.start % 128 + 32 > 128)
+        refuse("a K-major 128-byte-swizzled descriptor whose start puts its k16 slice (32 bytes) across a 128-byte "
+               "row");
 }
 
 /* a 16-bit element of the launch's dynamic shared memory at byte offset `at` */
@@ -68,13 +87,24 @@ float smem_elem(uint32_t at, int fp16)
     return spb_emu_half_value(bits, 0, fp16);
 }
 
-/* byte offsets of an element, canonical no-swizzle layouts */
+/* the 128-byte swizzle of a shared-memory offset: the 16-byte chunk's index
+ * in its 128-byte row XORed with the row's index in its 1024-byte atom */
+uint32_t swizzle128(uint32_t a) { return a ^ ((a >> 7) & 7u) << 4; }
+
+/* byte offsets of an element, the canonical layouts (T = 8 elements):
+ * no swizzle, K-major ((8,m),(T,2k)):((1T,SBO),(1,LBO)), MN-major
+ * ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)); 128-byte swizzle, K-major
+ * ((8,m),(T,2k)):((8T,SBO),(1,T)) (LBO unused: a k16 slice lies in one
+ * 128-byte row), MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), then the
+ * address swizzled */
 uint32_t k_major(const desc_fields &f, int row, int k)
 {
+    if (f.swizzle128) return swizzle128(f.start + 128u * (row % 8) + f.sbo * (row / 8) + 2u * k);
     return f.start + 16u * (row % 8) + f.sbo * (row / 8) + 2u * (k % 8) + f.lbo * (k / 8);
 }
 uint32_t mn_major(const desc_fields &f, int k, int n)
 {
+    if (f.swizzle128) return swizzle128(f.start + 2u * (n % 64) + f.lbo * (n / 64) + 128u * (k % 8) + f.sbo * (k / 8));
     return f.start + 2u * (n % 8) + f.sbo * (n / 8) + 16u * (k % 8) + f.lbo * (k / 8);
 }
 
@@ -106,7 +136,7 @@ void execute(const spb_emu_wgmma_op &op)
 {
     record_reads(op, 6);
     int t_in_block = thread_in_block(), w = (t_in_block / 32) % 4, lane = t_in_block % 32, g = lane / 4, t = lane % 4;
-    desc_fields a = op.a_in_regs ? desc_fields{0, 0, 0} : decode(op.a_desc), b = decode(op.b_desc);
+    desc_fields a = op.a_in_regs ? desc_fields{0, 0, 0, false} : decode(op.a_desc), b = decode(op.b_desc);
     for (int i = 0; i < op.n / 8; i++)
         for (int e = 0; e < 4; e++) {
             int row = g + (e >= 2 ? 8 : 0), m = 16 * w + row, col = 8 * i + 2 * t + (e & 1);
@@ -120,11 +150,14 @@ void execute(const spb_emu_wgmma_op &op)
         }
 }
 
+/* the calling thread's warpgroup (threads 128 q .. 128 q + 127 of the
+ * block) must be whole: other threads (a producer warp) may be in the
+ * block as long as they issue no warpgroup instruction */
 void check_warpgroups(void)
 {
     if (spb_emu_compute_capability() != 90) refuse("the emulated device is not of compute capability 9.0");
-    if ((blockDim.x * blockDim.y * blockDim.z) % 128)
-        refuse("the block's threads are not whole warpgroups (a multiple of 128)");
+    if ((unsigned)(thread_in_block() / 128 * 128 + 128) > blockDim.x * blockDim.y * blockDim.z)
+        refuse("the calling thread's warpgroup is not whole (the block's threads end inside it)");
 }
 
 struct lane_issue {
@@ -155,7 +188,8 @@ void spb_emu_wgmma(int fp16, int n, float *d, const uint32_t *a, uint64_t a_desc
     for (int l = 0; l < 32; l++) memcpy(op.a_regs[l], all[l].a, sizeof op.a_regs[l]);
     op.a_desc = a_desc, op.b_desc = b_desc;
     op.pc = __builtin_return_address(0);
-    if (!op.a_in_regs) decode(a_desc); /* a descriptor it cannot read is refused at issue */
+    if (!op.a_in_regs) check_k_slice(decode(a_desc)); /* a descriptor it cannot read is refused at issue */
+    if (!trans_b) check_k_slice(decode(b_desc));
     decode(b_desc);
     record_reads(op, 5);
     q->ops.push_back(op);

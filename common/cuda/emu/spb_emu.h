@@ -104,7 +104,8 @@ template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, unsig
  * are left out of the instrumentation. ------------------------------------ */
 /* kind: 0 read, 1 write, 2 atomic; 3 a cp.async issued into it, 4 that
  * copy landing (emu_async_copy.cc); 5 a wgmma's read of it issued, 6 the
- * wait that covers that read (emu_wgmma.cc) */
+ * wait that covers that read (emu_wgmma.cc); 7 a tensor copy landing in
+ * shared memory, the copy engine's write (emu_tma.cc) */
 void spb_emu_race_access(const void *p, size_t bytes, int kind, const void *pc);
 #ifdef SPB_EMU_RACECHECK
 #define SPB_EMU_ATOMIC __attribute__((no_sanitize_thread, noinline))
@@ -176,6 +177,26 @@ void spb_emu_fence_proxy_async(void);
 void spb_emu_bulk_reduce_add_f32(float *dst, const float *src, unsigned bytes);
 void spb_emu_bulk_commit(void);
 void spb_emu_bulk_wait(int groups_left, int read_only);
+
+/* mbarrier and the tensor copy (tma_ptx.cuh; emu_tma.cc): a barrier in the
+ * block's dynamic shared memory (8 bytes, 8-aligned) with the ISA's phase,
+ * pending-arrival and transaction counts; wait blocks the calling thread
+ * until the phase of that parity has completed (a fresh barrier's phase 0
+ * is running, so parity 1 passes at once).  The tensor copy moves one box
+ * of a tensor map (cuTensorMapEncodeTiled, which the emulated runtime's
+ * cudaGetDriverEntryPointByVersion gives) into shared memory, zero outside
+ * the tensor, and completes the box's bytes on the barrier: at the wait of
+ * a thread on that barrier or at the issue, alternately by block. */
+void spb_emu_mbarrier_init(uint64_t *bar, unsigned count);
+void spb_emu_mbarrier_arrive(uint64_t *bar);
+void spb_emu_mbarrier_arrive_expect_tx(uint64_t *bar, unsigned bytes);
+void spb_emu_mbarrier_wait(uint64_t *bar, unsigned parity);
+void spb_emu_tma_load(void *dst, const void *tensor_map, const int *coords, int rank, uint64_t *bar);
+/* bar.sync / bar.arrive id, count (emu_launch.cc): `count` threads (a
+ * multiple of 32) meet at named barrier `id` (1..15); wait: sync, else arrive */
+void spb_emu_named_barrier(int id, int count, int wait);
+#undef __grid_constant__
+#define __grid_constant__
 
 /* cuda_runtime.h's C++ overloads for symbols exist for nvcc only */
 template <typename T>
