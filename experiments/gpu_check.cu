@@ -463,7 +463,9 @@ static bool use_wgmma(void) { return !no_wgmma && spb_cuda_attention_wgmma_avail
  * split_diagonal adds a block whose diagonal starts at query row 16: a
  * kernel with 32 rows per warp then has a tile its first 16 rows see
  * nothing of and its next 16 do (the other cases never split a warp so). */
-static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "", bool split_diagonal = false)
+/* fwd_only: a forward variant (the backward it would check is the one checked already) */
+static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *variant = "", bool split_diagonal = false,
+                            bool fwd_only = false)
 {
     std::vector<attn_case> cases = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     if (split_diagonal) cases.push_back({"diagonal at row 16", 160, 1, 0, 16});
@@ -488,6 +490,10 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
         snprintf(kname, sizeof kname, "flash fwd O");
         check(kname, impl, shape, host_half(fp16, go, no), ro, spb_tol_attn_forward());
         check("flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
+        if (fwd_only) {
+            spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl);
+            continue;
+        }
         /* backward from the same O (rounded to the 16-bit format, as the GPU stores it) and lse */
         std::vector<float> ob = ro;
         for (auto &x : ob) x = half_round(fp16, x);
@@ -686,6 +692,7 @@ struct flash_variant {
     int rpw;    /* rows per warp of the mma.sync forward (spb_cuda_attention_set_fwd_rows_per_warp) */
     int xchg = 0; /* the backward on FlashAttention-2's tiling (spb_cuda_attention_set_bwd_exchange);
                    * 2: with its dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
+    int tma = 0;  /* the wgmma forward fed by a TMA producer warp: its schedule (spb_cuda_attention_set_fwd_tma) */
 };
 static const flash_variant flash_variants[] = {
     {128, 0, 1, 1, "mma", 64, 1, 0, 16},
@@ -710,7 +717,17 @@ static const flash_variant flash_variants[] = {
     {128, 1, 0, 1, "mma, exchange", 64, 1, 0, 16, 1},
     /* and its dQ staged in shared memory, added a row at a time by the copy
      * engine (sm_90: where the wgmma kernels are) */
-    {128, 1, 0, 1, "mma, exchange, bulk dQ", 64, 1, 0, 16, 2}};
+    {128, 1, 0, 1, "mma, exchange, bulk dQ", 64, 1, 0, 16, 2},
+    /* the wgmma forward as FlashAttention-3 feeds it: a producer warp, the
+     * copy engine's 128-byte-swizzled tiles, mbarriers (sm_90) */
+    {128, 0, 2, 0, "wgmma, TMA producer", 64, 1, 0, 16, 0, 1},
+    {128, 0, 2, 0, "wgmma, TMA producer, 128 keys", 128, 1, 0, 16, 0, 1},
+    /* and its consumers with the overlap inside the warpgroup, then with
+     * FlashAttention-3's ping-pong between the two as well */
+    {128, 0, 2, 0, "wgmma, TMA, pipelined", 64, 1, 0, 16, 0, 2},
+    {128, 0, 2, 0, "wgmma, TMA, pipelined, 128 keys", 128, 1, 0, 16, 0, 2},
+    {128, 0, 2, 0, "wgmma, TMA, ping-pong", 64, 1, 0, 16, 0, 3},
+    {128, 0, 2, 0, "wgmma, TMA, ping-pong, 128 keys", 128, 1, 0, 16, 0, 3}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
@@ -724,7 +741,10 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     spb_cuda_attention_set_fwd_rows_per_warp(vr.rpw);
     spb_cuda_attention_set_bwd_exchange(vr.xchg != 0);
     spb_cuda_attention_set_bwd_dq_bulk(vr.xchg == 2);
-    if (wgmma) spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
+    if (wgmma) {
+        spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
+        spb_cuda_attention_set_fwd_tma(vr.tma);
+    }
     return true;
 }
 
@@ -1102,6 +1122,24 @@ int main(int argc, char **argv)
         spb_cuda_attention_set_fwd_pipelined(1);
         check_fwd_variant(" wgmma pipelined");
         spb_cuda_attention_set_fwd_pipelined(0);
+        /* the forward fed by a TMA producer warp through mbarriers (128-row
+         * blocks only), forward checks only (the backward is the one above):
+         * each consumer schedule in both head dims and tile widths between
+         * them, fp16 twice */
+        spb_cuda_attention_set_block_rows(128);
+        struct {
+            int sched, D, keys, fp16;
+        } tma_checks[] = {{1, 64, 64, 0},  {1, 128, 64, 0},  {1, 128, 128, 0}, {1, 128, 128, 1}, {2, 128, 64, 0},
+                          {2, 64, 128, 0}, {3, 64, 64, 0},   {3, 128, 128, 0}, {3, 128, 64, 1}};
+        for (const auto &tc : tma_checks) {
+            char tag[48];
+            snprintf(tag, sizeof tag, " wgmma tma=%d keys=%d", tc.sched, tc.keys);
+            spb_cuda_attention_set_fwd_tma(tc.sched);
+            spb_cuda_attention_set_fwd_key_block(tc.keys);
+            check_attention(SPB_CUDA_FAST, tc.D, tc.fp16, tag, !tc.fp16, true);
+        }
+        spb_cuda_attention_set_fwd_key_block(64);
+        spb_cuda_attention_set_fwd_tma(0);
         spb_cuda_attention_set_fwd_wgmma(0);
         spb_cuda_attention_set_bwd_wgmma(0);
         spb_cuda_attention_set_block_rows(128);

@@ -40,6 +40,7 @@
  * offsets) are skipped, and so is a tile for a warp none of whose rows sees
  * it; only tiles that cross the diagonal or the sequence's end are masked
  * per element.  Query tiles that see more keys are launched first. */
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -51,6 +52,7 @@
 #include "cuda_check.h"
 #include "spb_cuda.h"
 #include "warp_ptx.cuh"
+#include "tma_ptx.cuh"
 #include "warpgroup_ptx.cuh"
 
 #define LOG2E 1.4426950408889634f
@@ -1278,6 +1280,64 @@ __global__ void __launch_bounds__(128 * WG, MINB) fwd_wgmma(spb_attn_desc d, con
 #endif
 }
 
+/* One iteration of FlashAttention-3's overlap inside a warpgroup
+ * (fwd_wgmma_pipe, fwd_wgmma_tma): S_it = Q·K_itᵀ issued with
+ * P_{it-1}·V_{it-1} (do_s, do_pv: which of the two this warpgroup has at
+ * this iteration), the softmax of S_it between the two waits, then O's
+ * rescale and P_it rounded into pa.  Straight-line code for each case and
+ * mask (ptxas serialises products in flight across a branch it cannot
+ * prove uniform), the mask decided per warpgroup.  Hooks: issued() once
+ * the products are issued, s_done() once S_it is complete, pv_done() once
+ * P·V is. */
+template <typename T, int D, int KN, typename IS, typename IP, typename H0, typename H1, typename H2>
+__device__ __forceinline__ void overlapped_tile(bool do_s, bool do_pv, bool masked, float (*s)[4], uint32_t (*pa)[4],
+                                                float (*oacc)[4], float m[2], float l[2], volatile float *anchor,
+                                                const spb_attn_desc &d, int j0, const long qpos[2], float c, int t,
+                                                IS issue_s, IP issue_pv, H0 issued, H1 s_done, H2 pv_done)
+{
+    auto both = [&](auto masked_tag) {
+        float corr[2];
+        issue_s();
+        issue_pv();
+        issued();
+        spb_wgmma_wait<1>(); /* S_it done; P_{it-1}·V_{it-1} may still run */
+        s_done();
+        softmax_stats_body<KN / 8, decltype(masked_tag)::value>(s, m, l, corr, d, j0, qpos, c, t);
+        /* The row sums (which need every exponential) to this thread's
+         * scratch word before the wait: ptxas keeps a shared store ahead of
+         * the wait, and so the softmax between the waits.  Without it ptxas
+         * moved the exponentials past the second wait (the SASS showed it),
+         * and the overlap with them. */
+        anchor[threadIdx.x] = l[0] + l[1];
+        spb_wgmma_wait<0>(); /* O and pa are free again */
+        pv_done();
+        rescale_rows<D>(oacc, corr);
+        c_to_a<T, KN / 16>(pa, s);
+    };
+    if (do_s && do_pv) {
+        if (masked)
+            both(std::true_type());
+        else
+            both(std::false_type());
+    } else if (do_s) { /* the first tile: nothing to add yet */
+        float corr[2];
+        issue_s();
+        issued();
+        spb_wgmma_wait<0>();
+        s_done();
+        softmax_stats_tile<KN / 8>(s, m, l, corr, d, j0, masked, qpos, c, t);
+        rescale_rows<D>(oacc, corr);
+        c_to_a<T, KN / 16>(pa, s);
+    } else if (do_pv) { /* after the warpgroup's last tile: its P·V */
+        issue_pv();
+        issued();
+        spb_wgmma_wait<0>();
+        pv_done();
+    } else {
+        issued();
+    }
+}
+
 /* fwd_wgmma with FlashAttention-3's overlap inside a warpgroup
  * (Shah et al. 2024, "intra-warpgroup pipelining"): at tile j the
  * warpgroup issues S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} together, waits
@@ -1355,47 +1415,195 @@ __global__ void __launch_bounds__(128 * WG, MINB) fwd_wgmma_pipe(spb_attn_desc d
                                           spb_wgmma_desc_add(kdesc, 2 * kc * cm_stride<KN>()), kc > 0);
             spb_wgmma_commit();
         };
-        /* S_it and P_{it-1}·V_{it-1} in flight together, the softmax between
-         * the two waits: straight-line code for each mask case (the
-         * compiler serialises products in flight across a branch), the
-         * mask decided per warpgroup (every warp of it takes one path) */
-        auto both = [&](auto masked_tag) {
-            float corr[2];
-            issue_s();
-            wgmma_a_regs_times_tile_issue<FP16, D, KN>(&oacc[0][0], pa, Vp);
-            spb_wgmma_wait<1>(); /* S_it done; P_{it-1}·V_{it-1} may still run */
-            softmax_stats_body<KN / 8, decltype(masked_tag)::value>(s, m, l, corr, d, j0, qpos, c, t);
-            /* The row sums (which need every exponential) to this thread's
-             * scratch word before the wait: ptxas keeps a shared store
-             * ahead of the wait, and so the softmax between the waits.
-             * Without it ptxas moved the exponentials past the second wait
-             * (the SASS showed it), and the overlap with them. */
-            anchor[threadIdx.x] = l[0] + l[1];
-            spb_wgmma_wait<0>(); /* O and pa are free again */
-            rescale_rows<D>(oacc, corr);
-            c_to_a<T, KN / 16>(pa, s);
-        };
         const bool masked = j0 + KN > d.k_len || (d.causal && d.k_offset + j0 + KN - 1 > group_first_q);
-        if (do_s && do_pv) {
-            if (masked)
-                both(std::true_type());
-            else
-                both(std::false_type());
-        } else if (do_s) { /* the first tile: nothing to add yet */
-            float corr[2];
-            issue_s();
-            spb_wgmma_wait<0>();
-            softmax_stats_tile<KN / 8>(s, m, l, corr, d, j0, masked, qpos, c, t);
-            rescale_rows<D>(oacc, corr);
-            c_to_a<T, KN / 16>(pa, s);
-        } else if (do_pv) { /* after the last tile: its P·V */
-            wgmma_a_regs_times_tile_issue<FP16, D, KN>(&oacc[0][0], pa, Vp);
-            spb_wgmma_wait<0>();
-        }
+        auto none = [] {};
+        overlapped_tile<T, D, KN>(
+            do_s, do_pv, masked, s, pa, oacc, m, l, anchor, d, j0, qpos, c, t, issue_s,
+            [&] { wgmma_a_regs_times_tile_issue<FP16, D, KN>(&oacc[0][0], pa, Vp); }, none, none, none);
     }
     store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
 #else
     (void)d, (void)q, (void)k, (void)v, (void)o, (void)lse;
+    __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
+#endif
+}
+
+/* FlashAttention-3's forward structure: a producer warp feeds the tiles by
+ * the copy engine (TMA) through mbarriers, and two consumer warpgroups of
+ * 64 query rows each only compute, so that no consumer instruction works
+ * out a copy's address or waits at a block barrier.  Block: warpgroups 0
+ * and 1 (the consumers, 128 query rows), warp 8 (the producer: one lane
+ * issues every copy).  Shared memory, from a 1024-byte boundary, in
+ * wgmma's 128-byte-swizzled layout (tma_ptx.cuh): Q as D/64 halves of 128
+ * rows x 128 bytes; K and V, two stages each, as D/64 halves of KN rows x
+ * 128 bytes; the barriers; a word per consumer thread (SCHED > 0).
+ *   q_full                  Q has landed (one phase)
+ *   k_full[s], v_full[s]    stage s's K (V) of the current round has landed
+ *   k_empty[s], v_empty[s]  every consumer warp is done with it (8 arrivals)
+ * Round r of stage s (tile 2r + s) waits for the phase of parity r & 1; the
+ * producer refills a stage after the phase of parity (r & 1) ^ 1 of its
+ * empty barrier (the first round passes at once), K one tile ahead of V.
+ * A warpgroup whose rows see nothing of a causal tile still waits for its
+ * K and V before it arrives on their empty barriers, so that its arrivals
+ * stay in that tile's phase.  Rows past the sequence's end arrive as zeros
+ * (the tensor map's bounds) and are masked as in fwd_wgmma.
+ * SCHED, the consumers' schedule:
+ *   0  fwd_wgmma's: S = Q·Kᵀ, wait, softmax, O += P·V, wait;
+ *   1  fwd_wgmma_pipe's overlap inside the warpgroup: S_j issued with
+ *      P_{j-1}·V_{j-1}, the softmax of S_j while that product runs;
+ *   2  1 and FlashAttention-3's ping-pong between the two warpgroups:
+ *      each issues its products only in its turn (named barrier 1 + wg,
+ *      256 threads) and hands the turn over once they are issued, so that
+ *      one warpgroup's softmax runs while the other's products do.  Every
+ *      iteration takes a turn, with products or without, and warpgroup 1
+ *      gives the first: warpgroup 0 takes one more turn after the loop
+ *      (warpgroup 1's last hand-over), so the arrivals balance. */
+struct tma_maps {
+    CUtensorMap q, k, v;
+};
+template <int D, int KN> struct tma_fwd_layout {
+    static constexpr int QB = D / 64 * 128 * 128, KB = D / 64 * KN * 128; /* bytes of Q, of one stage of K or V */
+    static constexpr int BARS = QB + 4 * KB, ANCHOR = BARS + 128;         /* the barriers', the words' offsets */
+    static constexpr size_t SMEM = 1024 + ANCHOR + 4 * 256;               /* 1024: the alignment's slack */
+};
+template <typename T, int D, int KN, int SCHED>
+__global__ void __launch_bounds__(384, 1) fwd_wgmma_tma(spb_attn_desc d, const __grid_constant__ tma_maps maps,
+                                                        spb_bf16 *o, float *lse)
+{
+#ifdef SPB_WGMMA_HERE
+    typedef tma_fwd_layout<D, KN> L;
+    constexpr int FP16 = elem<T>::is_fp16, HALF_Q = 128 * 128, HALF_K = KN * 128;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024 - (spb_smem_offset(smem_raw) & 1023)) & 1023);
+    unsigned char *Qs = smem, *Ks = Qs + L::QB, *Vs = Ks + 2 * L::KB;
+    uint64_t *bars = (uint64_t *)(smem + L::BARS), *q_full = bars, *k_full = bars + 1, *v_full = bars + 3,
+             *k_empty = bars + 5, *v_empty = bars + 7;
+    volatile float *anchor = (volatile float *)(smem + L::ANCHOR); /* fwd_wgmma_pipe's */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = query_tile_first<8>(d);
+    const int n_tiles = (keys_for_rows<8>(d, i0) + KN - 1) / KN;
+    if (threadIdx.x == 0) {
+        spb_mbarrier_init(q_full, 1);
+        for (int x = 0; x < 2; x++) {
+            spb_mbarrier_init(k_full + x, 1), spb_mbarrier_init(v_full + x, 1);
+            spb_mbarrier_init(k_empty + x, 8), spb_mbarrier_init(v_empty + x, 8);
+        }
+        spb_fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x >= 256) { /* the producer warpgroup */
+        spb_setmaxnreg<24, false>();
+        if (threadIdx.x != 256 || n_tiles == 0) return;
+        auto load = [&](unsigned char *S, const CUtensorMap *map, uint64_t *full, uint64_t *empty, int it) {
+            const int st = it & 1;
+            spb_mbarrier_wait(empty + st, ((it >> 1) & 1) ^ 1);
+            spb_mbarrier_arrive_expect_tx(full + st, L::KB);
+            for (int x = 0; x < D / 64; x++)
+                spb_tma_load_4d(S + st * L::KB + x * HALF_K, map, 64 * x, h, it * KN, b, full + st);
+        };
+        spb_mbarrier_arrive_expect_tx(q_full, L::QB);
+        for (int x = 0; x < D / 64; x++) spb_tma_load_4d(Qs + x * HALF_Q, &maps.q, 64 * x, h, i0, b, q_full);
+        load(Ks, &maps.k, k_full, k_empty, 0);
+        for (int it = 0; it < n_tiles; it++) {
+            if (it + 1 < n_tiles) load(Ks, &maps.k, k_full, k_empty, it + 1);
+            load(Vs, &maps.v, v_full, v_empty, it);
+        }
+        return;
+    }
+    spb_setmaxnreg<240, true>();
+    /* the warpgroup through a broadcast, so that the compiler knows every
+     * branch on it is uniform over the warp (fwd_wgmma_pipe) */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first row */
+    const float c = d.scale * LOG2E;
+    float oacc[D / 8][4];
+    for (int dn = 0; dn < D / 8; dn++) oacc[dn][0] = oacc[dn][1] = oacc[dn][2] = oacc[dn][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const long qpos[2] = {d.q_offset + i0 + r + g, d.q_offset + i0 + r + g + 8};
+    const long warp_first_q = d.q_offset + i0 + r, group_first_q = d.q_offset + i0 + 64 * wg;
+    /* the tiles this warpgroup sees: all, or (causal) those starting at or before its last row */
+    int mine = n_tiles;
+    if (d.causal) {
+        const long lim = group_first_q + 63 - d.k_offset;
+        mine = lim < 0 ? 0 : (int)min((long)n_tiles, lim / KN + 1);
+    }
+    /* S = Q·Kᵀ of tile it: k16 step kc reads 32 bytes into row halves kc / 4 */
+    float s[KN / 8][4];
+    auto issue_s = [&](int it) {
+        for (int nt = 0; nt < KN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        spb_wgmma_fence();
+        for (int kc = 0; kc < D / 16; kc++) {
+            const int half = kc / 4, col = 32 * (kc % 4);
+            const uint64_t qd = spb_wgmma_desc_sw128(Qs + half * HALF_Q + 8192 * wg + col, 16, 1024);
+            for (int kh = 0; kh < KN / 64; kh++)
+                spb_wgmma_m64n64_ss<FP16>(
+                    &s[8 * kh][0], qd,
+                    spb_wgmma_desc_sw128(Ks + (it & 1) * L::KB + half * HALF_K + 8192 * kh + col, 16, 1024), kc > 0);
+        }
+        spb_wgmma_commit();
+    };
+    /* O += P·V of tile it: V MN-major, 16 keys (2048 bytes) per k16 step, D's halves HALF_K apart */
+    uint32_t pa[KN / 16][4];
+    auto issue_pv = [&](int it) {
+        spb_wgmma_fence();
+        for (int kk = 0; kk < KN / 16; kk++)
+            spb_wgmma_m64nN_rs_mn<FP16, D>(&oacc[0][0], pa[kk],
+                                           spb_wgmma_desc_sw128(Vs + (it & 1) * L::KB + 2048 * kk, HALF_K, 1024));
+        spb_wgmma_commit();
+    };
+    auto wait_tile = [&](uint64_t *full, int it) { spb_mbarrier_wait(full + (it & 1), (it >> 1) & 1); };
+    auto release = [&](uint64_t *empty, int it) {
+        if (lane == 0) spb_mbarrier_arrive(empty + (it & 1));
+    };
+    /* a tile this warpgroup does not see: waited for, released */
+    auto pass_tile = [&](int it) {
+        wait_tile(k_full, it), release(k_empty, it);
+        wait_tile(v_full, it), release(v_empty, it);
+    };
+    if (n_tiles > 0) spb_mbarrier_wait(q_full, 0);
+    if (SCHED == 0) {
+        for (int it = 0; it < n_tiles; it++) {
+            const int j0 = it * KN;
+            if (it >= mine) {
+                pass_tile(it);
+                continue;
+            }
+            wait_tile(k_full, it);
+            issue_s(it);
+            spb_wgmma_wait<0>();
+            release(k_empty, it);
+            const bool masked = j0 + KN > d.k_len || (d.causal && d.k_offset + j0 + KN - 1 > warp_first_q);
+            online_softmax_tile<D, KN / 8>(s, m, l, oacc, d, j0, masked, qpos, c, t);
+            c_to_a<T, KN / 16>(pa, s);
+            wait_tile(v_full, it);
+            issue_pv(it);
+            spb_wgmma_wait<0>();
+            release(v_empty, it);
+        }
+    } else {
+        constexpr bool PING = SCHED == 2;
+        auto hand_over = [&] {
+            if (PING) spb_named_barrier<false>(2 - wg, 256);
+        };
+        if (PING && wg == 1) spb_named_barrier<false>(1, 256); /* warpgroup 0 goes first */
+        for (int it = 0; it <= n_tiles; it++) {
+            const int j0 = it * KN;
+            const bool do_s = it < mine, do_pv = it >= 1 && it - 1 < mine; /* uniform over the warpgroup */
+            if (do_s) wait_tile(k_full, it);
+            if (do_pv) wait_tile(v_full, it - 1);
+            if (PING) spb_named_barrier<true>(1 + wg, 256); /* this warpgroup's turn */
+            const bool masked = j0 + KN > d.k_len || (d.causal && d.k_offset + j0 + KN - 1 > group_first_q);
+            overlapped_tile<T, D, KN>(
+                do_s, do_pv, masked, s, pa, oacc, m, l, anchor, d, j0, qpos, c, t, [&] { issue_s(it); },
+                [&] { issue_pv(it - 1); }, hand_over, [&] { release(k_empty, it); },
+                [&] { release(v_empty, it - 1); });
+            if (it < n_tiles && !do_s) pass_tile(it);
+        }
+        if (PING && wg == 0) spb_named_barrier<true>(1, 256); /* warpgroup 1's last hand-over */
+    }
+    store_o_lse<T, D>(d, o, lse, oacc, m, l, b, h, i0 + r, g, t);
+#else
+    (void)d, (void)maps, (void)o, (void)lse;
     __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
 #endif
 }
@@ -1651,6 +1859,25 @@ extern "C" int spb_cuda_attention_set_fwd_pipelined(int on)
     fast_fwd_pipe = on != 0;
     return old;
 }
+/* The wgmma forward fed by a producer warp through the copy engine
+ * (fwd_wgmma_tma): 0 (off, the default), 1 (its consumers on fwd_wgmma's
+ * schedule), 2 (with the overlap inside the warpgroup) or 3 (and the
+ * ping-pong between the two); only where spb_cuda_attention_wgmma_available
+ * (the tensor copies are sm_90's); 128-row blocks, one per SM, 64- or
+ * 128-key tiles (the key-block switch). */
+static int fast_fwd_tma = 0;
+extern "C" int spb_cuda_attention_set_fwd_tma(int schedule)
+{
+    if (schedule < 0 || schedule > 3)
+        SPB_DIE("CUDA attention: TMA forward schedule %d (0 off, 1 plain, 2 pipelined, 3 pipelined and ping-pong)",
+                schedule);
+    if (schedule && !spb_cuda_attention_wgmma_available())
+        SPB_DIE("CUDA attention: the TMA forward needs a GPU of compute capability 9.0 (H100/H200) and a build with "
+                "sm_90a code; this one has neither or not both");
+    int old = fast_fwd_tma;
+    fast_fwd_tma = schedule;
+    return old;
+}
 /* Rows per warp of the mma.sync forward: 16 (the default) or 32
  * (FlashAttention-2's tiling: 4 warps of 32 rows, 128-row blocks, two
  * blocks per SM by its launch bounds). */
@@ -1701,6 +1928,12 @@ static const char *bwd_switches_clash(void)
 /* why the current switches cannot be launched together, or NULL */
 static const char *fwd_switches_clash(void)
 {
+    if (fast_fwd_tma) {
+        if (!fast_fwd_wgmma) return "the TMA forward is a wgmma forward (--flash-fwd wgmma)";
+        if (fast_fwd_pipe) return "the TMA forward has its own pipelined schedule (TMA schedule 2)";
+        if (fast_block_rows != 128) return "the TMA forward holds 128 query rows per block";
+        if (fast_fwd_blocks != 1) return "the TMA forward runs one block per SM";
+    }
     if (fast_fwd_pipe && !fast_fwd_wgmma) return "the pipelined forward is a wgmma forward (--flash-fwd wgmma)";
     if (fast_fwd_pipe && fast_fwd_keys != BC) return "the pipelined forward takes 64-key tiles";
     /* two products' registers in flight: capped at 128 it spills and ptxas serialises the products */
@@ -1832,6 +2065,63 @@ static void fwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const sp
     fwd_wgmma<T, D, WG, KN, MINB><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
 }
 
+/* The tensor copies' maps: rows of one head of a [batch][token][head][D]
+ * tensor as a 4-dimensional tensor (D, heads, tokens, batch), boxes of 64
+ * columns (128 bytes, the swizzle's row) x `rows` tokens.  The driver's
+ * encoder comes through the runtime (no -lcuda); the emulation has its own. */
+typedef CUresult (*tensor_map_encoder)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                       CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                       CUtensorMapFloatOOBfill);
+static tensor_map_encoder tensor_map_encode(void)
+{
+    static tensor_map_encoder fn = nullptr;
+    if (!fn) {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        SPB_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                                        &found));
+        if (found != cudaDriverEntryPointSuccess || !p)
+            SPB_DIE("CUDA attention: the driver has no cuTensorMapEncodeTiled (the TMA forward needs CUDA 12+)");
+        fn = (tensor_map_encoder)p;
+    }
+    return fn;
+}
+static void head_rows_map(CUtensorMap *map, const spb_bf16 *base, int fp16, const spb_attn_desc *d, int len,
+                          long token_stride, long batch_stride, int rows)
+{
+    const long e = 2; /* bytes per element */
+    cuuint64_t dims[4] = {(cuuint64_t)d->head_dim, (cuuint64_t)d->heads, (cuuint64_t)len, (cuuint64_t)d->batch};
+    cuuint64_t strides[3] = {(cuuint64_t)(e * d->head_dim), (cuuint64_t)(e * token_stride),
+                             (cuuint64_t)(d->batch > 1 ? e * batch_stride : e * token_stride * len)};
+    cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, step[4] = {1, 1, 1, 1};
+    CUresult r = tensor_map_encode()(map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+                                     (void *)base, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        SPB_DIE("CUDA attention: cuTensorMapEncodeTiled refused a map of %d tokens x %d heads x %d (token stride %ld, "
+                "batch stride %ld): error %d",
+                len, d->heads, d->head_dim, token_stride, batch_stride, (int)r);
+}
+
+template <typename T, int D, int KN, int SCHED>
+static void fwd_wgmma_tma_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                 spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query)
+{
+    const size_t sm = tma_fwd_layout<D, KN>::SMEM;
+    static const bool allowed = allow_smem(fwd_wgmma_tma<T, D, KN, SCHED>, sm);
+    (void)allowed;
+    if (query) return occupancy_of(query, fwd_wgmma_tma<T, D, KN, SCHED>, 384, sm);
+    tma_maps maps;
+    const int fp16 = elem<T>::is_fp16;
+    head_rows_map(&maps.q, q, fp16, d, d->q_len, d->q_token_stride, d->q_batch_stride, 128);
+    head_rows_map(&maps.k, k, fp16, d, d->k_len, d->k_token_stride, d->k_batch_stride, KN);
+    head_rows_map(&maps.v, v, fp16, d, d->k_len, d->k_token_stride, d->k_batch_stride, KN);
+    dim3 grid((d->q_len + 127) / 128, d->heads, d->batch);
+    fwd_wgmma_tma<T, D, KN, SCHED><<<grid, 384, sm, s>>>(*d, maps, o, lse);
+}
+
 template <typename T, int D, int WG, int MINB>
 static void fwd_wgmma_pipe_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                   spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query)
@@ -1842,6 +2132,22 @@ static void fwd_wgmma_pipe_launch(const spb_attn_desc *d, const spb_bf16 *q, con
     if (query) return occupancy_of(query, fwd_wgmma_pipe<T, D, WG, MINB>, 128 * WG, sm);
     dim3 grid((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
     fwd_wgmma_pipe<T, D, WG, MINB><<<grid, 128 * WG, sm, s>>>(*d, q, k, v, o, lse);
+}
+
+template <typename T, int D>
+static void fwd_tma_pick(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                         spb_bf16 *o, float *lse, cudaStream_t s, spb_cuda_occupancy *query)
+{
+    const bool wide = fast_fwd_keys == 128;
+    if (fast_fwd_tma == 1)
+        wide ? fwd_wgmma_tma_launch<T, D, 128, 0>(d, q, k, v, o, lse, s, query)
+             : fwd_wgmma_tma_launch<T, D, BC, 0>(d, q, k, v, o, lse, s, query);
+    else if (fast_fwd_tma == 2)
+        wide ? fwd_wgmma_tma_launch<T, D, 128, 1>(d, q, k, v, o, lse, s, query)
+             : fwd_wgmma_tma_launch<T, D, BC, 1>(d, q, k, v, o, lse, s, query);
+    else
+        wide ? fwd_wgmma_tma_launch<T, D, 128, 2>(d, q, k, v, o, lse, s, query)
+             : fwd_wgmma_tma_launch<T, D, BC, 2>(d, q, k, v, o, lse, s, query);
 }
 
 /* The fast forward the switches pick (fast_fwd_wgmma, fast_block_rows,
@@ -1862,6 +2168,8 @@ static void fwd_fast_pick(const spb_attn_desc *d, const spb_bf16 *q, const spb_b
         else
             wide ? fwd_fast_launch<T, D, 8, 1>(d, q, k, v, o, lse, s, query)
                  : fwd_fast_launch<T, D, 4, 1>(d, q, k, v, o, lse, s, query);
+    } else if (fast_fwd_tma) {
+        fwd_tma_pick<T, D>(d, q, k, v, o, lse, s, query);
     } else if (fast_fwd_pipe) {
         wide ? fwd_wgmma_pipe_launch<T, D, 2, 1>(d, q, k, v, o, lse, s, query)
              : fwd_wgmma_pipe_launch<T, D, 1, 1>(d, q, k, v, o, lse, s, query);

@@ -207,6 +207,14 @@ int spb_cuda_attention_set_fwd_blocks_per_sm(int blocks);
  * tiles and one block per SM, else the forward dies; either block shape.
  * Returns the previous setting. */
 int spb_cuda_attention_set_fwd_pipelined(int on);
+/* The wgmma forward as FlashAttention-3 feeds it (on != 0): a producer warp
+ * copies Q, K and V by the copy engine (TMA, 128-byte-swizzled tiles)
+ * through mbarriers into two stages, and two consumer warpgroups only
+ * compute; 128-row blocks, one per SM, the key-block switch's 64 or 128
+ * keys per tile.  Dies unless spb_cuda_attention_wgmma_available; the
+ * forward dies if it is on without the wgmma forward, with the pipelined
+ * one, 64-row blocks or 2 blocks per SM.  Returns the previous setting. */
+int spb_cuda_attention_set_fwd_tma(int on);
 /* Rows per warp of the mma.sync FAST forward: 16 (the default) or 32
  * (FlashAttention-2's forward tiling: 4 warps of 32 rows per 128-row
  * block, registers for two blocks per SM, each K/V fragment feeding two

@@ -42,9 +42,9 @@ fi
 # the unfused layer timed beside the fused one
 [ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-unfused,fwd+bwd,' "$out/layer_timings.csv" &&
     { echo "FAIL: layer_timings.csv has no layer-unfused row"; fail=1; }
-# one occupancy row per forward variant and head dim (11 x 2; zeros on the emulation)
-[ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 22 ] &&
-    { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 22 expected"; fail=1; }
+# one occupancy row per forward variant and head dim (17 x 2; zeros on the emulation)
+[ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 34 ] &&
+    { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 34 expected"; fail=1; }
 # the 32-rows-per-warp forward and the exchange backward (both dQ adds) are timed, and the
 # zigzag ring's per-rank compute
 [ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (mma, 32 rows/warp)' "$out/timings.csv" &&
@@ -53,6 +53,10 @@ fi
     { echo "FAIL: timings.csv has no exchange backward row"; fail=1; }
 [ -s "$out/timings.csv" ] && ! grep -q 'flash bwd (mma, exchange, bulk dQ)' "$out/timings.csv" &&
     { echo "FAIL: timings.csv has no exchange backward row with the bulk dQ"; fail=1; }
+[ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (wgmma, TMA producer, 128 keys)' "$out/timings.csv" &&
+    { echo "FAIL: timings.csv has no TMA forward row"; fail=1; }
+[ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (wgmma, TMA, ping-pong, 128 keys)' "$out/timings.csv" &&
+    { echo "FAIL: timings.csv has no ping-pong TMA forward row"; fail=1; }
 [ -s "$out/layer_timings.csv" ] && ! grep -q ',ring-zigzag,fwd+bwd,' "$out/layer_timings.csv" &&
     { echo "FAIL: layer_timings.csv has no ring-zigzag row"; fail=1; }
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
@@ -77,9 +81,9 @@ grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
 # --profile (what Nsight Compute runs over): every flash variant's passes and
-# nothing else, each call named; 19 here (11 forwards, 8 backwards; no cuDNN)
+# nothing else, each call named; 25 here (17 forwards, 8 backwards; no cuDNN)
 prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
-if ! grep -q "^profile: 19 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 19 ]; then
+if ! grep -q "^profile: 25 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 25 ]; then
     echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
 fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
