@@ -2,8 +2,10 @@
  * timings at the paper's 7B shape (docs/GPU.md).
  *
  *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke] [--no-wgmma]
- *                     [--profile]
+ *                     [--profile] [--part K/N]
  *
+ * --part K/N: the K-th of N shares of the checks (every N-th unit), for N
+ * processes side by side; the timings, if run, are all of them.
  * --profile: no checks and no timings; each flash variant's forward and
  * backward and cuDNN's once, causal, at the first --tokens, each call
  * named on stdout in order (for Nsight Compute: experiments/gpu-check).
@@ -91,6 +93,19 @@ static env_info envi;
 static FILE *check_csv, *time_csv;
 static int failures, checks_run;
 
+/* --part K/N: this process runs every N-th unit of checking work (a kernel's
+ * checks, or one case of an attention check), starting at the K-th, so that
+ * N processes share the checks (the emulated device's tests on a machine of
+ * few cores, each process on one).  The switches between units run in
+ * every part.  A unit opened inside a unit this part runs is part of it:
+ * every part counts the same units whatever it skips. */
+static int part_index = 0, part_count = 1, part_units = 0, part_depth = 0;
+struct check_unit {
+    const bool taken;
+    check_unit() : taken(part_depth > 0 || part_units++ % part_count == part_index) { part_depth++; }
+    ~check_unit() { part_depth--; }
+};
+
 static void report(const char *kernel, spb_cuda_impl impl, const char *shape, double err, double tol)
 {
     bool pass = err <= tol;
@@ -117,6 +132,8 @@ static void check(const char *kernel, spb_cuda_impl impl, const char *shape, con
 /* n = 4099: one at a time; 4096: four at a time (the vector path) */
 static void check_convert()
 {
+    const check_unit unit;
+    if (!unit.taken) return;
     for (long n : {4099L, 4096L}) {
         auto x = randv(n, 100.0f, false);
         float *dx = dev(x);
@@ -131,6 +148,8 @@ static void check_convert()
 
 static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
 {
+    const check_unit unit;
+    if (!unit.taken) return;
     const int rows = 136, in = 200, outf = 264;
     char shape[64];
     snprintf(shape, sizeof shape, "rows=%d in=%d out=%d", rows, in, outf);
@@ -218,6 +237,8 @@ static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
  * dw, db accumulated (+=) */
 static void check_layernorm(spb_cuda_impl impl, int rows, int C, const char *shape)
 {
+    const check_unit unit; /* within check_rowwise: its unit */
+    if (!unit.taken) return;
     auto x = randv((long)rows * C, 2.0f, false), w = randv(C, 1.0f, false), bb = randv(C, 1.0f, false);
     for (int r = 0; r < rows; r++) x[(size_t)r * C] += 3.0f; /* a non-zero mean */
     std::vector<float> ry((size_t)rows * C), rm(rows), rs(rows);
@@ -250,6 +271,8 @@ static void check_layernorm(spb_cuda_impl impl, int rows, int C, const char *sha
 
 static void check_rowwise(spb_cuda_impl impl)
 {
+    const check_unit unit;
+    if (!unit.taken) return;
     const int B = 3, T = 40, rows = B * T, C = 264, V = 1000;
     char shape[64];
     snprintf(shape, sizeof shape, "rows=%d C=%d", rows, C);
@@ -367,6 +390,8 @@ static void ref_adamw(float *p, const float *g, float *m, float *v, long n, floa
 
 static void check_adamw(spb_cuda_impl impl)
 {
+    const check_unit unit;
+    if (!unit.taken) return;
     const long n = 10000;
     auto p = randv(n, 1.0f, false), g = randv(n, 0.1f, false), m = randv(n, 0.01f, false), v = randv(n, 0.001f, false);
     for (auto &x : v) x = fabsf(x);
@@ -386,6 +411,8 @@ static void check_adamw(spb_cuda_impl impl)
 
 static void check_ulysses(spb_cuda_impl impl)
 {
+    const check_unit unit;
+    if (!unit.taken) return;
     spb_ulysses_layout u = {4, 2, 6, 3, 2, 64};
     long n = spb_ulysses_numel(u);
     auto x = randv(n, 1.0f, true);
@@ -471,6 +498,8 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
     if (split_diagonal) cases.push_back({"diagonal at row 16", 160, 1, 0, 16});
     const int B = 2, H = 3;
     for (const attn_case &c : cases) {
+        const check_unit unit;
+        if (!unit.taken) continue;
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), dqkv0 = randv(nq, 0.1f, false);
@@ -540,6 +569,8 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
     const int B = 2, H = 3;
     char why[512], shape[96];
     for (const attn_case &c : cases) {
+        const check_unit unit;
+        if (!unit.taken) continue;
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true);
@@ -580,6 +611,8 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
         spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
         spb_cuda_free(gd), spb_cuda_free(glr);
     }
+    const check_unit unit;
+    if (!unit.taken) return;
     spb_attn_desc behind;
     memset(&behind, 0, sizeof behind);
     behind.batch = 1, behind.heads = 1, behind.head_dim = D, behind.q_len = behind.k_len = 64, behind.causal = 1;
@@ -1002,7 +1035,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke] "
-                    "[--no-wgmma] [--profile]\n");
+                    "[--no-wgmma] [--profile] [--part K/N]\n");
 }
 
 int main(int argc, char **argv)
@@ -1021,7 +1054,15 @@ int main(int argc, char **argv)
             profile = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--part") && i + 1 < argc) {
+            char end = 0;
+            if (sscanf(argv[++i], "%d/%d%c", &part_index, &part_count, &end) != 2 || part_count < 1 ||
+                part_index < 1 || part_index > part_count) {
+                fprintf(stderr, "spbench-gpu-check: --part wants K/N with 1 <= K <= N, not %s\n", argv[i]);
+                return usage(), 2;
+            }
+            part_index--;
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             if (!gpu_parse_tokens(argv[++i], tokens)) return usage(), 2;
@@ -1152,6 +1193,8 @@ int main(int argc, char **argv)
                no_wgmma ? "--no-wgmma" : "no wgmma here (compute capability 9.0 and an sm_90a build)");
     }
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    if (part_count > 1) printf("\npart %d/%d of the checks (%d of %d units)", part_index + 1, part_count,
+                               (part_units - part_index + part_count - 1) / part_count, part_units);
     printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
     const spb_mem_stats *ms = spb_cuda_mem_stats();
     printf("device memory: peak %.1f MiB, now %.1f MiB (tracked)\n", ms->peak_total / 1048576.0,

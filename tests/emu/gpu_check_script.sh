@@ -5,15 +5,18 @@
 # runs, the core step) and write each CSV with rows that name the emulation
 # as their GPU, so that the first GPU run cannot lose its time to the
 # script.  The strategy runs are emu_gpu_strategies' (left out here).
-#   gpu_check_script.sh BUILD OUT
+#   gpu_check_script.sh BUILD OUT [experiments/gpu-check ARGS...]
+# (emu_gpu_check passes --part 1/2: emu_gpu_check_part2 runs the other half
+# of spbench-gpu-check's checks beside it.)
 set -uo pipefail
 build=${1:?usage: gpu_check_script.sh BUILD OUT}
 out=${2:?usage: gpu_check_script.sh BUILD OUT}
+shift 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
 fail=0
 SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
-    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 2100 \
+    "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 2100 "$@" \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
 # every CSV the script promises, each with data rows from the emulation only
 for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv layer_phases.csv core_step.csv; do
