@@ -86,8 +86,8 @@ static const option_spec options[] = {
         "the CUDA flash forward's tensor-core instruction: mma (mma.sync, any GPU from sm_80; the default) | wgmma "
         "(Hopper's warpgroup products: an H100/H200 and a build with sm_90a)"),
     OPT("flash-bwd", OPT_STRING, flash_bwd,
-        "the CUDA flash backward's: mma (the default) | wgmma (Hopper; dQ in its own kernel: not with --flash-dq "
-        "fused)"),
+        "the CUDA flash backward's: mma (the default) | wgmma (Hopper; with --flash-dq fused one kernel of 128 "
+        "keys per block, FlashAttention-3's products: not with --flash-block-rows 64)"),
     OPT("loss-scale", OPT_DOUBLE, loss_scale, "fp16: a static loss scale (0 = dynamic, the default)"),
     OPT("initial-loss-scale", OPT_DOUBLE, initial_loss_scale, "fp16, dynamic: the first loss scale (65536)"),
     OPT("min-loss-scale", OPT_DOUBLE, min_loss_scale, "fp16, dynamic: the scale is never halved below this (1)"),
@@ -403,9 +403,9 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
             return fail(err, errlen, "unknown --flash-fwd '%s' (mma, wgmma)", c->flash_fwd);
         if (c->flash_bwd[0] && strcmp(c->flash_bwd, "mma") && strcmp(c->flash_bwd, "wgmma"))
             return fail(err, errlen, "unknown --flash-bwd '%s' (mma, wgmma)", c->flash_bwd);
-        if (!strcmp(c->flash_bwd, "wgmma") && !strcmp(c->flash_dq, "fused"))
-            return fail(err, errlen, "--flash-bwd wgmma computes dQ in its own kernel: it does not take --flash-dq "
-                                     "fused");
+        if (!strcmp(c->flash_bwd, "wgmma") && !strcmp(c->flash_dq, "fused") && c->flash_block_rows == 64)
+            return fail(err, errlen, "--flash-bwd wgmma with --flash-dq fused holds 128 keys per block: it does not "
+                                     "take --flash-block-rows 64");
     }
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return fail(err, errlen, "--zero-stage must be 0, 1, 2 or 3 (got %d)", c->zero_stage);

@@ -647,22 +647,23 @@ static double peak_tflops;
  * --flash-fwd, --flash-bwd, --flash-block-rows, --flash-dq): forward +
  * backward of one block shape, each summed over the shapes just timed (the
  * longest sequences weigh most). */
-static void print_flash_variants(const double fwd_sum[2][2], const double bwd_sum[3][2], bool wgmma)
+static void print_flash_variants(const double fwd_sum[2][2], const double bwd_sum[4][2], bool wgmma)
 {
-    static const char *bwd_name[3] = {"mma, split dQ", "mma, fused dQ", "wgmma"};
+    static const char *bwd_name[4] = {"mma, split dQ", "mma, fused dQ", "wgmma, split dQ", "wgmma, fused dQ"};
     int best_f = 0, best_b = 0, best_r = 0;
     auto total = [&](int f, int b, int r) { return fwd_sum[f][r] + bwd_sum[b][r]; };
     printf("flash variants, fwd + bwd summed over the shapes above (ms):\n");
     for (int f = 0; f < (wgmma ? 2 : 1); f++)
-        for (int b = 0; b < (wgmma ? 3 : 2); b++)
+        for (int b = 0; b < (wgmma ? 4 : 2); b++)
             for (int r = 0; r < 2; r++) {
-                printf("  fwd %-5s bwd %-13s %3d rows: %.3f\n", f ? "wgmma" : "mma", bwd_name[b], r ? 64 : 128,
+                if (b == 3 && r == 1) continue; /* the fused wgmma backward holds 128 keys */
+                printf("  fwd %-5s bwd %-15s %3d rows: %.3f\n", f ? "wgmma" : "mma", bwd_name[b], r ? 64 : 128,
                        total(f, b, r));
                 if (total(f, b, r) < total(best_f, best_b, best_r)) best_f = f, best_b = b, best_r = r;
             }
     printf("fastest: spbench --flash-fwd %s --flash-bwd %s --flash-block-rows %d --flash-dq %s (%.2fx the default's "
            "time)%s\n",
-           best_f ? "wgmma" : "mma", best_b == 2 ? "wgmma" : "mma", best_r ? 64 : 128, best_b == 1 ? "fused" : "split",
+           best_f ? "wgmma" : "mma", best_b >= 2 ? "wgmma" : "mma", best_r ? 64 : 128, best_b % 2 ? "fused" : "split",
            total(best_f, best_b, best_r) / total(0, 0, 0),
            timing.smoke ? "; smoke shape: the code path only, not a figure" : "");
 }
@@ -726,6 +727,7 @@ struct flash_variant {
     int xchg = 0; /* the backward on FlashAttention-2's tiling (spb_cuda_attention_set_bwd_exchange);
                    * 2: with its dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
     int tma = 0;  /* the wgmma forward fed by a TMA producer warp: its schedule (spb_cuda_attention_set_fwd_tma) */
+    int bulk = 0; /* the fused wgmma backward's dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
 };
 static const flash_variant flash_variants[] = {
     {128, 0, 1, 1, "mma", 64, 1, 0, 16},
@@ -760,12 +762,16 @@ static const flash_variant flash_variants[] = {
     {128, 0, 2, 0, "wgmma, TMA, pipelined", 64, 1, 0, 16, 0, 2},
     {128, 0, 2, 0, "wgmma, TMA, pipelined, 128 keys", 128, 1, 0, 16, 0, 2},
     {128, 0, 2, 0, "wgmma, TMA, ping-pong", 64, 1, 0, 16, 0, 3},
-    {128, 0, 2, 0, "wgmma, TMA, ping-pong, 128 keys", 128, 1, 0, 16, 0, 3}};
+    {128, 0, 2, 0, "wgmma, TMA, ping-pong, 128 keys", 128, 1, 0, 16, 0, 3},
+    /* the wgmma backward in one kernel (FlashAttention-3's products): dQ
+     * from dS in shared memory by 8-byte reductions, then by the copy engine */
+    {128, 1, 0, 2, "wgmma, fused dQ", 64, 1, 0, 16},
+    {128, 1, 0, 2, "wgmma, fused, bulk dQ", 64, 1, 0, 16, 0, 0, 1}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
 {
-    if ((vr.fwd == 2 || vr.bwd == 2 || vr.xchg == 2) && !wgmma) return false;
+    if ((vr.fwd == 2 || vr.bwd == 2 || vr.xchg == 2 || vr.bulk) && !wgmma) return false;
     spb_cuda_attention_set_block_rows(vr.rows);
     spb_cuda_attention_set_fused_dq(vr.fused);
     spb_cuda_attention_set_fwd_key_block(vr.keys);
@@ -773,7 +779,7 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     spb_cuda_attention_set_fwd_pipelined(vr.pipe);
     spb_cuda_attention_set_fwd_rows_per_warp(vr.rpw);
     spb_cuda_attention_set_bwd_exchange(vr.xchg != 0);
-    spb_cuda_attention_set_bwd_dq_bulk(vr.xchg == 2);
+    spb_cuda_attention_set_bwd_dq_bulk(vr.xchg == 2 || vr.bulk);
     if (wgmma) {
         spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
         spb_cuda_attention_set_fwd_tma(vr.tma);
@@ -962,8 +968,9 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     double cudnn_setup_s = 0.0;
     const bool wgmma = use_wgmma();
     /* each variant's forward and backward, summed over the shapes timed:
-     * fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma][128, 64 rows] */
-    double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+     * fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma split dQ, wgmma fused dQ]
+     * [128, 64 rows] (the fused wgmma backward: 128 rows only) */
+    double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
             spb_attn_desc d = timing_desc(N, causal);
@@ -986,7 +993,8 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 if (!vr.bwd) continue;
                 fwd(); /* O and lse from this variant's forward */
                 ms = time_ms(bwd, reps);
-                if (!vr.xchg) bwd_sum[vr.bwd == 2 ? 2 : vr.fused][vr.rows == 64] += ms; /* spbench's options */
+                if (!vr.xchg && !vr.bulk) /* spbench's options */
+                    bwd_sum[(vr.bwd == 2 ? 2 : 0) + vr.fused][vr.rows == 64] += ms;
                 snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
@@ -1181,6 +1189,19 @@ int main(int argc, char **argv)
         }
         spb_cuda_attention_set_fwd_key_block(64);
         spb_cuda_attention_set_fwd_tma(0);
+        /* the wgmma backward in one kernel, dQ by 8-byte reductions, then by
+         * the copy engine: both head dims in bf16, fp16 once, with the
+         * diagonal at row 16 */
+        spb_cuda_attention_set_fused_dq(1);
+        for (int bulk = 0; bulk < 2; bulk++) {
+            const char *tag = bulk ? " wgmma fused bulk dQ" : " wgmma fused dQ";
+            spb_cuda_attention_set_bwd_dq_bulk(bulk);
+            check_attention(SPB_CUDA_FAST, 64, 0, tag, true);
+            check_attention(SPB_CUDA_FAST, 128, 0, tag, true);
+            check_attention(SPB_CUDA_FAST, 128, 1, tag, true);
+        }
+        spb_cuda_attention_set_bwd_dq_bulk(0);
+        spb_cuda_attention_set_fused_dq(0);
         spb_cuda_attention_set_fwd_wgmma(0);
         spb_cuda_attention_set_bwd_wgmma(0);
         spb_cuda_attention_set_block_rows(128);

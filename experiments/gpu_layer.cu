@@ -829,6 +829,15 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 } else {
                     printf("%-12s  1 N=%ld: skipped: %s\n", "layer-cudnn", N, why);
                 }
+                /* and with the wgmma backward in one kernel (dkv_wgmma with dQ: --flash-bwd wgmma --flash-dq
+                 * fused), where the GPU and build run wgmma; last, as the check program runs them */
+                if (spb_cuda_attention_wgmma_available()) {
+                    int bwd_was = spb_cuda_attention_set_bwd_wgmma(1), fdq_was = spb_cuda_attention_set_fused_dq(1);
+                    verdict(" (wgmma backward, fused dQ)", variant_rows("layer-wgmma-fdq"));
+                    spb_cuda_attention_set_bwd_wgmma(bwd_was), spb_cuda_attention_set_fused_dq(fdq_was);
+                } else {
+                    printf("%-12s  1 N=%ld: skipped: no wgmma here\n", "layer-wgmma-fdq", N);
+                }
             }
             spb_cuda_free(x), spb_cuda_free(y), spb_cuda_free(dx), spb_cuda_free(dy);
             spb_cuda_layer_destroy(L);

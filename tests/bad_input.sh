@@ -61,7 +61,7 @@ cases=(
   "--device cuda --precision bf16 --flash-dq sometimes"
   "--flash-fwd wgmma"                                       # not on the CPU either
   "--device cuda --precision bf16 --flash-fwd tma"
-  "--device cuda --precision bf16 --flash-bwd wgmma --flash-dq fused"  # the wgmma backward has no fused dQ
+  "--device cuda --precision bf16 --flash-bwd wgmma --flash-dq fused --flash-block-rows 64"  # 128 keys per block
   "--device cuda --precision bf16 --bf16-kernels reference --flash-dq fused"  # the frames have no flash kernels
 )
 

@@ -973,14 +973,15 @@ __device__ __forceinline__ void p_ds_to_shared_body(const float (*s)[4][4], cons
  * reduction (dQ: every key block adds to the same rows), or stored */
 enum rows_op { ROWS_ADD, ROWS_REDUCE, ROWS_STORE };
 
-/* fp32 rows row0 + 16 x + g (+ 8) below len, columns col0.. (NT n-tiles), of
- * a [token][...] tensor at base (token stride `stride`) (OP)= scale · acc */
-template <int NT, rows_op OP>
+/* fp32 rows row0 + 16 x + g (+ 8) (x < X) below len, columns col0.. (NT
+ * n-tiles), of a [token][...] tensor at base (token stride `stride`)
+ * (OP)= scale · acc */
+template <int NT, rows_op OP, int X = 2>
 __device__ __forceinline__ void write_two_groups(float *base, long stride, int row0, int len, int col0,
                                                  const float (*acc)[NT][4], float scale, int g, int t)
 {
     SPB_UNROLL
-    for (int x = 0; x < 2; x++)
+    for (int x = 0; x < X; x++)
         for (int y = 0; y < 2; y++) {
             const int i = row0 + 16 * x + g + 8 * y;
             if (i >= len) continue;
@@ -1679,20 +1680,40 @@ __global__ void __launch_bounds__(128 * WG) dq_wgmma(spb_attn_desc d, const spb_
 #endif
 }
 
-template <typename T, int D, int WG>
+/* dkv_wgmma's dQ (DQ): 0, none (dq_wgmma computes it: the split
+ * backward), or, with WG = 2, the backward in one kernel as
+ * FlashAttention-3 computes it (without its producer warp): 1, dQ added by
+ * 8-byte reductions from registers; 2, through a staged fp32 tile and the
+ * copy engine, a row per reduction, which warp 0 issues at the next tile's
+ * first barrier (dq_stage_issue).  With dQ, each warpgroup also writes its
+ * dSᵀ, rounded to T, into shared memory as dS (a K-major tile of 64
+ * queries x 128 keys); after a block barrier warpgroup w computes dQ's
+ * columns [w D/2, (w + 1) D/2) of the tile over all 128 keys:
+ *   dQ (64 x D/2) = dS · K    wgmma m64n{32,64}k16, dS K-major, K MN-major
+ * (K read in place, as V in the forward's P·V), issued behind dV and dK,
+ * one wait for the three.  5 products per visible pair where dq_wgmma +
+ * dkv_wgmma compute 7; dQ's last bits vary from run to run (the order in
+ * which the key blocks add). */
+enum wgmma_dq { WGMMA_DQ_SPLIT, WGMMA_DQ_REDUCE, WGMMA_DQ_BULK };
+
+template <typename T, int D, int WG, int DQ>
 __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                        const spb_bf16 *v, const float *lse, const float *delta,
-                                                       const spb_bf16 *dout, float *dk, float *dv)
+                                                       const spb_bf16 *dout, float *dk, float *dv, float *dq)
 {
 #ifdef SPB_WGMMA_HERE
-    constexpr int RK = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16;
-    constexpr int KB = D / 8 * cm_stride<RK>(), QB = D / 8 * cm_stride<BC>();
+    static_assert(DQ == WGMMA_DQ_SPLIT || WG == 2, "dQ in the dK/dV kernel: two warpgroups, 128 keys");
+    constexpr int RK = 64 * WG, NT = 128 * WG, FP16 = elem<T>::is_fp16, NQ = D / 16; /* dQ: n-tiles of D/2 */
+    constexpr int KB = D / 8 * cm_stride<RK>(), QB = D / 8 * cm_stride<BC>(), SB = RK / 8 * cm_stride<BC>();
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *Ks = smem, *Vs = Ks + KB, *Qs = Vs + KB, *dOs = Qs + 2 * QB;
     float *Ls = (float *)(dOs + 2 * QB), *Ds = Ls + 2 * BC; /* two stages each */
+    unsigned char *dSs = (unsigned char *)(Ds + 2 * BC);     /* DQ: the tile's dS */
+    float *Qd = (float *)(dSs + SB);                         /* DQ_BULK: the tile's dQ (dq_stage_ld) */
     const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * RK;
-    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int r = 64 * wg + 16 * (threadIdx.x / 32 % 4); /* this warp's first key row */
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    /* this warp's first key row; in the dQ step its first query row is 16 (warp % 4) */
+    const int r = 64 * wg + 16 * (warp % 4);
     const long qb = b * d.q_batch_stride + (long)h * D, kb = b * d.k_batch_stride + (long)h * D,
                ob = b * d.o_batch_stride + (long)h * D, rows_base = ((long)b * d.heads + h) * d.q_len;
     const float c = d.scale * LOG2E;
@@ -1713,10 +1734,17 @@ __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb
     float dka[D / 8][4], dva[D / 8][4];
     for (int dn = 0; dn < D / 8; dn++)
         for (int e = 0; e < 4; e++) dka[dn][e] = dva[dn][e] = 0.0f;
+    /* DQ: dS's chunk of 8 keys that holds this thread's key r + g, at its row g */
+    unsigned char *ds_col = dSs + (r / 8) * cm_stride<BC>() + 2 * g;
+    const uint64_t ds_desc = spb_wgmma_desc(dSs, cm_stride<BC>(), 128),
+                   kq_desc = spb_wgmma_desc(Ks + wg * (D / 16) * cm_stride<RK>(), 128, cm_stride<RK>());
     spb_cp_async_wait<0>();
     for (int it = 0; it < n_tiles; it++) {
         const int i0 = i_start + it * BC, st = it & 1;
-        __syncthreads(); /* the other stage is free: every warpgroup waited for its products */
+        /* the other stage (and dS) is free: every warpgroup waited for its products; DQ_BULK: the last tile's
+         * dQ is staged */
+        __syncthreads();
+        if (DQ == WGMMA_DQ_BULK && it > 0 && warp == 0) dq_stage_issue<D>(d, dq, qb, i0 - BC, Qd, lane);
         if (it + 1 < n_tiles) {
             load_rows_cm<BC, D, NT>(Qs + (st ^ 1) * QB, q, qb, d.q_token_stride, i0 + BC, d.q_len);
             load_rows_cm<BC, D, NT>(dOs + (st ^ 1) * QB, dout, ob, d.o_token_stride, i0 + BC, d.q_len);
@@ -1726,23 +1754,66 @@ __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb
         spb_cp_async_wait<1>();
         spb_fence_proxy_async();
         __syncthreads();
-        if (d.causal && d.q_offset + i0 + BC - 1 < group_first_k) continue; /* no query here sees these keys */
+        /* no query here sees these keys; with dQ every warpgroup takes part (the mask zeroes its P and dS) */
+        if (!DQ && d.causal && d.q_offset + i0 + BC - 1 < group_first_k) continue;
         const unsigned char *Qc = Qs + st * QB, *dOc = dOs + st * QB;
         const float *Lc = Ls + st * BC, *Dc = Ds + st * BC;
         float s[8][4], dp[8][4]; /* transposed: rows = this warp's 16 keys, columns = 64 queries */
         wgmma_two_rows_rowsT<FP16, D, RK>(s, dp, Ks + 1024 * wg, Qc, Vs + 1024 * wg, dOc);
         const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
         pt_dst_of_keys(s, dp, d, i0, masked, kpos, kin, Lc, Dc, c, t); /* s: Pᵀ, dp: dSᵀ */
-        uint32_t a[4][4];
-        c_to_a<T>(a, s);
-        wgmma_a_regs_times_tile<FP16, D>(&dva[0][0], a, dOc);
-        c_to_a<T>(a, dp);
-        wgmma_a_regs_times_tile<FP16, D>(&dka[0][0], a, Qc);
+        if (!DQ) {
+            uint32_t a[4][4];
+            c_to_a<T>(a, s);
+            wgmma_a_regs_times_tile<FP16, D>(&dva[0][0], a, dOc);
+            c_to_a<T>(a, dp);
+            wgmma_a_regs_times_tile<FP16, D>(&dka[0][0], a, Qc);
+            continue;
+        }
+        uint32_t ap[4][4], ads[4][4];
+        c_to_a<T>(ap, s);
+        wgmma_a_regs_times_tile_issue<FP16, D>(&dva[0][0], ap, dOc);
+        c_to_a<T>(ads, dp);
+        wgmma_a_regs_times_tile_issue<FP16, D>(&dka[0][0], ads, Qc);
+        /* dS (query m, key k) at 16 (m % 8) + 128 (m / 8) + cm_stride (k / 8) + 2 (k % 8): this thread's
+         * (m, k) pairs are (8 nt + 2 t + (e & 1), r + g + 8 (e / 2)), the values of ads */
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int m = 8 * nt + 2 * t + (e & 1);
+                *(T *)(ds_col + (e >> 1) * cm_stride<BC>() + 16 * (m % 8) + 128 * (m / 8)) =
+                    elem<T>::from_f(dp[nt][e]);
+            }
+        spb_fence_proxy_async(); /* dS, for the other warpgroup's wgmma too */
+        /* DQ_BULK: the engine has read the last tile's dQ before anyone writes this one's */
+        if (DQ == WGMMA_DQ_BULK && warp == 0) spb_bulk_wait_read<0>();
+        __syncthreads(); /* dS is whole */
+        float qa[NQ][4];
+        spb_wgmma_fence();
+        for (int kk = 0; kk < RK / 16; kk++)
+            spb_wgmma_m64nN_ss_mn<FP16, D / 2>(&qa[0][0], spb_wgmma_desc_add(ds_desc, 2 * kk * cm_stride<BC>()),
+                                               spb_wgmma_desc_add(kq_desc, 2 * kk * 128), kk > 0);
+        spb_wgmma_commit();
+        spb_wgmma_wait<0>(); /* dV, dK and dQ */
+        const int qrow = 16 * (warp % 4), qcol = wg * (D / 2);
+        if (DQ == WGMMA_DQ_BULK) { /* into the stage, fenced for the copy engine's (async-proxy) read */
+            write_two_groups<NQ, ROWS_STORE, 1>(Qd, dq_stage_ld<D>(), qrow, BC, qcol, &qa, d.scale, g, t);
+            spb_fence_proxy_async();
+        } else {
+            write_two_groups<NQ, ROWS_REDUCE, 1>(dq + qb, d.q_token_stride, i0 + qrow, d.q_len, qcol, &qa, d.scale,
+                                                 g, t);
+        }
+    }
+    if (DQ == WGMMA_DQ_BULK && n_tiles > 0) {
+        __syncthreads(); /* the last tile's dQ is staged */
+        if (warp == 0) {
+            dq_stage_issue<D>(d, dq, qb, i_start + (n_tiles - 1) * BC, Qd, lane);
+            spb_bulk_wait<0>(); /* before the block, and its shared memory, ends */
+        }
     }
     add_rows<D>(dk + kb, d.k_token_stride, j0 + r, d.k_len, dka, d.scale, g, t);
     add_rows<D>(dv + kb, d.k_token_stride, j0 + r, d.k_len, dva, 1.0f, g, t);
 #else
-    (void)d, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)dout, (void)dk, (void)dv;
+    (void)d, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)dout, (void)dk, (void)dv, (void)dq;
     __trap(); /* never launched: spb_cuda_attention_wgmma_available() said no */
 #endif
 }
@@ -1806,8 +1877,8 @@ extern "C" int spb_cuda_attention_wgmma_available(void)
     return known;
 }
 
-/* The FAST backward on wgmma (dq_wgmma, dkv_wgmma; dQ always in its own
- * kernel) instead of mma.sync: off unless a caller asks. */
+/* The FAST backward on wgmma (dq_wgmma and dkv_wgmma; with the fused dQ
+ * switch, dkv_wgmma with dQ in it) instead of mma.sync: off unless a caller asks. */
 static bool fast_bwd_wgmma = false;
 
 /* sets one of the two switches; the previous setting */
@@ -1900,10 +1971,11 @@ extern "C" int spb_cuda_attention_set_bwd_exchange(int on)
     fast_bwd_exchange = on != 0;
     return old;
 }
-/* The exchange backward's dQ added a row at a time by the copy engine
- * from a tile staged in shared memory (cp.reduce.async.bulk, sm_90) instead
- * of 8-byte reductions from registers: off unless a caller asks, and only
- * where spb_cuda_attention_wgmma_available (the same build and GPU). */
+/* The fused dQ of the exchange or the wgmma backward added a row at a time
+ * by the copy engine from a tile staged in shared memory
+ * (cp.reduce.async.bulk, sm_90) instead of 8-byte reductions from
+ * registers: off unless a caller asks, and only where
+ * spb_cuda_attention_wgmma_available (the same build and GPU). */
 static bool fast_bwd_dq_bulk = false;
 extern "C" int spb_cuda_attention_set_bwd_dq_bulk(int on)
 {
@@ -1917,7 +1989,10 @@ extern "C" int spb_cuda_attention_set_bwd_dq_bulk(int on)
 /* why the backward's switches cannot be launched together, or NULL */
 static const char *bwd_switches_clash(void)
 {
-    if (fast_bwd_dq_bulk && !fast_bwd_exchange) return "the bulk dQ is the exchange backward's (its switch on)";
+    if (fast_bwd_wgmma && fast_fused_dq && fast_block_rows != 128)
+        return "the wgmma backward's fused dQ holds 128 keys per block (--flash-block-rows 128)";
+    if (fast_bwd_dq_bulk && !fast_bwd_exchange && !(fast_bwd_wgmma && fast_fused_dq))
+        return "the bulk dQ is the fused dQ's of the exchange or the wgmma backward (their switches on)";
     if (!fast_bwd_exchange) return nullptr;
     if (fast_bwd_wgmma) return "the exchange backward is an mma.sync backward (--flash-bwd mma)";
     if (fast_block_rows != 128) return "the exchange backward holds 128 keys per block (--flash-block-rows 128)";
@@ -2220,13 +2295,30 @@ static void bwd_wgmma_launch(const spb_attn_desc *d, const spb_bf16 *q, const sp
 {
     const size_t sq = (size_t)(D / 8) * (2 * cm_stride<64 * WG>() + 4 * cm_stride<BC>()),
                  sk = sq + 4 * sizeof(float) * BC;
-    static const bool allowed = allow_smem(dq_wgmma<T, D, WG>, sq) && allow_smem(dkv_wgmma<T, D, WG>, sk);
+    static const bool allowed =
+        allow_smem(dq_wgmma<T, D, WG>, sq) && allow_smem(dkv_wgmma<T, D, WG, WGMMA_DQ_SPLIT>, sk);
     (void)allowed;
     dim3 gq((d->q_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch),
         gk((d->k_len + 64 * WG - 1) / (64 * WG), d->heads, d->batch);
     dq_wgmma<T, D, WG><<<gq, 128 * WG, sq, s>>>(*d, q, k, v, lse, delta, dout, dq);
     SPB_CUDA_CHECK(cudaGetLastError());
-    dkv_wgmma<T, D, WG><<<gk, 128 * WG, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv);
+    dkv_wgmma<T, D, WG, WGMMA_DQ_SPLIT><<<gk, 128 * WG, sk, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, nullptr);
+}
+
+/* Shared memory: K and V of the block's 128 keys, two stages of Q, dO and
+ * the query rows' statistics, dS of one tile; DQ_BULK: the tile's dQ in
+ * fp32 (at head dim 128: 147 KB, with the bulk dQ 181 KB). */
+template <typename T, int D, int DQ>
+static void bwd_wgmma_fused_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                   const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk,
+                                   float *dv, cudaStream_t s)
+{
+    const size_t sm = (size_t)(D / 8) * (2 * cm_stride<128>() + 4 * cm_stride<BC>()) + 4 * sizeof(float) * BC +
+                      16 * cm_stride<BC>() + (DQ == WGMMA_DQ_BULK ? sizeof(float) * BC * dq_stage_ld<D>() : 0);
+    static const bool allowed = allow_smem(dkv_wgmma<T, D, 2, DQ>, sm);
+    (void)allowed;
+    dim3 grid((d->k_len + 127) / 128, d->heads, d->batch);
+    dkv_wgmma<T, D, 2, DQ><<<grid, 256, sm, s>>>(*d, q, k, v, lse, delta, dout, dk, dv, dq);
 }
 
 /* The launchers, for either element type (both are 2 bytes: the shared
@@ -2275,6 +2367,14 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
             d->head_dim == 64 ? bwd_exchange_launch<T, 64, false>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
                               : bwd_exchange_launch<T, 128, false>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
         }
+    } else if (fast && fast_bwd_wgmma && fast_fused_dq) {
+        constexpr int R = WGMMA_DQ_REDUCE, B = WGMMA_DQ_BULK;
+        if (fast_bwd_dq_bulk)
+            d->head_dim == 64 ? bwd_wgmma_fused_launch<T, 64, B>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                              : bwd_wgmma_fused_launch<T, 128, B>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
+        else
+            d->head_dim == 64 ? bwd_wgmma_fused_launch<T, 64, R>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)
+                              : bwd_wgmma_fused_launch<T, 128, R>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s);
     } else if (fast && fast_bwd_wgmma) {
         if (d->head_dim == 64)
             wide ? bwd_wgmma_launch<T, 64, 2>(d, q, k, v, lse, workspace, dout, dq, dk, dv, s)

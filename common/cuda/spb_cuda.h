@@ -191,8 +191,11 @@ int spb_cuda_attention_set_fwd_wgmma(int on);
 /* Keys per streamed tile of the wgmma forward: 64 (the default) or 128;
  * the mma.sync kernels and the backward keep 64.  Returns the previous value. */
 int spb_cuda_attention_set_fwd_key_block(int keys);
-/* FAST backward on warpgroup products too (dQ in its own kernel, as the
- * default; set_fused_dq does not apply to it).  Dies where unavailable;
+/* FAST backward on warpgroup products too: dQ in its own kernel, as the
+ * default, or with set_fused_dq one kernel of 128 keys per block
+ * (FlashAttention-3's five products: dS through shared memory to dQ, added
+ * by 8-byte reductions or, with set_bwd_dq_bulk, by the copy engine; the
+ * backward dies if it is on with 64-row blocks).  Dies where unavailable;
  * returns the previous setting. */
 int spb_cuda_attention_set_bwd_wgmma(int on);
 /* Blocks per SM the FAST forward (mma.sync or wgmma) is compiled for: 1
@@ -228,12 +231,13 @@ int spb_cuda_attention_set_fwd_rows_per_warp(int rows);
  * blocks, the fused dQ switch on and the mma.sync backward, else the
  * backward dies.  Returns the previous setting. */
 int spb_cuda_attention_set_bwd_exchange(int on);
-/* The exchange backward's dQ as FlashAttention-3 adds it (on != 0): each
- * tile staged in shared memory and added to dq a row at a time by the copy
- * engine (cp.reduce.async.bulk), one instruction per row instead of a
- * reduction per pair.  Dies unless spb_cuda_attention_wgmma_available (a
- * 9.0 GPU and sm_90a code); the backward dies if it is on without the
- * exchange switch.  Returns the previous setting. */
+/* The fused dQ of the exchange or the wgmma backward as FlashAttention-3
+ * adds it (on != 0): each tile staged in shared memory and added to dq a
+ * row at a time by the copy engine (cp.reduce.async.bulk), one instruction
+ * per row instead of a reduction per pair.  Dies unless
+ * spb_cuda_attention_wgmma_available (a 9.0 GPU and sm_90a code); the
+ * backward dies if it is on without the exchange switch or the wgmma
+ * backward with the fused dQ.  Returns the previous setting. */
 int spb_cuda_attention_set_bwd_dq_bulk(int on);
 /* What the CUDA runtime says of a kernel's residency on one SM. */
 typedef struct {

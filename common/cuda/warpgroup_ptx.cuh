@@ -163,6 +163,7 @@ template <int N> __device__ __forceinline__ void spb_bulk_wait(void)
 #define SPB_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define SPB_F16(d, i) SPB_F4(d, i), SPB_F4(d, i + 4), SPB_F4(d, i + 8), SPB_F4(d, i + 12)
 #define SPB_F32(d, i) SPB_F16(d, i), SPB_F16(d, i + 16)
+#define SPB_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define SPB_R32                                                                                                       \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%" \
     "30,%31}"
@@ -189,6 +190,44 @@ __device__ __forceinline__ void spb_wgmma_m64n64_ss(float *d, uint64_t a_desc, u
     else
         SPB_WGMMA_SS("bf16");
 #undef SPB_WGMMA_SS
+#else
+    (void)d, (void)a_desc, (void)b_desc, (void)accumulate;
+    __trap();
+#endif
+}
+
+/* d[N/2] (m64nN, fp32, N = 32 or 64) = A · B (+ d when accumulate), both
+ * from shared memory: A K-major, B MN-major (trans-b) */
+template <int FP16, int N>
+__device__ __forceinline__ void spb_wgmma_m64nN_ss_mn(float *d, uint64_t a_desc, uint64_t b_desc, int accumulate)
+{
+    static_assert(N == 32 || N == 64, "wgmma m64nNk16 with N = 32 or 64 here");
+#if defined(SPB_CUDA_EMU)
+    spb_emu_wgmma(FP16, N, d, nullptr, a_desc, b_desc, accumulate, 1);
+#elif defined(SPB_WGMMA_HERE)
+#define SPB_WGMMA_SS32(TY)                                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                         \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " SPB_R16 ", %16, %17, p, 1, 1, 0, 1;\n}\n" \
+                 : SPB_F16(d, 0)                                                                                      \
+                 : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+#define SPB_WGMMA_SS64(TY)                                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                         \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " SPB_R32 ", %32, %33, p, 1, 1, 0, 1;\n}\n" \
+                 : SPB_F32(d, 0)                                                                                      \
+                 : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+    if (N == 32) {
+        if (FP16)
+            SPB_WGMMA_SS32("f16");
+        else
+            SPB_WGMMA_SS32("bf16");
+    } else {
+        if (FP16)
+            SPB_WGMMA_SS64("f16");
+        else
+            SPB_WGMMA_SS64("bf16");
+    }
+#undef SPB_WGMMA_SS32
+#undef SPB_WGMMA_SS64
 #else
     (void)d, (void)a_desc, (void)b_desc, (void)accumulate;
     __trap();

@@ -42,6 +42,9 @@ if [ -s "$out/layer_phases.csv" ]; then
         grep -q ',fwd proj product + bias + residual,' "$out/layer_phases.csv" ||
         { echo "FAIL: layer_phases.csv: $n layer phases (18 expected, attention and the fused proj among them)"; fail=1; }
 fi
+# the layer with the wgmma backward in one kernel (the emulated device is a 9.0 one)
+[ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-wgmma-fdq,fwd+bwd,' "$out/layer_timings.csv" &&
+    { echo "FAIL: layer_timings.csv has no layer-wgmma-fdq row"; fail=1; }
 # the unfused layer timed beside the fused one
 [ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-unfused,fwd+bwd,' "$out/layer_timings.csv" &&
     { echo "FAIL: layer_timings.csv has no layer-unfused row"; fail=1; }
@@ -60,6 +63,8 @@ fi
     { echo "FAIL: timings.csv has no TMA forward row"; fail=1; }
 [ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (wgmma, TMA, ping-pong, 128 keys)' "$out/timings.csv" &&
     { echo "FAIL: timings.csv has no ping-pong TMA forward row"; fail=1; }
+[ -s "$out/timings.csv" ] && ! grep -q 'flash bwd (wgmma, fused, bulk dQ)' "$out/timings.csv" &&
+    { echo "FAIL: timings.csv has no fused wgmma backward row"; fail=1; }
 [ -s "$out/layer_timings.csv" ] && ! grep -q ',ring-zigzag,fwd+bwd,' "$out/layer_timings.csv" &&
     { echo "FAIL: layer_timings.csv has no ring-zigzag row"; fail=1; }
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
@@ -84,9 +89,9 @@ grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
 # --profile (what Nsight Compute runs over): every flash variant's passes and
-# nothing else, each call named; 25 here (17 forwards, 8 backwards; no cuDNN)
+# nothing else, each call named; 27 here (17 forwards, 10 backwards; no cuDNN)
 prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
-if ! grep -q "^profile: 25 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 25 ]; then
+if ! grep -q "^profile: 27 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 27 ]; then
     echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
 fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"

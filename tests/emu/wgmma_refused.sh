@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # --flash-fwd wgmma on the CPU emulation of a device: a short run passes on
-# the emulated 9.0 device (the instruction's model, emu_wgmma.cc), and on an
+# the emulated 9.0 device (the instruction's model, emu_wgmma.cc), with the
+# backward's dQ split and fused (dkv_wgmma with dQ), and on an
 # emulated 8.0 one (SPB_EMU_COMPUTE_CAPABILITY, as an A100) every rank
 # stops with one "spbench: error:" line and exit 2, single-rank and under
 # mpiexec -np 2, within seconds.  Usage: wgmma_refused.sh SPBENCH MPIEXEC
@@ -21,6 +22,10 @@ verdict() { # label, status
 timeout 300 "$spbench" "${args[@]}" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 verdict "9.0 device: --flash-fwd wgmma runs (rc=$rc)" $([ "$rc" = 0 ] && echo 0 || echo 1)
+[ "$rc" = 0 ] || tail -5 "$tmp/err"
+timeout 300 "$spbench" "${args[@]}" --flash-dq fused >"$tmp/out" 2>"$tmp/err"
+rc=$?
+verdict "9.0 device: --flash-bwd wgmma --flash-dq fused runs (rc=$rc)" $([ "$rc" = 0 ] && echo 0 || echo 1)
 [ "$rc" = 0 ] || tail -5 "$tmp/err"
 
 for np in 1 2; do
