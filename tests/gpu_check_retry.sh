@@ -4,7 +4,8 @@
 # first run's CSVs as died-run-*, go on, and still exit non-zero.  With
 # stand-in programs (SPB_GPU_CHECK_PREBUILT), so no GPU or emulation build
 # is needed: the first call dies as a fault would (exit 3), the second,
-# with --no-wgmma, passes.  Usage: gpu_check_retry.sh SOURCE_DIR
+# with --no-wgmma, passes.  And --part K/N goes to spbench-gpu-check, both
+# runs, and to no other program.  Usage: gpu_check_retry.sh SOURCE_DIR
 set -u
 root=$1
 tmp=$(mktemp -d)
@@ -25,11 +26,16 @@ case "${args:-}" in
    echo "spbench: CUDA call failed: an illegal memory access was encountered" >&2; exit 3 ;;
 esac
 STUB
-printf '#!/bin/sh\nexit 0\n' > "$tmp/build/spbench-gpu-layer"
+cat > "$tmp/build/spbench-gpu-layer" <<'STUB'
+#!/usr/bin/env bash
+echo "layer:$*" >> "$(dirname "$0")/../layer_calls.txt"
+case " $* " in *" --part "*) echo "spbench-gpu-layer: unknown argument --part" >&2; exit 2 ;; esac
+exit 0
+STUB
 chmod +x "$tmp/build/spbench-gpu-check" "$tmp/build/spbench-gpu-layer"
 
 SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_PREBUILT=1 SPB_GPU_CHECK_BUILD="$tmp/build" \
-    "$root/experiments/gpu-check" --out "$tmp/out" --check-only --skip strategies > "$tmp/log" 2>&1
+    "$root/experiments/gpu-check" --out "$tmp/out" --check-only --skip strategies --part 2/3 > "$tmp/log" 2>&1
 rc=$?
 passed=0 failed=0
 verdict() { # label, status
@@ -39,6 +45,10 @@ verdict "the script exits non-zero after a death (rc=$rc)" $([ "$rc" != 0 ] && e
 verdict "a second run, with --no-wgmma" $(grep -q "call:.*--no-wgmma" "$tmp/calls.txt" && [ "$(wc -l < "$tmp/calls.txt")" = 2 ] && echo 0 || echo 1)
 verdict "the log says why" $(grep -q "died (exit 3): again with --no-wgmma" "$tmp/log" && echo 0 || echo 1)
 verdict "the first run's CSV kept as died-run-checks.csv" $(grep -q "flash wgmma" "$tmp/out/died-run-checks.csv" 2>/dev/null && echo 0 || echo 1)
+verdict "--part 2/3 given to both runs of spbench-gpu-check" \
+    $([ "$(grep -c 'call:.*--part 2/3' "$tmp/calls.txt")" = 2 ] && echo 0 || echo 1)
+verdict "spbench-gpu-layer ran, without --part" \
+    $(grep -q "^layer:" "$tmp/layer_calls.txt" 2>/dev/null && ! grep -q -- "--part" "$tmp/layer_calls.txt" && echo 0 || echo 1)
 verdict "the second run's CSV in its place" $(grep -q "gemm,PASS" "$tmp/out/checks.csv" 2>/dev/null && echo 0 || echo 1)
 [ "$failed" = 0 ] || { echo "--- gpu-check's output:"; cat "$tmp/log"; }
 echo "$passed passed, $failed failed"
