@@ -1021,6 +1021,37 @@ __device__ __forceinline__ void dq_stage_issue(const spb_attn_desc &d, float *dq
     spb_bulk_commit();
 }
 
+/* A warp's share of a tile's dQ (rows row0 + 16 x + g (+ 8), x < X, of
+ * the tile at i0; columns col0.., NT n-tiles) times the scale: BULK into
+ * the stage Qd (rows of the tile), fenced for the copy engine's
+ * (async-proxy) read; else added to dq by 8-byte reductions */
+template <int D, int NT, int X, bool BULK>
+__device__ __forceinline__ void write_dq_share(const spb_attn_desc &d, float *dq, long qb, int i0, float *Qd,
+                                               int row0, int col0, const float (*acc)[NT][4], int g, int t)
+{
+    if (BULK) {
+        write_two_groups<NT, ROWS_STORE, X>(Qd, dq_stage_ld<D>(), row0, BC, col0, acc, d.scale, g, t);
+        spb_fence_proxy_async();
+    } else {
+        write_two_groups<NT, ROWS_REDUCE, X>(dq + qb, d.q_token_stride, i0 + row0, d.q_len, col0, acc, d.scale, g,
+                                             t);
+    }
+}
+
+/* BULK, after the last tile (at i_last): once every warp has staged its
+ * share, warp 0 hands the tile to the copy engine and waits for it before
+ * the block, and its shared memory, ends */
+template <int D>
+__device__ __forceinline__ void dq_stage_flush_last(const spb_attn_desc &d, float *dq, long qb, int i_last,
+                                                    const float *Qd, int warp, int lane)
+{
+    __syncthreads();
+    if (warp == 0) {
+        dq_stage_issue<D>(d, dq, qb, i_last, Qd, lane);
+        spb_bulk_wait<0>();
+    }
+}
+
 template <typename T, int D, bool BULK>
 __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                      const spb_bf16 *v, const float *lse, const float *delta,
@@ -1094,20 +1125,9 @@ __global__ void __launch_bounds__(256) dkvq_exchange(spb_attn_desc d, const spb_
             for (int nt = 0; nt < NQ; nt++)
                 for (int e = 0; e < 4; e++) qa[x][nt][e] = 0.0f;
         mma_two_groups_b_kn<T, LDP, false, LD, XK, NQ>(qa, dSs, qq, Ks, qc, lane);
-        if (BULK) { /* into the stage, fenced for the copy engine's (async-proxy) read */
-            write_two_groups<NQ, ROWS_STORE>(Qd, dq_stage_ld<D>(), qq, BC, qc, qa, d.scale, g, t);
-            spb_fence_proxy_async();
-        } else {
-            write_two_groups<NQ, ROWS_REDUCE>(dq + qb, d.q_token_stride, i0 + qq, d.q_len, qc, qa, d.scale, g, t);
-        }
+        write_dq_share<D, NQ, 2, BULK>(d, dq, qb, i0, Qd, qq, qc, qa, g, t);
     }
-    if (BULK && n_tiles > 0) {
-        __syncthreads(); /* the last tile's dQ is staged */
-        if (warp == 0) {
-            dq_stage_issue<D>(d, dq, qb, i_start + (n_tiles - 1) * BC, Qd, lane);
-            spb_bulk_wait<0>(); /* before the block, and its shared memory, ends */
-        }
-    }
+    if (BULK && n_tiles > 0) dq_stage_flush_last<D>(d, dq, qb, i_start + (n_tiles - 1) * BC, Qd, warp, lane);
     write_two_groups<NV, ROWS_ADD>(dk + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dka, d.scale, g, t);
     write_two_groups<NV, ROWS_ADD>(dv + kb, d.k_token_stride, j0 + vk, d.k_len, vc, dva, 1.0f, g, t);
 }
@@ -1794,22 +1814,10 @@ __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb
                                                spb_wgmma_desc_add(kq_desc, 2 * kk * 128), kk > 0);
         spb_wgmma_commit();
         spb_wgmma_wait<0>(); /* dV, dK and dQ */
-        const int qrow = 16 * (warp % 4), qcol = wg * (D / 2);
-        if (DQ == WGMMA_DQ_BULK) { /* into the stage, fenced for the copy engine's (async-proxy) read */
-            write_two_groups<NQ, ROWS_STORE, 1>(Qd, dq_stage_ld<D>(), qrow, BC, qcol, &qa, d.scale, g, t);
-            spb_fence_proxy_async();
-        } else {
-            write_two_groups<NQ, ROWS_REDUCE, 1>(dq + qb, d.q_token_stride, i0 + qrow, d.q_len, qcol, &qa, d.scale,
-                                                 g, t);
-        }
+        write_dq_share<D, NQ, 1, DQ == WGMMA_DQ_BULK>(d, dq, qb, i0, Qd, 16 * (warp % 4), wg * (D / 2), &qa, g, t);
     }
-    if (DQ == WGMMA_DQ_BULK && n_tiles > 0) {
-        __syncthreads(); /* the last tile's dQ is staged */
-        if (warp == 0) {
-            dq_stage_issue<D>(d, dq, qb, i_start + (n_tiles - 1) * BC, Qd, lane);
-            spb_bulk_wait<0>(); /* before the block, and its shared memory, ends */
-        }
-    }
+    if (DQ == WGMMA_DQ_BULK && n_tiles > 0)
+        dq_stage_flush_last<D>(d, dq, qb, i_start + (n_tiles - 1) * BC, Qd, warp, lane);
     add_rows<D>(dk + kb, d.k_token_stride, j0 + r, d.k_len, dka, d.scale, g, t);
     add_rows<D>(dv + kb, d.k_token_stride, j0 + r, d.k_len, dva, 1.0f, g, t);
 #else

@@ -18,6 +18,11 @@ fail=0
 SPB_GPU_CHECK_EMULATE=1 SPB_GPU_CHECK_BUILD="$build" \
     "$root/experiments/gpu-check" --out "$out" --tokens 64 --reps 1 --skip strategies --deadline 2100 "$@" \
     >"$out.log" 2>&1 || { echo "gpu-check exit code $? (log: $out.log)"; tail -30 "$out.log"; fail=1; }
+# require_row CSV PATTERN WHAT: a written CSV must have a row with PATTERN
+require_row() {
+    [ -s "$out/$1" ] && ! grep -q -- "$2" "$out/$1" && { echo "FAIL: $1 has no $3"; fail=1; }
+    return 0
+}
 # every CSV the script promises, each with data rows from the emulation only
 for f in checks.csv timings.csv occupancy.csv layer_checks.csv layer_timings.csv layer_phases.csv core_step.csv; do
     if [ ! -s "$out/$f" ]; then
@@ -43,30 +48,21 @@ if [ -s "$out/layer_phases.csv" ]; then
         { echo "FAIL: layer_phases.csv: $n layer phases (18 expected, attention and the fused proj among them)"; fail=1; }
 fi
 # the layer with the wgmma backward in one kernel (the emulated device is a 9.0 one)
-[ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-wgmma-fdq,fwd+bwd,' "$out/layer_timings.csv" &&
-    { echo "FAIL: layer_timings.csv has no layer-wgmma-fdq row"; fail=1; }
+require_row layer_timings.csv ',layer-wgmma-fdq,fwd+bwd,' "layer-wgmma-fdq row"
 # the unfused layer timed beside the fused one
-[ -s "$out/layer_timings.csv" ] && ! grep -q ',layer-unfused,fwd+bwd,' "$out/layer_timings.csv" &&
-    { echo "FAIL: layer_timings.csv has no layer-unfused row"; fail=1; }
+require_row layer_timings.csv ',layer-unfused,fwd+bwd,' "layer-unfused row"
 # one occupancy row per forward variant and head dim (17 x 2; zeros on the emulation)
 [ -s "$out/occupancy.csv" ] && [ "$(($(wc -l <"$out/occupancy.csv") - 1))" != 34 ] &&
     { echo "FAIL: occupancy.csv: $(($(wc -l <"$out/occupancy.csv") - 1)) rows, 34 expected"; fail=1; }
 # the 32-rows-per-warp forward and the exchange backward (both dQ adds) are timed, and the
 # zigzag ring's per-rank compute
-[ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (mma, 32 rows/warp)' "$out/timings.csv" &&
-    { echo "FAIL: timings.csv has no 32-rows-per-warp forward row"; fail=1; }
-[ -s "$out/timings.csv" ] && ! grep -q 'flash bwd (mma, exchange)' "$out/timings.csv" &&
-    { echo "FAIL: timings.csv has no exchange backward row"; fail=1; }
-[ -s "$out/timings.csv" ] && ! grep -q 'flash bwd (mma, exchange, bulk dQ)' "$out/timings.csv" &&
-    { echo "FAIL: timings.csv has no exchange backward row with the bulk dQ"; fail=1; }
-[ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (wgmma, TMA producer, 128 keys)' "$out/timings.csv" &&
-    { echo "FAIL: timings.csv has no TMA forward row"; fail=1; }
-[ -s "$out/timings.csv" ] && ! grep -q 'flash fwd (wgmma, TMA, ping-pong, 128 keys)' "$out/timings.csv" &&
-    { echo "FAIL: timings.csv has no ping-pong TMA forward row"; fail=1; }
-[ -s "$out/timings.csv" ] && ! grep -q 'flash bwd (wgmma, fused, bulk dQ)' "$out/timings.csv" &&
-    { echo "FAIL: timings.csv has no fused wgmma backward row"; fail=1; }
-[ -s "$out/layer_timings.csv" ] && ! grep -q ',ring-zigzag,fwd+bwd,' "$out/layer_timings.csv" &&
-    { echo "FAIL: layer_timings.csv has no ring-zigzag row"; fail=1; }
+require_row timings.csv 'flash fwd (mma, 32 rows/warp)' "32-rows-per-warp forward row"
+require_row timings.csv 'flash bwd (mma, exchange)' "exchange backward row"
+require_row timings.csv 'flash bwd (mma, exchange, bulk dQ)' "exchange backward row with the bulk dQ"
+require_row timings.csv 'flash fwd (wgmma, TMA producer, 128 keys)' "TMA forward row"
+require_row timings.csv 'flash fwd (wgmma, TMA, ping-pong, 128 keys)' "ping-pong TMA forward row"
+require_row timings.csv 'flash bwd (wgmma, fused, bulk dQ)' "fused wgmma backward row"
+require_row layer_timings.csv ',ring-zigzag,fwd+bwd,' "ring-zigzag row"
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
 # the torch companion (torch on the CPU at the smoke shape) where python3 has
 # torch: its rows must pair with ours (a ratio) for every product
