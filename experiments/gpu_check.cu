@@ -987,7 +987,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     ms = time_ms(fwd, reps);
                     snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-                    if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe && vr.rpw == 16) /* the sums: spbench's options */
+                    if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe && vr.rpw == 16 && !vr.tma) /* spbench's options */
                         fwd_sum[vr.fwd == 2][vr.rows == 64] += ms;
                 }
                 if (!vr.bwd) continue;
