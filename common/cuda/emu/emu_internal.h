@@ -147,7 +147,21 @@ struct spb_emu_sync_point {
     int thread, warp;         /* in the block */
     unsigned long block_gen;  /* __syncthreads completed in this block so far */
     unsigned long warp_gen;   /* warp operations (__syncwarp, shuffles, mma, ldmatrix) its warp completed */
+    int threads;              /* the block's */
 };
 int spb_emu_sync_point_now(spb_emu_sync_point *s);
+/* The order mbarriers and named barriers give (a GPU's release at an
+ * arrival, acquire at the wait that sees the phase complete), for the race
+ * check of shared memory, which the generations above cannot express: a
+ * vector clock per barrier phase.  An arrival joins the calling thread's
+ * clock into the phase's (release); a thread that saw the phase complete
+ * joins the phase's clock into its own (acquire).  Nothing outside race
+ * builds. */
+typedef std::vector<uint32_t> spb_emu_clock;
+void spb_emu_race_release(spb_emu_clock *phase);
+void spb_emu_race_acquire(const spb_emu_clock *phase);
+/* the block's clocks start (at its first mbarrier.init: accesses before
+ * them have no clock, and order only by the generations) */
+void spb_emu_race_clocks_begin(void);
 
 #endif

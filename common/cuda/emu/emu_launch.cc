@@ -123,6 +123,7 @@ struct block_run {
     struct named_barrier {
         int count = 0, arrived = 0;
         unsigned long gen = 0;
+        spb_emu_clock arrivals, completed; /* the race check's clocks: this phase's, the last complete one's */
     } named[16]; /* bar.sync / bar.arrive id, count (id 0 is __syncthreads') */
 };
 
@@ -390,6 +391,7 @@ int spb_emu_sync_point_now(spb_emu_sync_point *s)
     s->warp = f->warp;
     s->block_gen = run_now->gen;
     s->warp_gen = run_now->warps[(size_t)f->warp].gen;
+    s->threads = (int)run_now->fibers.size();
     return 1;
 }
 
@@ -429,15 +431,21 @@ void spb_emu_named_barrier(int id, int count, int wait)
     }
     r->progress = true;
     const unsigned long g = b.gen;
+    spb_emu_race_release(&b.arrivals);
     if (++b.arrived == b.count) {
         b.arrived = 0;
         b.gen++;
+        b.completed.swap(b.arrivals);
+        b.arrivals.clear();
+        if (wait) spb_emu_race_acquire(&b.completed);
         return;
     }
     if (!wait) return;
     f->waiting = "bar.sync (a named barrier)";
     while (b.gen == g) yield(f);
     f->waiting = nullptr;
+    /* the next phase cannot complete before this thread arrives again */
+    spb_emu_race_acquire(&b.completed);
 }
 
 /* The calling thread goes on only two passes of the scheduler later: one

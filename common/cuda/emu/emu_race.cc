@@ -46,6 +46,9 @@ void spb_emu_race_alloc(const void *, size_t) {}
 void spb_emu_race_free(const void *) {}
 void spb_emu_race_launch(void) {}
 void spb_emu_race_access(const void *, size_t, int, const void *) {}
+void spb_emu_race_release(spb_emu_clock *) {}
+void spb_emu_race_acquire(const spb_emu_clock *) {}
+void spb_emu_race_clocks_begin(void) {}
 #else
 namespace {
 const int32_t kNone = -1;
@@ -180,8 +183,96 @@ struct scell {
     uint32_t async_reads; /* wgmma reads of it issued and not yet waited for */
     int32_t async_reader; /* the last one's thread (its warpgroup's first) */
     uint32_t async_pc;
+    /* the barrier clocks' view (block_clocks): the writer's clock at the
+     * write (0: none known), and the reads since the write or since a read
+     * that came after all others: up to 4 (thread, clock), else in
+     * many_reads; reads_unknown: one of them came before the clocks began */
+    uint32_t w_clk;
+    uint8_t n_reads;
+    bool reads_in_map, reads_unknown;
+    int32_t read_thread[4];
+    uint32_t read_clk[4];
 };
 std::vector<scell> shared_shadow;
+
+/* ---- the order mbarriers and named barriers give (spb_emu_race_release,
+ * spb_emu_race_acquire): a vector clock per thread of the block, for the
+ * blocks that use either (the others pay nothing); row t holds what thread
+ * t has seen of each thread's clock.  An access u is ordered before thread
+ * me's if me has seen u's clock at the access.  The clocks begin at the
+ * block's first mbarrier.init (or arrival): accesses before that have
+ * none.  Joined at arrivals and waits only: not at __syncthreads or warp
+ * operations, which the generations above already order, so a chain that
+ * mixes the two (a write, a warp operation, another lane's arrival) is
+ * reported, never missed. */
+long clocks_block = -1; /* the block_serial the clocks belong to */
+int clock_threads = 0;
+std::vector<uint32_t> clocks;                       /* clock_threads x clock_threads */
+std::map<size_t, std::vector<uint32_t>> many_reads; /* a byte's reads beyond 4: clock per thread */
+
+bool clocks_on(const spb_emu_sync_point &me) { return clocks_block == me.block_serial; }
+uint32_t *clock_row(int thread) { return &clocks[(size_t)thread * (size_t)clock_threads]; }
+uint32_t own_clock(const spb_emu_sync_point &me) { return clocks_on(me) ? clock_row(me.thread)[me.thread] : 0; }
+void clocks_begin(const spb_emu_sync_point &me)
+{
+    if (clocks_on(me)) return;
+    clocks_block = me.block_serial, clock_threads = me.threads;
+    clocks.assign((size_t)clock_threads * (size_t)clock_threads, 0);
+    for (int t = 0; t < clock_threads; t++) clock_row(t)[t] = 1;
+    many_reads.clear();
+}
+bool clock_ordered(int32_t u, uint32_t u_clk, const spb_emu_sync_point &me)
+{
+    return u_clk != 0 && u >= 0 && clocks_on(me) && clock_row(me.thread)[u] >= u_clk;
+}
+bool reads_clock_ordered(const scell &c, size_t byte, const spb_emu_sync_point &me)
+{
+    if (c.reads_unknown || !clocks_on(me)) return false;
+    const uint32_t *row = clock_row(me.thread);
+    if (c.reads_in_map) {
+        const std::vector<uint32_t> &v = many_reads[byte];
+        for (int t = 0; t < clock_threads; t++)
+            if (v[(size_t)t] > row[t]) return false;
+        return true;
+    }
+    for (int j = 0; j < c.n_reads; j++)
+        if (row[c.read_thread[j]] < c.read_clk[j]) return false;
+    return true;
+}
+void forget_read_clocks(scell &c, size_t byte)
+{
+    if (c.reads_in_map) many_reads.erase(byte);
+    c.n_reads = 0, c.reads_in_map = false, c.reads_unknown = false;
+}
+/* a read by me: after every recorded one (fresh) or beside them */
+void note_read_clock(scell &c, size_t byte, bool fresh, const spb_emu_sync_point &me)
+{
+    if (fresh) forget_read_clocks(c, byte);
+    const uint32_t clk = own_clock(me);
+    if (!clk) {
+        c.reads_unknown = true;
+        return;
+    }
+    if (c.reads_in_map) {
+        uint32_t &v = many_reads[byte][(size_t)me.thread];
+        v = v > clk ? v : clk;
+        return;
+    }
+    for (int j = 0; j < c.n_reads; j++)
+        if (c.read_thread[j] == me.thread) {
+            c.read_clk[j] = clk;
+            return;
+        }
+    if (c.n_reads < 4) {
+        c.read_thread[c.n_reads] = me.thread, c.read_clk[c.n_reads] = clk, c.n_reads++;
+        return;
+    }
+    std::vector<uint32_t> &v = many_reads[byte];
+    v.assign((size_t)clock_threads, 0);
+    for (int j = 0; j < 4; j++) v[(size_t)c.read_thread[j]] = c.read_clk[j];
+    v[(size_t)me.thread] = clk;
+    c.reads_in_map = true;
+}
 
 bool ordered(int32_t u, int32_t u_warp, uint32_t u_gen, uint32_t u_wgen, const spb_emu_sync_point &me)
 {
@@ -278,29 +369,36 @@ void touch_shared(size_t first, size_t n, int kind, uint32_t pc)
          * afresh: no writer, no readers. */
         if (k == kTensorCopyLands) {
             c.writer = c.reader = kNone;
+            c.w_clk = 0;
+            forget_read_clocks(c, i);
             continue;
         }
         if (k == kCopyIssued) { /* checked as the write it will be, where it is issued */
             c.pending = me.thread, c.pending_pc = pc;
             k = 1;
         }
-        if (c.writer != kNone && !ordered(c.writer, c.writer_warp, c.w_gen, c.w_wgen, me) && !(k == 2 && c.atomic))
+        if (c.writer != kNone && !ordered(c.writer, c.writer_warp, c.w_gen, c.w_wgen, me) && !(k == 2 && c.atomic) &&
+            !clock_ordered(c.writer, c.w_clk, me))
             report_shared(i, k, pc, me, c.writer, c.atomic ? "atomically updated" : "wrote", c.writer_pc);
         /* the earlier readers, all ordered before this access? */
         bool readers_before = c.reader == kNone || c.r_gen != gen ||
                               (c.reader >= 0 && ordered(c.reader, c.reader_warp, c.r_gen, c.r_wgen, me)) ||
-                              (c.reader == kMany && c.reader_warp == me.warp && c.r_wgen != wgen);
+                              (c.reader == kMany && c.reader_warp == me.warp && c.r_wgen != wgen) ||
+                              reads_clock_ordered(c, i, me);
         if (k == 0) {
             if (readers_before)
                 c.reader = me.thread, c.reader_warp = me.warp, c.r_gen = gen, c.r_wgen = wgen, c.reader_pc = pc;
             else if (c.reader != me.thread)
                 c.reader_warp = c.reader_warp == me.warp ? me.warp : -1, c.reader = kMany, c.r_wgen = wgen;
+            note_read_clock(c, i, readers_before, me);
             continue;
         }
         if (!readers_before) report_shared(i, k, pc, me, c.reader, "read", c.reader_pc);
         c.writer = me.thread, c.writer_warp = me.warp, c.w_gen = gen, c.w_wgen = wgen, c.writer_pc = pc;
+        c.w_clk = own_clock(me);
         c.atomic = k == 2;
         c.reader = kNone; /* every earlier read comes before this write */
+        forget_read_clocks(c, i);
     }
 }
 
@@ -410,6 +508,35 @@ void spb_emu_race_stream_accesses(void)
 void spb_emu_race_access(const void *p, size_t bytes, int kind, const void *pc)
 {
     touch(p, bytes, kind, pc ? pc : __builtin_return_address(0));
+}
+
+void spb_emu_race_clocks_begin(void)
+{
+    spb_emu_sync_point me;
+    if (spb_emu_sync_point_now(&me)) clocks_begin(me);
+}
+
+void spb_emu_race_release(spb_emu_clock *phase)
+{
+    spb_emu_sync_point me;
+    if (!spb_emu_sync_point_now(&me)) return;
+    clocks_begin(me);
+    uint32_t *row = clock_row(me.thread);
+    if (phase->size() != (size_t)clock_threads) phase->assign((size_t)clock_threads, 0);
+    for (int t = 0; t < clock_threads; t++)
+        if ((*phase)[(size_t)t] < row[t]) (*phase)[(size_t)t] = row[t];
+    row[me.thread]++; /* what this thread does next is not released yet */
+}
+
+void spb_emu_race_acquire(const spb_emu_clock *phase)
+{
+    spb_emu_sync_point me;
+    if (!spb_emu_sync_point_now(&me) || phase->empty()) return;
+    clocks_begin(me);
+    if (phase->size() != (size_t)clock_threads) return; /* another block's (a barrier never re-initialised) */
+    uint32_t *row = clock_row(me.thread);
+    for (int t = 0; t < clock_threads; t++)
+        if (row[t] < (*phase)[(size_t)t]) row[t] = (*phase)[(size_t)t];
 }
 
 /* The instrumentation's entry points: gcc -fsanitize=thread's calls

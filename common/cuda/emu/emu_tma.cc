@@ -88,6 +88,7 @@ struct mbarrier {
     unsigned parity = 0, expected = 0, pending = 0;
     long tx = 0;
     std::vector<tma_copy> in_flight; /* copies that land at a wait on it (not eager blocks) */
+    spb_emu_clock arrivals, completed[2]; /* the race check's: this phase's, the last complete one of each parity */
     char what[96] = "";              /* its wait, for the deadlock report */
 };
 std::map<size_t, mbarrier> barriers; /* this block's, by offset in the dynamic shared memory */
@@ -127,6 +128,8 @@ mbarrier &find(const uint64_t *bar, const char *op)
 void phase_check(mbarrier &b)
 {
     if (b.pending == 0 && b.tx == 0) {
+        b.completed[b.parity].swap(b.arrivals);
+        b.arrivals.clear();
         b.parity ^= 1u;
         b.pending = b.expected;
     }
@@ -138,6 +141,7 @@ void arrive(mbarrier &b, size_t off, const char *op)
         refuse("%s on the mbarrier at byte %zu of the dynamic shared memory, whose phase has no arrival pending "
                "(more arrivals than its count, before the transactions completed)",
                op, off);
+    spb_emu_race_release(&b.arrivals);
     b.pending--;
     phase_check(b);
     spb_emu_note_progress();
@@ -233,10 +237,12 @@ void spb_emu_tma_block_end(void)
 void spb_emu_mbarrier_init(uint64_t *bar, unsigned count)
 {
     size_t off = offset_of(bar, "mbarrier.init");
+    spb_emu_race_clocks_begin();
     if (count == 0 || count > kMaxCount) refuse("mbarrier.init with count %u, outside 1..2^20-1", count);
     mbarrier &b = barriers[off];
     if (!b.in_flight.empty()) refuse("mbarrier.init of the barrier at byte %zu with a tensor copy in flight", off);
     b.parity = 0, b.expected = b.pending = count, b.tx = 0;
+    b.arrivals.clear(), b.completed[0].clear(), b.completed[1].clear();
     snprintf(b.what, sizeof b.what, "mbarrier wait (the barrier at byte %zu of the dynamic shared memory)", off);
     *bar = 0; /* the bytes are the barrier's: a GPU keeps its state there */
     spb_emu_note_progress();
@@ -268,6 +274,7 @@ void spb_emu_mbarrier_wait(uint64_t *bar, unsigned parity)
     if (parity > 1) refuse("mbarrier.try_wait.parity with parity %u (0 or 1)", parity);
     waiter w{&b, parity};
     spb_emu_block_until(phase_done, &w, b.what);
+    spb_emu_race_acquire(&b.completed[parity]);
 }
 
 void spb_emu_tma_load(void *dst, const void *map, const int *coords, int rank, uint64_t *bar)
