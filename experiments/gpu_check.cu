@@ -728,6 +728,7 @@ struct flash_variant {
                    * 2: with its dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
     int tma = 0;  /* the wgmma forward fed by a TMA producer warp: its schedule (spb_cuda_attention_set_fwd_tma) */
     int bulk = 0; /* the fused wgmma backward's dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
+    int btma = 0; /* the fused wgmma backward fed by a TMA producer warp (spb_cuda_attention_set_bwd_tma) */
 };
 static const flash_variant flash_variants[] = {
     {128, 0, 1, 1, "mma", 64, 1, 0, 16},
@@ -766,12 +767,16 @@ static const flash_variant flash_variants[] = {
     /* the wgmma backward in one kernel (FlashAttention-3's products): dQ
      * from dS in shared memory by 8-byte reductions, then by the copy engine */
     {128, 1, 0, 2, "wgmma, fused dQ", 64, 1, 0, 16},
-    {128, 1, 0, 2, "wgmma, fused, bulk dQ", 64, 1, 0, 16, 0, 0, 1}};
+    {128, 1, 0, 2, "wgmma, fused, bulk dQ", 64, 1, 0, 16, 0, 0, 1},
+    /* and fed as FlashAttention-3 feeds it: a producer warp, the copy
+     * engine's swizzled tiles, mbarriers, no block barrier in the loop */
+    {128, 1, 0, 2, "wgmma, TMA, fused dQ", 64, 1, 0, 16, 0, 0, 0, 1},
+    {128, 1, 0, 2, "wgmma, TMA, fused, bulk dQ", 64, 1, 0, 16, 0, 0, 1, 1}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
 {
-    if ((vr.fwd == 2 || vr.bwd == 2 || vr.xchg == 2 || vr.bulk) && !wgmma) return false;
+    if ((vr.fwd == 2 || vr.bwd == 2 || vr.xchg == 2 || vr.bulk || vr.btma) && !wgmma) return false;
     spb_cuda_attention_set_block_rows(vr.rows);
     spb_cuda_attention_set_fused_dq(vr.fused);
     spb_cuda_attention_set_fwd_key_block(vr.keys);
@@ -783,6 +788,7 @@ static bool select_flash_variant(const flash_variant &vr, bool wgmma)
     if (wgmma) {
         spb_cuda_attention_set_fwd_wgmma(vr.fwd == 2), spb_cuda_attention_set_bwd_wgmma(vr.bwd == 2);
         spb_cuda_attention_set_fwd_tma(vr.tma);
+        spb_cuda_attention_set_bwd_tma(vr.btma);
     }
     return true;
 }
@@ -993,7 +999,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 if (!vr.bwd) continue;
                 fwd(); /* O and lse from this variant's forward */
                 ms = time_ms(bwd, reps);
-                if (!vr.xchg && !vr.bulk) /* spbench's options */
+                if (!vr.xchg && !vr.bulk && !vr.btma) /* spbench's options */
                     bwd_sum[(vr.bwd == 2 ? 2 : 0) + vr.fused][vr.rows == 64] += ms;
                 snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
@@ -1200,6 +1206,16 @@ int main(int argc, char **argv)
             check_attention(SPB_CUDA_FAST, 128, 0, tag, true);
             check_attention(SPB_CUDA_FAST, 128, 1, tag, true);
         }
+        /* and fed by a TMA producer warp through mbarriers: the same checks */
+        spb_cuda_attention_set_bwd_tma(1);
+        for (int bulk = 0; bulk < 2; bulk++) {
+            const char *tag = bulk ? " wgmma tma fused bulk dQ" : " wgmma tma fused dQ";
+            spb_cuda_attention_set_bwd_dq_bulk(bulk);
+            check_attention(SPB_CUDA_FAST, 64, 0, tag, true);
+            check_attention(SPB_CUDA_FAST, 128, 0, tag, true);
+            check_attention(SPB_CUDA_FAST, 128, 1, tag, true);
+        }
+        spb_cuda_attention_set_bwd_tma(0);
         spb_cuda_attention_set_bwd_dq_bulk(0);
         spb_cuda_attention_set_fused_dq(0);
         spb_cuda_attention_set_fwd_wgmma(0);
