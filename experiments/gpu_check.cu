@@ -728,7 +728,7 @@ struct flash_variant {
                    * 2: with its dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
     int tma = 0;  /* the wgmma forward fed by a TMA producer warp: its schedule (spb_cuda_attention_set_fwd_tma) */
     int bulk = 0; /* the fused wgmma backward's dQ added by the copy engine (spb_cuda_attention_set_bwd_dq_bulk) */
-    int btma = 0; /* the fused wgmma backward fed by a TMA producer warp (spb_cuda_attention_set_bwd_tma) */
+    int btma = 0; /* the fused wgmma backward fed by a TMA producer warp: its schedule (set_bwd_tma) */
 };
 static const flash_variant flash_variants[] = {
     {128, 0, 1, 1, "mma", 64, 1, 0, 16},
@@ -771,7 +771,10 @@ static const flash_variant flash_variants[] = {
     /* and fed as FlashAttention-3 feeds it: a producer warp, the copy
      * engine's swizzled tiles, mbarriers, no block barrier in the loop */
     {128, 1, 0, 2, "wgmma, TMA, fused dQ", 64, 1, 0, 16, 0, 0, 0, 1},
-    {128, 1, 0, 2, "wgmma, TMA, fused, bulk dQ", 64, 1, 0, 16, 0, 0, 1, 1}};
+    {128, 1, 0, 2, "wgmma, TMA, fused, bulk dQ", 64, 1, 0, 16, 0, 0, 1, 1},
+    /* and its consumers computing P and dS while their products run */
+    {128, 1, 0, 2, "wgmma, TMA, overlapped, fused dQ", 64, 1, 0, 16, 0, 0, 0, 2},
+    {128, 1, 0, 2, "wgmma, TMA, overlapped, bulk dQ", 64, 1, 0, 16, 0, 0, 1, 2}};
 
 /* Sets the kernels' switches to vr; false (nothing set) for a wgmma variant where there is none. */
 static bool select_flash_variant(const flash_variant &vr, bool wgmma)
@@ -1206,14 +1209,18 @@ int main(int argc, char **argv)
             check_attention(SPB_CUDA_FAST, 128, 0, tag, true);
             check_attention(SPB_CUDA_FAST, 128, 1, tag, true);
         }
-        /* and fed by a TMA producer warp through mbarriers: the same checks */
-        spb_cuda_attention_set_bwd_tma(1);
-        for (int bulk = 0; bulk < 2; bulk++) {
-            const char *tag = bulk ? " wgmma tma fused bulk dQ" : " wgmma tma fused dQ";
-            spb_cuda_attention_set_bwd_dq_bulk(bulk);
-            check_attention(SPB_CUDA_FAST, 64, 0, tag, true);
-            check_attention(SPB_CUDA_FAST, 128, 0, tag, true);
-            check_attention(SPB_CUDA_FAST, 128, 1, tag, true);
+        /* and fed by a TMA producer warp through mbarriers: the same checks,
+         * in both consumer schedules (fp16 once each) */
+        for (int sched = 1; sched <= 2; sched++) {
+            spb_cuda_attention_set_bwd_tma(sched);
+            for (int bulk = 0; bulk < 2; bulk++) {
+                char tag[48];
+                snprintf(tag, sizeof tag, " wgmma tma=%d fused%s dQ", sched, bulk ? " bulk" : "");
+                spb_cuda_attention_set_bwd_dq_bulk(bulk);
+                check_attention(SPB_CUDA_FAST, 64, 0, tag, true);
+                check_attention(SPB_CUDA_FAST, 128, 0, tag, true);
+                if (bulk == sched - 1) check_attention(SPB_CUDA_FAST, 128, 1, tag, true);
+            }
         }
         spb_cuda_attention_set_bwd_tma(0);
         spb_cuda_attention_set_bwd_dq_bulk(0);

@@ -557,6 +557,29 @@ __device__ __forceinline__ void pt_dst_of_keys(float s[8][4], float dp[8][4], co
         pt_dst_of_keys_body<false>(s, dp, d, i0, kpos, kin, Lc, Dc, c, t);
 }
 
+/* pt_dst_of_keys in two steps, for a schedule that computes Pᵀ while the
+ * dPᵀ product runs: s becomes Pᵀ (MASKED as above), then dp becomes dSᵀ */
+template <bool MASKED>
+__device__ __forceinline__ void pt_of_keys_body(float s[8][4], const spb_attn_desc &d, int i0, const long kpos[2],
+                                                const bool kin[2], const float *Lc, float c, int t)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            int col = nt * 8 + 2 * t + (e & 1), x = e >> 1;
+            float p = spb_ex2(fmaf(s[nt][e], c, -Lc[col]));
+            if (MASKED) {
+                int i = i0 + col;
+                if (!(kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i))) p = 0.0f;
+            }
+            s[nt][e] = p;
+        }
+}
+__device__ __forceinline__ void dst_of_keys(const float pt[8][4], float dp[8][4], const float *Dc, int t)
+{
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) dp[nt][e] = pt[nt][e] * (dp[nt][e] - Dc[nt * 8 + 2 * t + (e & 1)]);
+}
+
 /* fp32 rows row0 + g (+ 8) below `len` of a [token][...] tensor at base
  * (token stride `stride`) += scale · acc */
 template <int D>
@@ -1847,6 +1870,12 @@ __global__ void __launch_bounds__(128 * WG) dkv_wgmma(spb_attn_desc d, const spb
  *     warpgroup that runs ahead writes the other one (it cannot reach the
  *     first again before the slower one passed the next barrier, after its
  *     dQ product was waited for).
+ *   - SCHED, the consumers' order of products: 1, the fused kernel's (Sᵀ
+ *     and dPᵀ as one batch, waited; then dV and dK); 2, FlashAttention-3's
+ *     overlap inside the warpgroup: Sᵀ and dPᵀ committed as two groups,
+ *     Pᵀ's exponentials computed once Sᵀ is in (wait_group 1) while dPᵀ
+ *     runs, dV += Pᵀ·dO issued, dSᵀ computed once dPᵀ is in (wait_group 1
+ *     again) while dV runs, then dK += dSᵀ·Q.
  *   - DQ_BULK: warp 9 hands the staged fp32 dQ tile to the copy engine
  *     (dq_stage_issue) once the 256 consumer threads arrived on "dq full"
  *     (each after its share and its proxy fence), waits for the engine's
@@ -1866,7 +1895,7 @@ template <int D, int DQ> struct tma_bwd_layout {
     static constexpr int BARS = QD + (DQ == WGMMA_DQ_BULK ? BC * dq_stage_ld<D>() * 4 : 0);
     static constexpr size_t SMEM = 1024 + BARS + 64; /* 1024: the alignment's slack */
 };
-template <typename T, int D, int DQ>
+template <typename T, int D, int DQ, int SCHED>
 __global__ void __launch_bounds__(384, 1) dkv_wgmma_tma(spb_attn_desc d, const __grid_constant__ tma_bwd_maps maps,
                                                         const float *lse, const float *delta, float *dk, float *dv,
                                                         float *dq)
@@ -1951,28 +1980,53 @@ __global__ void __launch_bounds__(384, 1) dkv_wgmma_tma(spb_attn_desc d, const _
         float s[8][4], dp[8][4];
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-        spb_wgmma_fence();
-        for (int kc = 0; kc < D / 16; kc++) {
+        /* the k16 step kc of Sᵀ (or, with V and dO, dPᵀ): K-major rows of 128 bytes, 32 bytes a step */
+        auto rows_t = [&](float *acc, const unsigned char *A, const unsigned char *B, int kc) {
             const int half = kc / 4, col = 32 * (kc % 4);
-            spb_wgmma_m64n64_ss<FP16>(&s[0][0], spb_wgmma_desc_sw128(Ks + half * HALF_K + 8192 * wg + col, 16, 1024),
-                                      spb_wgmma_desc_sw128(Qc + half * HALF_Q + col, 16, 1024), kc > 0);
-            spb_wgmma_m64n64_ss<FP16>(&dp[0][0], spb_wgmma_desc_sw128(Vs + half * HALF_K + 8192 * wg + col, 16, 1024),
-                                      spb_wgmma_desc_sw128(dOc + half * HALF_Q + col, 16, 1024), kc > 0);
-        }
-        spb_wgmma_commit();
-        spb_wgmma_wait<0>();
+            spb_wgmma_m64n64_ss<FP16>(acc, spb_wgmma_desc_sw128(A + half * HALF_K + 8192 * wg + col, 16, 1024),
+                                      spb_wgmma_desc_sw128(B + half * HALF_Q + col, 16, 1024), kc > 0);
+        };
+        /* acc += A (registers) · M, M read MN-major: 16 queries (2048 bytes) per k16 step, D's boxes HALF_Q apart */
+        auto times_rows = [&](float *acc, const uint32_t (*a)[4], const unsigned char *M) {
+            for (int kk = 0; kk < 4; kk++)
+                spb_wgmma_m64nN_rs_mn<FP16, D>(acc, a[kk], spb_wgmma_desc_sw128(M + 2048 * kk, HALF_Q, 1024));
+        };
         const bool masked = !kin[1] || i0 + BC > d.q_len || (d.causal && d.q_offset + i0 < warp_first_k + 15);
-        pt_dst_of_keys(s, dp, d, i0, masked, kpos, kin, Ls + st * BC, Ds + st * BC, c, t); /* s: Pᵀ, dp: dSᵀ */
-        /* dV += Pᵀ·dO, dK += dSᵀ·Q: 16 queries (2048 bytes) per k16 step, D's boxes HALF_Q apart */
+        const float *Lc = Ls + st * BC, *Dc = Ds + st * BC;
         uint32_t ap[4][4], ads[4][4];
-        c_to_a<T>(ap, s);
-        c_to_a<T>(ads, dp);
         spb_wgmma_fence();
-        for (int kk = 0; kk < 4; kk++)
-            spb_wgmma_m64nN_rs_mn<FP16, D>(&dva[0][0], ap[kk], spb_wgmma_desc_sw128(dOc + 2048 * kk, HALF_Q, 1024));
-        for (int kk = 0; kk < 4; kk++)
-            spb_wgmma_m64nN_rs_mn<FP16, D>(&dka[0][0], ads[kk], spb_wgmma_desc_sw128(Qc + 2048 * kk, HALF_Q, 1024));
-        spb_wgmma_commit();
+        if (SCHED == 1) { /* one batch; then dV and dK as the other */
+            for (int kc = 0; kc < D / 16; kc++) rows_t(&s[0][0], Ks, Qc, kc), rows_t(&dp[0][0], Vs, dOc, kc);
+            spb_wgmma_commit();
+            spb_wgmma_wait<0>();
+            pt_dst_of_keys(s, dp, d, i0, masked, kpos, kin, Lc, Dc, c, t); /* s: Pᵀ, dp: dSᵀ */
+            c_to_a<T>(ap, s);
+            c_to_a<T>(ads, dp);
+            spb_wgmma_fence();
+            times_rows(&dva[0][0], ap, dOc);
+            times_rows(&dka[0][0], ads, Qc);
+            spb_wgmma_commit();
+        } else { /* Sᵀ, then dPᵀ; Pᵀ while dPᵀ runs, dSᵀ while dV += Pᵀ·dO runs */
+            for (int kc = 0; kc < D / 16; kc++) rows_t(&s[0][0], Ks, Qc, kc);
+            spb_wgmma_commit();
+            for (int kc = 0; kc < D / 16; kc++) rows_t(&dp[0][0], Vs, dOc, kc);
+            spb_wgmma_commit();
+            spb_wgmma_wait<1>(); /* Sᵀ */
+            if (masked)
+                pt_of_keys_body<true>(s, d, i0, kpos, kin, Lc, c, t);
+            else
+                pt_of_keys_body<false>(s, d, i0, kpos, kin, Lc, c, t);
+            c_to_a<T>(ap, s);
+            spb_wgmma_fence();
+            times_rows(&dva[0][0], ap, dOc);
+            spb_wgmma_commit();
+            spb_wgmma_wait<1>(); /* dPᵀ */
+            dst_of_keys(s, dp, Dc, t);
+            c_to_a<T>(ads, dp);
+            spb_wgmma_fence();
+            times_rows(&dka[0][0], ads, Qc);
+            spb_wgmma_commit();
+        }
         /* dS into its buffer as dkv_wgmma writes it (K-major, core matrices) */
         unsigned char *ds_col = dSb + (r / 8) * cm_stride<BC>() + 2 * g;
         for (int nt = 0; nt < 8; nt++)
@@ -2174,16 +2228,20 @@ extern "C" int spb_cuda_attention_set_bwd_dq_bulk(int on)
     return old;
 }
 /* The fused wgmma backward fed by a producer warp through the copy engine
- * and mbarriers (dkv_wgmma_tma): off unless a caller asks, and only where
- * spb_cuda_attention_wgmma_available (the tensor copies are sm_90's). */
-static bool fast_bwd_tma = false;
-extern "C" int spb_cuda_attention_set_bwd_tma(int on)
+ * and mbarriers (dkv_wgmma_tma): 0 (off, the default), 1 (the fused
+ * kernel's order of products) or 2 (Pᵀ and dSᵀ computed while products
+ * run); only where spb_cuda_attention_wgmma_available (the tensor copies
+ * are sm_90's). */
+static int fast_bwd_tma = 0;
+extern "C" int spb_cuda_attention_set_bwd_tma(int schedule)
 {
-    if (on && !spb_cuda_attention_wgmma_available())
+    if (schedule < 0 || schedule > 2)
+        SPB_DIE("CUDA attention: TMA backward schedule %d (0 off, 1 plain, 2 overlapped)", schedule);
+    if (schedule && !spb_cuda_attention_wgmma_available())
         SPB_DIE("CUDA attention: the TMA backward needs a GPU of compute capability 9.0 (H100/H200) and a build "
                 "with sm_90a code; this one has neither or not both");
     int old = fast_bwd_tma;
-    fast_bwd_tma = on != 0;
+    fast_bwd_tma = schedule;
     return old;
 }
 /* why the backward's switches cannot be launched together, or NULL */
@@ -2526,13 +2584,13 @@ static void bwd_wgmma_fused_launch(const spb_attn_desc *d, const spb_bf16 *q, co
 /* Shared memory (tma_bwd_layout): K and V of 128 keys, two stages of Q,
  * dO and their statistics, two buffers of dS; DQ_BULK: the tile's dQ in
  * fp32 (at head dim 128: 163 KB, with the bulk dQ 197 KB). */
-template <typename T, int D, int DQ>
+template <typename T, int D, int DQ, int SCHED>
 static void bwd_wgmma_tma_launch(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                                  const float *lse, const float *delta, const spb_bf16 *dout, float *dq, float *dk,
                                  float *dv, cudaStream_t s)
 {
     const size_t sm = tma_bwd_layout<D, DQ>::SMEM;
-    static const bool allowed = allow_smem(dkv_wgmma_tma<T, D, DQ>, sm);
+    static const bool allowed = allow_smem(dkv_wgmma_tma<T, D, DQ, SCHED>, sm);
     (void)allowed;
     tma_bwd_maps maps;
     const int fp16 = elem<T>::is_fp16;
@@ -2541,7 +2599,7 @@ static void bwd_wgmma_tma_launch(const spb_attn_desc *d, const spb_bf16 *q, cons
     head_rows_map(&maps.k, k, fp16, d, d->k_len, d->k_token_stride, d->k_batch_stride, 128);
     head_rows_map(&maps.v, v, fp16, d, d->k_len, d->k_token_stride, d->k_batch_stride, 128);
     dim3 grid((d->k_len + 127) / 128, d->heads, d->batch);
-    dkv_wgmma_tma<T, D, DQ><<<grid, 384, sm, s>>>(*d, maps, lse, delta, dk, dv, dq);
+    dkv_wgmma_tma<T, D, DQ, SCHED><<<grid, 384, sm, s>>>(*d, maps, lse, delta, dk, dv, dq);
 }
 template <typename T, int D>
 static void bwd_wgmma_fused_pick(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -2549,9 +2607,12 @@ static void bwd_wgmma_fused_pick(const spb_attn_desc *d, const spb_bf16 *q, cons
                                  float *dv, cudaStream_t s)
 {
     constexpr int R = WGMMA_DQ_REDUCE, B = WGMMA_DQ_BULK;
-    if (fast_bwd_tma)
-        fast_bwd_dq_bulk ? bwd_wgmma_tma_launch<T, D, B>(d, q, k, v, lse, delta, dout, dq, dk, dv, s)
-                         : bwd_wgmma_tma_launch<T, D, R>(d, q, k, v, lse, delta, dout, dq, dk, dv, s);
+    if (fast_bwd_tma == 1)
+        fast_bwd_dq_bulk ? bwd_wgmma_tma_launch<T, D, B, 1>(d, q, k, v, lse, delta, dout, dq, dk, dv, s)
+                         : bwd_wgmma_tma_launch<T, D, R, 1>(d, q, k, v, lse, delta, dout, dq, dk, dv, s);
+    else if (fast_bwd_tma == 2)
+        fast_bwd_dq_bulk ? bwd_wgmma_tma_launch<T, D, B, 2>(d, q, k, v, lse, delta, dout, dq, dk, dv, s)
+                         : bwd_wgmma_tma_launch<T, D, R, 2>(d, q, k, v, lse, delta, dout, dq, dk, dv, s);
     else
         fast_bwd_dq_bulk ? bwd_wgmma_fused_launch<T, D, B>(d, q, k, v, lse, delta, dout, dq, dk, dv, s)
                          : bwd_wgmma_fused_launch<T, D, R>(d, q, k, v, lse, delta, dout, dq, dk, dv, s);

@@ -239,15 +239,18 @@ int spb_cuda_attention_set_bwd_exchange(int on);
  * backward dies if it is on without the exchange switch or the wgmma
  * backward with the fused dQ.  Returns the previous setting. */
 int spb_cuda_attention_set_bwd_dq_bulk(int on);
-/* The fused wgmma backward as FlashAttention-3 feeds it (on != 0): a
- * producer warp copies K and V once and Q and dO per tile by the copy
- * engine (TMA, 128-byte-swizzled tiles) through mbarriers into two stages,
- * and two consumer warpgroups only compute, meeting once per tile at a
- * named barrier; with set_bwd_dq_bulk a second producer warp hands dQ to
- * the copy engine.  Dies unless spb_cuda_attention_wgmma_available; the
- * backward dies if it is on without the wgmma backward and the fused dQ
- * (which hold 128-row blocks).  Returns the previous setting. */
-int spb_cuda_attention_set_bwd_tma(int on);
+/* The fused wgmma backward as FlashAttention-3 feeds it: a producer warp
+ * copies K and V once and Q and dO per tile by the copy engine (TMA,
+ * 128-byte-swizzled tiles) through mbarriers into two stages, and two
+ * consumer warpgroups only compute, meeting once per tile at a named
+ * barrier; with set_bwd_dq_bulk a second producer warp hands dQ to the
+ * copy engine.  schedule: 0 off, 1 the fused kernel's order of products,
+ * 2 FlashAttention-3's overlap of the exponentials and dS with the
+ * products inside a warpgroup.  Dies unless
+ * spb_cuda_attention_wgmma_available; the backward dies if it is on
+ * without the wgmma backward and the fused dQ (which hold 128-row blocks).
+ * Returns the previous setting. */
+int spb_cuda_attention_set_bwd_tma(int schedule);
 /* What the CUDA runtime says of a kernel's residency on one SM. */
 typedef struct {
     int blocks_per_sm, warps_per_sm, registers; /* registers per thread */

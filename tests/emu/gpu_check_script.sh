@@ -64,6 +64,7 @@ require_row timings.csv 'flash fwd (wgmma, TMA, ping-pong, 128 keys)' "ping-pong
 require_row timings.csv 'flash bwd (wgmma, fused, bulk dQ)' "fused wgmma backward row"
 require_row timings.csv 'flash bwd (wgmma, TMA, fused dQ)' "TMA backward row"
 require_row timings.csv 'flash bwd (wgmma, TMA, fused, bulk dQ)' "TMA backward row with the bulk dQ"
+require_row timings.csv 'flash bwd (wgmma, TMA, overlapped, bulk dQ)' "overlapped TMA backward row"
 require_row layer_timings.csv ',ring-zigzag,fwd+bwd,' "ring-zigzag row"
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
 # the torch companion (torch on the CPU at the smoke shape) where python3 has
@@ -87,9 +88,9 @@ grep -q "timings at the smoke shape" "$out.log" || { echo "FAIL: the smoke shape
 grep -q "target (issue 6)" "$out.log" && { echo "FAIL: a target verdict printed for smoke timings"; fail=1; }
 grep -q "done: " "$out.log" || { echo "FAIL: the script did not reach its end"; fail=1; }
 # --profile (what Nsight Compute runs over): every flash variant's passes and
-# nothing else, each call named; 29 here (17 forwards, 12 backwards; no cuDNN)
+# nothing else, each call named; 31 here (17 forwards, 14 backwards; no cuDNN)
 prof=$("$build/spbench-gpu-check" --profile --smoke --tokens 64 2>&1)
-if ! grep -q "^profile: 29 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 29 ]; then
+if ! grep -q "^profile: 31 calls$" <<<"$prof" || [ "$(grep -c '^profile call ' <<<"$prof")" != 31 ]; then
     echo "FAIL: spbench-gpu-check --profile:"; echo "$prof" | tail -12; fail=1
 fi
 [ "$fail" = 0 ] && echo "gpu-check dress rehearsal on the emulation: PASS"
