@@ -2,10 +2,11 @@
  * timings at the paper's 7B shape (docs/GPU.md).
  *
  *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke] [--no-wgmma]
- *                     [--profile] [--part K/N]
+ *                     [--profile] [--part K[-L]/N]
  *
  * --part K/N: the K-th of N shares of the checks (every N-th unit), for N
- * processes side by side; the timings, if run, are all of them.
+ * processes side by side; K-L/N: shares K to L (unequal processes: one
+ * that has more to do besides); the timings, if run, are all of them.
  * --profile: no checks and no timings; each flash variant's forward and
  * backward and cuDNN's once, causal, at the first --tokens, each call
  * named on stdout in order (for Nsight Compute: experiments/gpu-check).
@@ -99,11 +100,12 @@ static int failures, checks_run;
  * few cores, each process on one).  The switches between units run in
  * every part.  A unit opened inside a unit this part runs is part of it:
  * every part counts the same units whatever it skips. */
-static int part_index = 0, part_count = 1, part_units = 0, part_depth = 0;
+static int part_index = 0, part_last = 0, part_count = 1, part_units = 0, part_depth = 0;
 struct check_unit {
     const bool taken;
-    check_unit() : taken(part_depth > 0 || part_units++ % part_count == part_index) { part_depth++; }
+    check_unit() : taken(part_depth > 0 || in_part(part_units++ % part_count)) { part_depth++; }
     ~check_unit() { part_depth--; }
+    static bool in_part(int share) { return share >= part_index && share <= part_last; }
 };
 
 static void report(const char *kernel, spb_cuda_impl impl, const char *shape, double err, double tol)
@@ -1052,7 +1054,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke] "
-                    "[--no-wgmma] [--profile] [--part K/N]\n");
+                    "[--no-wgmma] [--profile] [--part K[-L]/N]\n");
 }
 
 int main(int argc, char **argv)
@@ -1073,12 +1075,17 @@ int main(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(argv[i], "--part") && i + 1 < argc) {
             char end = 0;
-            if (sscanf(argv[++i], "%d/%d%c", &part_index, &part_count, &end) != 2 || part_count < 1 ||
-                part_index < 1 || part_index > part_count) {
-                fprintf(stderr, "spbench-gpu-check: --part wants K/N with 1 <= K <= N, not %s\n", argv[i]);
+            const char *a = argv[++i];
+            int n = sscanf(a, "%d-%d/%d%c", &part_index, &part_last, &part_count, &end);
+            if (n != 3) {
+                n = sscanf(a, "%d/%d%c", &part_index, &part_count, &end) == 2 ? 3 : 0;
+                part_last = part_index;
+            }
+            if (n != 3 || part_count < 1 || part_index < 1 || part_index > part_last || part_last > part_count) {
+                fprintf(stderr, "spbench-gpu-check: --part wants K/N or K-L/N with 1 <= K <= L <= N, not %s\n", a);
                 return usage(), 2;
             }
-            part_index--;
+            part_index--, part_last--;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
@@ -1237,8 +1244,15 @@ int main(int argc, char **argv)
                no_wgmma ? "--no-wgmma" : "no wgmma here (compute capability 9.0 and an sm_90a build)");
     }
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
-    if (part_count > 1) printf("\npart %d/%d of the checks (%d of %d units)", part_index + 1, part_count,
-                               (part_units - part_index + part_count - 1) / part_count, part_units);
+    if (part_count > 1) {
+        int mine = 0;
+        for (int u = 0; u < part_units; u++) mine += check_unit::in_part(u % part_count);
+        if (part_last > part_index)
+            printf("\npart %d-%d/%d of the checks (%d of %d units)", part_index + 1, part_last + 1, part_count, mine,
+                   part_units);
+        else
+            printf("\npart %d/%d of the checks (%d of %d units)", part_index + 1, part_count, mine, part_units);
+    }
     printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
     const spb_mem_stats *ms = spb_cuda_mem_stats();
     printf("device memory: peak %.1f MiB, now %.1f MiB (tracked)\n", ms->peak_total / 1048576.0,

@@ -6,8 +6,8 @@
 # as their GPU, so that the first GPU run cannot lose its time to the
 # script.  The strategy runs are emu_gpu_strategies' (left out here).
 #   gpu_check_script.sh BUILD OUT [experiments/gpu-check ARGS...]
-# (emu_gpu_check passes --part 1/2: emu_gpu_check_part2 runs the other half
-# of spbench-gpu-check's checks beside it.)
+# (emu_gpu_check passes --part 1-2/5: emu_gpu_check_part2 runs the other
+# shares of spbench-gpu-check's checks beside it.)
 set -uo pipefail
 build=${1:?usage: gpu_check_script.sh BUILD OUT}
 out=${2:?usage: gpu_check_script.sh BUILD OUT}
