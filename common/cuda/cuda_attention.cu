@@ -528,8 +528,21 @@ __device__ __forceinline__ void ds_of_rows(float s[8][4], const float dp[8][4], 
         ds_of_rows_body<false>(s, dp, d, j0, qpos, L2, Dl, c, t);
 }
 
-/* dK/dV, transposed (rows: keys kpos; columns: queries i0..): s becomes Pᵀ
- * and dp becomes dSᵀ; Lc, Dc: the query tile's lse (log2) and D */
+/* dK/dV, transposed (rows: keys kpos; columns: queries i0..): element e of
+ * n-tile nt of Pᵀ from its score s (MASKED: zero outside the keys, the
+ * queries and the causal triangle); Lc: the query tile's lse (log2) */
+template <bool MASKED>
+__device__ __forceinline__ float pt_of_key(float s, const spb_attn_desc &d, int i0, const long kpos[2],
+                                           const bool kin[2], const float *Lc, float c, int col, int x)
+{
+    float p = spb_ex2(fmaf(s, c, -Lc[col]));
+    if (MASKED) {
+        int i = i0 + col;
+        if (!(kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i))) p = 0.0f;
+    }
+    return p;
+}
+/* s becomes Pᵀ and dp (dPᵀ) becomes dSᵀ, in one pass; Dc: the tile's D */
 template <bool MASKED>
 __device__ __forceinline__ void pt_dst_of_keys_body(float s[8][4], float dp[8][4], const spb_attn_desc &d, int i0,
                                                     const long kpos[2], const bool kin[2], const float *Lc,
@@ -537,12 +550,8 @@ __device__ __forceinline__ void pt_dst_of_keys_body(float s[8][4], float dp[8][4
 {
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 4; e++) {
-            int col = nt * 8 + 2 * t + (e & 1), x = e >> 1;
-            float p = spb_ex2(fmaf(s[nt][e], c, -Lc[col]));
-            if (MASKED) {
-                int i = i0 + col;
-                if (!(kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i))) p = 0.0f;
-            }
+            int col = nt * 8 + 2 * t + (e & 1);
+            float p = pt_of_key<MASKED>(s[nt][e], d, i0, kpos, kin, Lc, c, col, e >> 1);
             s[nt][e] = p;
             dp[nt][e] = p * (dp[nt][e] - Dc[col]);
         }
@@ -557,22 +566,15 @@ __device__ __forceinline__ void pt_dst_of_keys(float s[8][4], float dp[8][4], co
         pt_dst_of_keys_body<false>(s, dp, d, i0, kpos, kin, Lc, Dc, c, t);
 }
 
-/* pt_dst_of_keys in two steps, for a schedule that computes Pᵀ while the
- * dPᵀ product runs: s becomes Pᵀ (MASKED as above), then dp becomes dSᵀ */
+/* the same in two passes, for a schedule that computes Pᵀ while the dPᵀ
+ * product runs: s becomes Pᵀ, then (dst_of_keys) dp becomes dSᵀ */
 template <bool MASKED>
 __device__ __forceinline__ void pt_of_keys_body(float s[8][4], const spb_attn_desc &d, int i0, const long kpos[2],
                                                 const bool kin[2], const float *Lc, float c, int t)
 {
     for (int nt = 0; nt < 8; nt++)
-        for (int e = 0; e < 4; e++) {
-            int col = nt * 8 + 2 * t + (e & 1), x = e >> 1;
-            float p = spb_ex2(fmaf(s[nt][e], c, -Lc[col]));
-            if (MASKED) {
-                int i = i0 + col;
-                if (!(kin[x] && i < d.q_len && (!d.causal || kpos[x] <= d.q_offset + i))) p = 0.0f;
-            }
-            s[nt][e] = p;
-        }
+        for (int e = 0; e < 4; e++)
+            s[nt][e] = pt_of_key<MASKED>(s[nt][e], d, i0, kpos, kin, Lc, c, nt * 8 + 2 * t + (e & 1), e >> 1);
 }
 __device__ __forceinline__ void dst_of_keys(const float pt[8][4], float dp[8][4], const float *Dc, int t)
 {

@@ -183,7 +183,7 @@ struct scell {
     uint32_t async_reads; /* wgmma reads of it issued and not yet waited for */
     int32_t async_reader; /* the last one's thread (its warpgroup's first) */
     uint32_t async_pc;
-    /* the barrier clocks' view (block_clocks): the writer's clock at the
+    /* the barrier clocks' view (clocks_*): the writer's clock at the
      * write (0: none known), and the reads since the write or since a read
      * that came after all others: up to 4 (thread, clock), else in
      * many_reads; reads_unknown: one of them came before the clocks began */
