@@ -42,7 +42,15 @@ elseif(SPB_MPI STREQUAL "AUTO")
   endif()
 endif()
 if(SPB_MPI_KIND STREQUAL "shm")
-  add_library(MPI::MPI_C ALIAS spb_shm_mpi)
+  if(TARGET MPI::MPI_C)
+    # AUTO without a system MPI: FindMPI's failed try leaves its imported
+    # target behind, so no alias of that name; point the target at the shm MPI.
+    set_target_properties(MPI::MPI_C PROPERTIES INTERFACE_LINK_LIBRARIES spb_shm_mpi INTERFACE_INCLUDE_DIRECTORIES ""
+                                                INTERFACE_COMPILE_OPTIONS "" INTERFACE_COMPILE_DEFINITIONS ""
+                                                INTERFACE_LINK_OPTIONS "")
+  else()
+    add_library(MPI::MPI_C ALIAS spb_shm_mpi)
+  endif()
   # Normal variables: they hide what an earlier SYSTEM configure cached.
   set(MPIEXEC_EXECUTABLE ${CMAKE_BINARY_DIR}/spbrun)
   set(MPIEXEC_PREFLAGS "")
