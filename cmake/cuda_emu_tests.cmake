@@ -43,15 +43,17 @@ if(SPB_EMU_RACECHECK)
   # layer and the GPT step; the script's timing code would run the same
   # kernels again at larger shapes, for minutes.
   add_test(NAME emu_gpu_kernels
-           COMMAND sh -c "$<TARGET_FILE:spbench-gpu-check> --check-only --part 1/2 &&
+           COMMAND sh -c "$<TARGET_FILE:spbench-gpu-check> --check-only --part 1/2 --out ${CMAKE_BINARY_DIR}/emu-part1 &&
                           $<TARGET_FILE:spbench-gpu-layer> --check-only"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   list(APPEND spb_emu_tests emu_gpu_kernels)
+  set(spb_emu_part1 emu_gpu_kernels ${CMAKE_BINARY_DIR}/emu-part1)
 else()
   add_test(NAME emu_gpu_check
            COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_script.sh ${CMAKE_BINARY_DIR}
                    ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-2/5)
   list(APPEND spb_emu_tests emu_gpu_check)
+  set(spb_emu_part1 emu_gpu_check ${CMAKE_BINARY_DIR}/emu-gpu-check)
 endif()
 if(SPB_EMU_RACECHECK)
   set(spb_emu_part2 2/2)
@@ -59,8 +61,17 @@ else()
   set(spb_emu_part2 3-5/5)
 endif()
 add_test(NAME emu_gpu_check_part2 COMMAND $<TARGET_FILE:spbench-gpu-check> --check-only --part ${spb_emu_part2}
+                                           --out ${CMAKE_BINARY_DIR}/emu-part2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 list(APPEND spb_emu_tests emu_gpu_check_part2)
+# ... and together they ran every check once (each part's part.csv and checks.csv)
+list(GET spb_emu_part1 0 spb_emu_part1_test)
+list(GET spb_emu_part1 1 spb_emu_part1_dir)
+add_test(NAME emu_gpu_check_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_parts.py
+                                          ${spb_emu_part1_dir} ${CMAKE_BINARY_DIR}/emu-part2)
+set_tests_properties(${spb_emu_part1_test} emu_gpu_check_part2 PROPERTIES FIXTURES_SETUP emu_check_parts)
+set_tests_properties(emu_gpu_check_parts PROPERTIES FIXTURES_REQUIRED emu_check_parts)
+list(APPEND spb_emu_tests emu_gpu_check_parts)
 # --flash-fwd wgmma: runs on the emulated 9.0 device, refused on an emulated 8.0 one
 add_test(NAME emu_wgmma_refused COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/wgmma_refused.sh $<TARGET_FILE:spbench>
                                         ${MPIEXEC_EXECUTABLE})

@@ -13,3 +13,9 @@ if(Python3_Interpreter_FOUND AND BUILD_TESTING)
   set_tests_properties(runner_sweep_parser runner_sweeps runner_render
                        PROPERTIES ENVIRONMENT "${SPB_RUNNER_ENV}" TIMEOUT 600 LABELS runner)
 endif()
+# The check that the emulated GPU check's parts ran every check once
+# (tests/emu/gpu_check_parts.py, cmake/cuda_emu_tests.cmake), on made-up parts.
+if(Python3_Interpreter_FOUND AND BUILD_TESTING)
+  add_test(NAME gpu_check_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/gpu_check_parts_test.py)
+  set_tests_properties(gpu_check_parts PROPERTIES TIMEOUT 60)
+endif()

@@ -7,6 +7,10 @@
  * --part K/N: the K-th of N shares of the checks (every N-th unit), for N
  * processes side by side; K-L/N: shares K to L (unequal processes: one
  * that has more to do besides); the timings, if run, are all of them.
+ * With --out, a part also writes part.csv (its shares, the units counted
+ * and run, its checks), which tests/emu/gpu_check_parts.py holds against
+ * the other parts' to show that together they ran every check once.
+ * --check-only: no timings; checks.csv only if --out is given.
  * --profile: no checks and no timings; each flash variant's forward and
  * backward and cuDNN's once, causal, at the first --tokens, each call
  * named on stdout in order (for Nsight Compute: experiments/gpu-check).
@@ -179,8 +183,11 @@ static void check_gemm(spb_cuda_gemm *g, spb_cuda_impl impl)
         spb_cuda_matmul_backward(g, gdx, gdW, gdb, ddy, dxb, dWb, rows, in, outf, acc, impl, 0);
         check(acc ? "matmul bwd dinp (+=)" : "matmul bwd dinp (=)", impl, shape, host_bf16(gdx, (long)rows * in), rdx,
               (acc ? 2 : 1) * spb_tol_bf16_sum(outf));
-        check("matmul bwd dW (+=, fp32)", impl, shape, host_f32(gdW, (long)outf * in), rdW, spb_tol_f32_sum(rows));
-        check("matmul bwd db (+=, fp32)", impl, shape, host_f32(gdb, outf), rdb, spb_tol_f32_sum(rows));
+        /* dW and db accumulate in both passes: the shape names the pass */
+        char pass[96];
+        snprintf(pass, sizeof pass, "%s, dinp %s", shape, acc ? "+=" : "=");
+        check("matmul bwd dW (+=, fp32)", impl, pass, host_f32(gdW, (long)outf * in), rdW, spb_tol_f32_sum(rows));
+        check("matmul bwd db (+=, fp32)", impl, pass, host_f32(gdb, outf), rdb, spb_tol_f32_sum(rows));
         spb_cuda_free(gdx), spb_cuda_free(gdW), spb_cuda_free(gdb);
     }
     /* fp32 reference product vs the CPU's sgemm (both fp32 end to end) */
@@ -1061,6 +1068,7 @@ int main(int argc, char **argv)
 {
     int check_only = 0, profile = 0, reps = 7;
     const char *out = "results/gpu";
+    bool out_given = false;
     std::vector<long> tokens = {4096, 8192, 16384, 32768};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--check-only"))
@@ -1072,7 +1080,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            out = argv[++i];
+            out = argv[++i], out_given = true;
         else if (!strcmp(argv[i], "--part") && i + 1 < argc) {
             char end = 0;
             const char *a = argv[++i];
@@ -1101,10 +1109,17 @@ int main(int argc, char **argv)
         run_attention_profile(tokens[0]);
         return 0;
     }
-    check_csv = check_only ? NULL
-                           : spb_csv_open(out, "checks.csv",
-                                          "gpu,driver,cuda_runtime,git_commit,kernel,impl,shape,max_rel_err,tolerance,result");
-    if (!check_only && !check_csv) fprintf(stderr, "cannot write %s/checks.csv\n", out);
+    const bool write_csv = !check_only || out_given;
+    check_csv = write_csv ? spb_csv_open(out, "checks.csv",
+                                         "gpu,driver,cuda_runtime,git_commit,kernel,impl,shape,max_rel_err,tolerance,result")
+                          : NULL;
+    if (write_csv && !check_csv) fprintf(stderr, "cannot write %s/checks.csv\n", out);
+    /* opened (and emptied of an earlier run's row) now, its row written once
+     * the checks are done: a part that dies leaves no row */
+    FILE *part_csv = part_count > 1 && check_csv
+                         ? spb_csv_open(out, "part.csv", "git_commit,first_share,last_share,shares,units,units_run,"
+                                                         "checks,failed")
+                         : NULL;
 
     spb_cuda_gemm *g = spb_cuda_gemm_create(32u << 20);
     printf("\n%-28s %-6s %-34s\n", "kernel", "impl", "shape");
@@ -1252,6 +1267,11 @@ int main(int argc, char **argv)
                    part_units);
         else
             printf("\npart %d/%d of the checks (%d of %d units)", part_index + 1, part_count, mine, part_units);
+        if (part_csv) {
+            fprintf(part_csv, "%s,%d,%d,%d,%d,%d,%d,%d\n", SPB_GIT_COMMIT, part_index + 1, part_last + 1, part_count,
+                    part_units, mine, checks_run, failures);
+            fclose(part_csv);
+        }
     }
     printf("\n%d checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
     const spb_mem_stats *ms = spb_cuda_mem_stats();
