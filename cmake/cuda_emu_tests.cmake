@@ -36,22 +36,25 @@ endif()
 # by two tests that ctest -j2 runs side by side; every check runs in one of
 # them.  emu_gpu_check also runs the rest of the script (the layer, the
 # timings' code, the core step: about 610 s), so it takes 2 of 5 shares of
-# the checks and emu_gpu_check_part2 the other 3 (halves: 1313 and 701 s on
-# the CI machine of 2026-12-02); the race-check build's halves are even.
+# the checks and emu_gpu_check_part2 the other 3 (1447 and 1258 s in a
+# fresh-clone CI of 2026-12-02, before --lean-fp16); the race-check build's
+# halves are even.  --lean-fp16: fp16 attention on one case per kernel (806
+# checks of the 1010 a GPU runs; gpu_check.cu says why that loses nothing).
 if(SPB_EMU_RACECHECK)
   # The race-check build (emu_race.cc) runs the checks of every kernel, the
   # layer and the GPT step; the script's timing code would run the same
   # kernels again at larger shapes, for minutes.
+  set(spb_part1_out ${CMAKE_BINARY_DIR}/emu-part1)
   add_test(NAME emu_gpu_kernels
-           COMMAND sh -c "$<TARGET_FILE:spbench-gpu-check> --check-only --part 1/2 --out ${CMAKE_BINARY_DIR}/emu-part1 &&
+           COMMAND sh -c "$<TARGET_FILE:spbench-gpu-check> --check-only --part 1/2 --lean-fp16 --out ${spb_part1_out} &&
                           $<TARGET_FILE:spbench-gpu-layer> --check-only"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   list(APPEND spb_emu_tests emu_gpu_kernels)
-  set(spb_emu_part1 emu_gpu_kernels ${CMAKE_BINARY_DIR}/emu-part1)
+  set(spb_emu_part1 emu_gpu_kernels ${spb_part1_out})
 else()
   add_test(NAME emu_gpu_check
            COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_script.sh ${CMAKE_BINARY_DIR}
-                   ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-2/5)
+                   ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-2/5 --lean-fp16)
   list(APPEND spb_emu_tests emu_gpu_check)
   set(spb_emu_part1 emu_gpu_check ${CMAKE_BINARY_DIR}/emu-gpu-check)
 endif()
@@ -61,7 +64,7 @@ else()
   set(spb_emu_part2 3-5/5)
 endif()
 add_test(NAME emu_gpu_check_part2 COMMAND $<TARGET_FILE:spbench-gpu-check> --check-only --part ${spb_emu_part2}
-                                           --out ${CMAKE_BINARY_DIR}/emu-part2
+                                           --lean-fp16 --out ${CMAKE_BINARY_DIR}/emu-part2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 list(APPEND spb_emu_tests emu_gpu_check_part2)
 # ... and together they ran every check once (each part's part.csv and checks.csv)
