@@ -35,11 +35,13 @@ endif()
 # The emulator runs on one core, so spbench-gpu-check's checks are shared
 # by two tests that ctest -j2 runs side by side; every check runs in one of
 # them.  emu_gpu_check also runs the rest of the script (the layer, the
-# timings' code, the core step: about 610 s), so it takes 2 of 5 shares of
-# the checks and emu_gpu_check_part2 the other 3 (1447 and 1258 s in a
-# fresh-clone CI of 2026-12-02, before --lean-fp16); the race-check build's
-# halves are even.  --lean-fp16: fp16 attention on one case per kernel (806
-# checks of the 1010 a GPU runs; gpu_check.cu says why that loses nothing).
+# timings' code, the core step: about 610 s), so it takes 3 of 8 shares of
+# the checks and emu_gpu_check_part2 the other 5, then emu_gpu_strategies
+# (with 2 of 5 shares: 1249 s against 825 + 271 s in a fresh-clone CI of
+# 2026-12-02; 3/8 evens them by the checks' mean cost); the race-check
+# build's halves are even.  --lean-fp16: fp16 attention on one case per
+# kernel (811 checks of the 1015 a GPU runs; gpu_check.cu says why that
+# loses nothing).
 if(SPB_EMU_RACECHECK)
   # The race-check build (emu_race.cc) runs the checks of every kernel, the
   # layer and the GPT step; the script's timing code would run the same
@@ -54,14 +56,14 @@ if(SPB_EMU_RACECHECK)
 else()
   add_test(NAME emu_gpu_check
            COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_script.sh ${CMAKE_BINARY_DIR}
-                   ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-2/5 --lean-fp16)
+                   ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-3/8 --lean-fp16)
   list(APPEND spb_emu_tests emu_gpu_check)
   set(spb_emu_part1 emu_gpu_check ${CMAKE_BINARY_DIR}/emu-gpu-check)
 endif()
 if(SPB_EMU_RACECHECK)
   set(spb_emu_part2 2/2)
 else()
-  set(spb_emu_part2 3-5/5)
+  set(spb_emu_part2 4-8/8)
 endif()
 add_test(NAME emu_gpu_check_part2 COMMAND $<TARGET_FILE:spbench-gpu-check> --check-only --part ${spb_emu_part2}
                                            --lean-fp16 --out ${CMAKE_BINARY_DIR}/emu-part2

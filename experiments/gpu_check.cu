@@ -106,12 +106,19 @@ static int failures, checks_run;
  * few cores, each process on one).  The switches between units run in
  * every part.  A unit opened inside a unit this part runs is part of it:
  * every part counts the same units whatever it skips. */
-static int part_index = 0, part_last = 0, part_count = 1, part_units = 0, part_depth = 0;
+static int part_index = 0, part_last = 0, part_count = 1, part_depth = 0;
+static int part_units = 0, part_units_run = 0; /* units counted, and of them run here (outermost only) */
 struct check_unit {
     const bool taken;
-    check_unit() : taken(part_depth > 0 || in_part(part_units++ % part_count)) { part_depth++; }
+    check_unit() : taken(part_depth > 0 || take_next()) { part_depth++; }
     ~check_unit() { part_depth--; }
-    static bool in_part(int share) { return share >= part_index && share <= part_last; }
+    static bool take_next()
+    {
+        const int share = part_units++ % part_count;
+        const bool mine = share >= part_index && share <= part_last;
+        part_units_run += mine;
+        return mine;
+    }
 };
 
 static void report(const char *kernel, spb_cuda_impl impl, const char *shape, double err, double tol)
@@ -487,8 +494,9 @@ struct attn_case {
     int len, causal;
     long qoff, koff;
 };
+#define RING_BLOCK_Q_AFTER_K "ring block q>k"
 #define ATTN_SHARED_CASES                                                                                              \
-    {"self causal", 200, 1, 0, 0}, {"self full", 200, 0, 0, 0}, { "ring block q>k", 192, 1, 256, 128 }
+    {"self causal", 200, 1, 0, 0}, {"self full", 200, 0, 0, 0}, { RING_BLOCK_Q_AFTER_K, 192, 1, 256, 128 }
 
 /* --no-wgmma; else the Hopper kernels where the GPU and build run them */
 static bool no_wgmma = false;
@@ -499,6 +507,13 @@ static bool use_wgmma(void) { return !no_wgmma && spb_cuda_attention_wgmma_avail
  * and the cases' masks and offsets are the same code in both types.  For
  * the emulated device, where each case costs seconds; a GPU runs them all. */
 static bool lean_fp16 = false;
+static attn_case lean_fp16_case(const std::vector<attn_case> &cases)
+{
+    for (const attn_case &c : cases)
+        if (!strcmp(c.name, RING_BLOCK_Q_AFTER_K)) return c;
+    fprintf(stderr, "%s:%d: --lean-fp16: no case named \"%s\"\n", __FILE__, __LINE__, RING_BLOCK_Q_AFTER_K);
+    exit(2);
+}
 
 /* Attention on a fused QKV buffer [B][T][3][H][D] (the core's layout), O and
  * dO [B][T][H][D]; dQKV fp32 in the fused layout, accumulated onto random
@@ -513,7 +528,7 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
 {
     std::vector<attn_case> cases = {ATTN_SHARED_CASES, {"ring block rows w/o keys", 160, 1, 0, 100}};
     if (split_diagonal) cases.push_back({"diagonal at row 16", 160, 1, 0, 16});
-    if (fp16 && lean_fp16) cases = {cases[2]}; /* ring block q>k */
+    if (fp16 && lean_fp16) cases = {lean_fp16_case(cases)};
     const int B = 2, H = 3;
     for (const attn_case &c : cases) {
         const check_unit unit;
@@ -1272,8 +1287,7 @@ int main(int argc, char **argv)
     }
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     if (part_count > 1) {
-        int mine = 0;
-        for (int u = 0; u < part_units; u++) mine += check_unit::in_part(u % part_count);
+        const int mine = part_units_run;
         if (part_last > part_index)
             printf("\npart %d-%d/%d of the checks (%d of %d units)", part_index + 1, part_last + 1, part_count, mine,
                    part_units);
