@@ -2,7 +2,9 @@
  * skip the fp32 frames, and how ops.h's products map onto one gemm. */
 #include "bf16_direct.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bf16_frame.h"
@@ -23,7 +25,8 @@ static const struct {
 } kind_names[] = {{"products", SPB_DIRECT_PRODUCTS}, {"attention", SPB_DIRECT_ATTENTION},
                   {"gelu", SPB_DIRECT_GELU},         {"layernorm", SPB_DIRECT_LAYERNORM},
                   {"residual", SPB_DIRECT_RESIDUAL}, {"cross-entropy", SPB_DIRECT_CROSS_ENTROPY},
-                  {"memory", SPB_DIRECT_MEMORY},     {"optimizer", SPB_DIRECT_OPTIMIZER}};
+                  {"memory", SPB_DIRECT_MEMORY},     {"optimizer", SPB_DIRECT_OPTIMIZER},
+                  {"embedding", SPB_DIRECT_EMBEDDING}};
 
 int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen)
 {
@@ -42,7 +45,7 @@ int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen)
         if (!found) {
             snprintf(err, errlen,
                      "unknown kind '%.*s' in --bf16-direct (all, none, or a list of products, attention, gelu, "
-                     "layernorm, residual, cross-entropy, memory, optimizer)",
+                     "layernorm, residual, cross-entropy, memory, optimizer, embedding)",
                      (int)len, p);
             return -1;
         }
@@ -373,6 +376,117 @@ int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int 
     const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_backward (targets)");
     in_use->softmax_xent_backward(stored(&op), tg, rows, V, scale);
     counts.rowwise_direct++;
+    return 1;
+}
+
+/* --- embedding ----------------------------------------------------------------------- */
+
+/* The tokens (int32 storage) in host memory, and *reach: one past the
+ * largest, or 0 when one is negative (the frames then run the call). */
+static int *tokens_on_host(const int *tokens, int rows, long *reach)
+{
+    int *t = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)rows));
+    spb_handles_storage()->to_host(t, tokens, sizeof(int) * (size_t)rows);
+    long top = -1;
+    int negative = 0;
+    for (int r = 0; r < rows; r++) {
+        negative |= t[r] < 0;
+        top = t[r] > top ? t[r] : top;
+    }
+    *reach = negative ? 0 : top + 1;
+    return t;
+}
+
+/* One past the largest position the rows reach (rows r < T), or 0 when
+ * one is out of int's range. */
+static long positions_reach(const long *positions, int rows, int T)
+{
+    long top = -1;
+    for (int r = 0; r < rows && r < T; r++) {
+        if (positions[r] < 0 || positions[r] >= INT_MAX) return 0;
+        top = positions[r] > top ? positions[r] : top;
+    }
+    return top + 1;
+}
+
+int spb_bf16_direct_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                                      const long *positions, int rows, int T, int C)
+{
+    operand o, e, p;
+    long tok_reach = 0, pos_reach = 0;
+    int ok = DIRECT(SPB_DIRECT_EMBEDDING) && rows > 0 && T > 0 && C > 0;
+    if (ok) {
+        free(tokens_on_host(tokens, rows, &tok_reach));
+        pos_reach = positions_reach(positions, rows, T);
+    }
+    ok = ok && tok_reach > 0 && pos_reach > 0 && output_operand(out, (long)rows * C, &o) &&
+         bf16_operand(wte, tok_reach * C, &e) && bf16_operand(wpe, pos_reach * C, &p) && !overlap(&o, &e) &&
+         !overlap(&o, &p);
+    if (!ok) {
+        counts.embedding_frames++;
+        return 0;
+    }
+    in_use->embedding_forward(stored(&o), tokens, storage(&e), storage(&p), positions, rows, T, C);
+    counts.embedding_direct++;
+    return 1;
+}
+
+spb_row_groups spb_row_groups_of(const int *key, int rows, long reach)
+{
+    spb_row_groups g = {0, NULL, NULL, NULL};
+    int *first = SPB_CHECK_PTR(calloc((size_t)reach + 1, sizeof(int)));
+    for (int r = 0; r < rows; r++) first[key[r] + 1]++;
+    g.keys = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)rows));
+    g.starts = SPB_CHECK_PTR(malloc(sizeof(int) * ((size_t)rows + 1)));
+    g.order = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)rows));
+    for (long k = 0; k < reach; k++) {
+        if (first[k + 1]) g.keys[g.groups] = (int)k, g.starts[g.groups++] = first[k];
+        first[k + 1] += first[k]; /* first[k]: where key k's rows begin */
+    }
+    g.starts[g.groups] = rows;
+    for (int r = 0; r < rows; r++) g.order[first[key[r]]++] = r;
+    free(first);
+    return g;
+}
+
+void spb_row_groups_free(spb_row_groups *g)
+{
+    free(g->keys), free(g->starts), free(g->order);
+    *g = (spb_row_groups){0, NULL, NULL, NULL};
+}
+
+static void add_rows(const operand *table, const operand *dout, int C, const int *key, int rows, long reach)
+{
+    spb_row_groups g = spb_row_groups_of(key, rows, reach);
+    in_use->embedding_backward_rows(stored(table), stored(dout), C, g.groups, g.keys, g.starts, g.order);
+    spb_row_groups_free(&g);
+}
+
+int spb_bf16_direct_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                                       const long *positions, int rows, int T, int C)
+{
+    operand ge, gp, go;
+    long tok_reach = 0, pos_reach = 0;
+    int *tok = NULL;
+    int ok = DIRECT(SPB_DIRECT_EMBEDDING) && rows > 0 && T > 0 && C > 0;
+    if (ok) {
+        tok = tokens_on_host(tokens, rows, &tok_reach);
+        pos_reach = positions_reach(positions, rows, T);
+    }
+    ok = ok && tok_reach > 0 && pos_reach > 0 && operand_of(dout, (long)rows * C, &go) &&
+         output_operand(dwte, tok_reach * C, &ge) && output_operand(dwpe, pos_reach * C, &gp) &&
+         !overlap(&ge, &gp) && !overlap(&ge, &go) && !overlap(&gp, &go);
+    if (!ok) {
+        free(tok);
+        counts.embedding_frames++;
+        return 0;
+    }
+    add_rows(&ge, &go, C, tok, rows, tok_reach);
+    int *pos = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)rows));
+    for (int r = 0; r < rows; r++) pos[r] = (int)positions[r % T];
+    add_rows(&gp, &go, C, pos, rows, pos_reach);
+    free(pos), free(tok);
+    counts.embedding_direct++;
     return 1;
 }
 

@@ -3,14 +3,14 @@
  * attention, GELU, LayerNorm, residual adds, the softmax cross-entropy,
  * fills, copies and AdamW computed straight from their
  * storage (bf16, or fp32 where a buffer is), with no fp32 frame around
- * them.  On the GPU that is what makes mixed precision fast: cuBLASLt
+ * them; and the embedding, whose frames would widen the whole token table
+ * (and its gradient) every step.  On the GPU that is what makes mixed precision fast: cuBLASLt
  * products on tensor cores (bf16 in, fp32 accumulate, rounded once), the
  * bf16 flash-attention and GELU kernels, and LayerNorm, residual and
  * cross-entropy kernels that read and write each operand in its own type
  * (common/cuda/cuda_bf16_direct.cu).  The frame path (bf16_ops.c: widen
  * every operand, run the fp32 table, round once) is the reference beside it
- * (--bf16-kernels reference), and still runs the embedding and bias rows
- * under fast.
+ * (--bf16-kernels reference), and still runs the bias rows under fast.
  *
  * Both paths compute the same thing: every output is computed in fp32 from
  * the stored operands and rounded once to its buffer's type, so they differ
@@ -80,6 +80,16 @@ typedef struct spb_bf16_direct {
      * from the fp32 logits; the probabilities rounded once.  Backward:
      * probs = scale (probs - onehot), rounded once. */
     double (*softmax_xent_forward)(spb_stored probs, const int *targets, int rows, int V);
+    /* ops.h's embedding on storage: out[r] = wte[tokens[r]] + wpe[positions[r % T]], the two 16-bit rows
+     * summed in fp32 and rounded once into out's type (tokens: int32 storage; positions: host memory). */
+    void (*embedding_forward)(spb_stored out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                              const long *positions, int rows, int T, int C);
+    /* Its backward, one table at a time: table row keys[g] (C wide) gets, in fp32 from its stored
+     * value, dout's rows order[starts[g]], ..., order[starts[g + 1] - 1] in that order, and is rounded
+     * once into its type: the frames' sums in the frames' order (row order), so bit for bit theirs.
+     * keys, starts (groups + 1 of them) and order: host memory. */
+    void (*embedding_backward_rows)(spb_stored table, spb_stored dout, int C, int groups, const int *keys,
+                                    const int *starts, const int *order);
     void (*softmax_xent_backward)(spb_stored probs, const int *targets, int rows, int V, float scale);
     /* attention.h's contracts on storage: q k v o dout bf16, lse fp32, o
      * rounded once; dq dk dv fp32 (the frame's copies), accumulated. */
@@ -111,10 +121,11 @@ enum {
     SPB_DIRECT_CROSS_ENTROPY = 1 << 5,
     SPB_DIRECT_MEMORY = 1 << 6,    /* fill, zero, copy, copy_rows */
     SPB_DIRECT_OPTIMIZER = 1 << 7, /* AdamW, sums of squares */
-    SPB_DIRECT_ALL = (1 << 8) - 1,
+    SPB_DIRECT_EMBEDDING = 1 << 8, /* the token and position tables, both ways */
+    SPB_DIRECT_ALL = (1 << 9) - 1,
 };
 /* "all", "none" or a comma-separated list of products, attention, gelu,
- * layernorm, residual, cross-entropy, memory, optimizer: the mask, or -1
+ * layernorm, residual, cross-entropy, memory, optimizer, embedding: the mask, or -1
  * with a message naming the unknown word. */
 int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen);
 void spb_bf16_direct_set_kinds(int mask);
@@ -153,6 +164,19 @@ int spb_bf16_direct_copy_rows(float *dst, long dst_stride, const float *src, lon
 int spb_bf16_direct_adamw(float *masters, float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                           float weight_decay, const spb_config *cfg, long step, double lr);
 int spb_bf16_direct_sum_squares(const float *x, long n, double *sum);
+/* The embedding (tokens: int32 storage, as the frames take them; positions: host memory). */
+int spb_bf16_direct_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                                      const long *positions, int rows, int T, int C);
+int spb_bf16_direct_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                                       const long *positions, int rows, int T, int C);
+/* The backward's grouping: rows by the table row key[r] (0 <= key < reach)
+ * they add into, each group in row order (a stable counting sort on the
+ * host): embedding_backward_rows' keys, starts and order. */
+typedef struct spb_row_groups {
+    int groups, *keys, *starts, *order;
+} spb_row_groups;
+spb_row_groups spb_row_groups_of(const int *key, int rows, long reach);
+void spb_row_groups_free(spb_row_groups *g);
 /* *loss: the forward's return value, when it ran direct. */
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss);
 int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale);
@@ -172,6 +196,7 @@ typedef struct spb_bf16_direct_counts {
     long rowwise_direct, rowwise_frames; /* GELU, LayerNorm, residual adds, cross-entropy */
     long memory_direct, memory_frames;   /* fill, zero, copy, copy_rows */
     long optimizer_direct, optimizer_frames; /* AdamW, sum of squares */
+    long embedding_direct, embedding_frames; /* forward, backward */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

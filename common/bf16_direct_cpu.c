@@ -176,6 +176,40 @@ static double cpu_sum_squares(spb_stored x, long n)
     return s;
 }
 
+static void cpu_embedding_forward(spb_stored out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                                  const long *positions, int rows, int T, int C)
+{
+    float *y = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)C));
+    for (int r = 0; r < rows; r++) {
+        const spb_bf16 *e = wte + (long)tokens[r] * C, *p = wpe + positions[r % T] * C;
+        for (int i = 0; i < C; i++) y[i] = half_to_float(e[i]) + half_to_float(p[i]);
+        spb_stored row = out;
+        row.p = (char *)out.p + (long)r * C * (out.type == SPB_DTYPE_HALF ? 2 : 4);
+        store_back(row, y, C);
+    }
+    free(y);
+}
+
+static void cpu_embedding_backward_rows(spb_stored table, spb_stored dout, int C, int groups, const int *keys,
+                                        const int *starts, const int *order)
+{
+    const long es_t = table.type == SPB_DTYPE_HALF ? 2 : 4, es_d = dout.type == SPB_DTYPE_HALF ? 2 : 4;
+    for (int g = 0; g < groups; g++) {
+        spb_stored row = table;
+        row.p = (char *)table.p + (long)keys[g] * C * es_t;
+        float *acc = widened_stored(row, C);
+        for (int k = starts[g]; k < starts[g + 1]; k++) {
+            spb_stored d = dout;
+            d.p = (char *)dout.p + (long)order[k] * C * es_d;
+            float *x = widened_stored(d, C);
+            for (int i = 0; i < C; i++) acc[i] += x[i];
+            free(x);
+        }
+        store_back(row, acc, C);
+        free(acc);
+    }
+}
+
 static double cpu_softmax_xent_forward(spb_stored probs, const int *targets, int rows, int V)
 {
     long n = (long)rows * V;
@@ -237,6 +271,8 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .sum_squares = cpu_sum_squares,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward_rows = cpu_embedding_backward_rows,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
 };

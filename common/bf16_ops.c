@@ -156,6 +156,7 @@ void spb_bf16_embedding_forward(float *out, const int *tokens, const float *wte,
                                 const long *positions, int rows, int T, int C)
 {
     const int *tok = spb_bf16_ints(tokens, rows, "embedding_forward (tokens)");
+    if (spb_bf16_direct_embedding_forward(out, tok, wte, wpe, positions, rows, T, C)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &out, (long)rows * C, "embedding_forward (out)");
     spb_frame_in(&f, &wte, rows_reached_ints(tok, rows) * C, "embedding_forward (wte)");
@@ -169,6 +170,7 @@ void spb_bf16_embedding_backward(float *dwte, float *dwpe, const float *dout, co
                                  const long *positions, int rows, int T, int C)
 {
     const int *tok = spb_bf16_ints(tokens, rows, "embedding_backward (tokens)");
+    if (spb_bf16_direct_embedding_backward(dwte, dwpe, dout, tok, positions, rows, T, C)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &dwte, rows_reached_ints(tok, rows) * C, "embedding_backward (dwte)");
     spb_frame_out(&f, &dwpe, rows_reached_positions(positions, rows, T) * C, "embedding_backward (dwpe)");

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <vector>
 
+#include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "cudnn_attention.h"
@@ -404,6 +405,72 @@ static void ref_adamw(float *p, const float *g, float *m, float *v, long n, floa
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
     }
 #endif
+}
+
+/* The direct table's embedding (bf16_direct.h; the core's --bf16-kernels
+ * fast): bf16 tables into an fp32 and a bf16 output, and the backward onto
+ * bf16 and fp32 gradients from an fp32 and a bf16 dout, the rows grouped
+ * as the dispatch groups them (tokens repeating, one position twice).  Its
+ * sums are the CPU's on the same values in the same order, rounded once:
+ * bit for bit, so the bound is 0. */
+static void check_direct_embedding()
+{
+    const check_unit unit;
+    if (!unit.taken) return;
+    const int B = 3, T = 40, rows = B * T, C = 264, V = 50, P = 17 + T;
+    spb_handles_set_half_format(SPB_HALF_BF16); /* the direct kernels' 16-bit format */
+    char shape[96];
+    auto named = [&](const char *what) { /* the shape, and the operands' types */
+        snprintf(shape, sizeof shape, "rows=%d C=%d, %s", rows, C, what);
+        return shape;
+    };
+    std::vector<int> tok(rows), pos_key(rows);
+    std::vector<long> pos(T);
+    for (int r = 0; r < rows; r++) tok[r] = (r * 37) % V;
+    for (int t = 0; t < T; t++) pos[t] = 17 + (t * 7) % T;
+    pos[T - 1] = pos[0];
+    for (int r = 0; r < rows; r++) pos_key[r] = (int)pos[r % T];
+    auto wte = randv((long)V * C, 1.0f, true), wpe = randv((long)P * C, 1.0f, true);
+    int *dtok = dev(tok);
+    spb_bf16 *dwte = dev_bf16(wte), *dwpe = dev_bf16(wpe);
+    const spb_bf16_direct *d = &spb_bf16_direct_cuda;
+    std::vector<float> ref((size_t)rows * C);
+    spb_embedding_forward(ref.data(), tok.data(), wte.data(), wpe.data(), pos.data(), rows, T, C);
+    float *out = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows * C);
+    spb_bf16 *outb = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2L * rows * C);
+    d->embedding_forward({out, SPB_DTYPE_F32}, dtok, dwte, dwpe, pos.data(), rows, T, C);
+    d->embedding_forward({outb, SPB_DTYPE_HALF}, dtok, dwte, dwpe, pos.data(), rows, T, C);
+    check("direct embedding fwd", SPB_CUDA_FAST, named("fp32 out"), host_f32(out, (long)rows * C), ref, 0.0);
+    rnd(ref);
+    check("direct embedding fwd", SPB_CUDA_FAST, named("bf16 out"), host_bf16(outb, (long)rows * C), ref, 0.0);
+    /* backward: dwte bf16 from an fp32 dout, then dwte fp32 from a bf16 one; dwpe bf16 both times */
+    auto dout = randv((long)rows * C, 1.0f, false), doutb = randv((long)rows * C, 1.0f, true);
+    auto gte = randv((long)V * C, 1.0f, true), gtef = randv((long)V * C, 1.0f, false);
+    auto gpe = randv((long)P * C, 1.0f, true);
+    auto rte = gte, rtef = gtef, rpe = gpe;
+    spb_embedding_backward(rte.data(), rpe.data(), dout.data(), tok.data(), pos.data(), rows, T, C);
+    rnd(rte), rnd(rpe);
+    spb_embedding_backward(rtef.data(), rpe.data(), doutb.data(), tok.data(), pos.data(), rows, T, C);
+    rnd(rpe);
+    float *ddout = dev(dout), *dgtef = dev(gtef);
+    spb_bf16 *ddoutb = dev_bf16(doutb), *dgte = dev_bf16(gte), *dgpe = dev_bf16(gpe);
+    spb_row_groups by_token = spb_row_groups_of(tok.data(), rows, V);
+    spb_row_groups by_pos = spb_row_groups_of(pos_key.data(), rows, P);
+    auto add_rows = [&](spb_stored table, spb_stored g, const spb_row_groups &k) {
+        d->embedding_backward_rows(table, g, C, k.groups, k.keys, k.starts, k.order);
+    };
+    add_rows({dgte, SPB_DTYPE_HALF}, {ddout, SPB_DTYPE_F32}, by_token);
+    add_rows({dgpe, SPB_DTYPE_HALF}, {ddout, SPB_DTYPE_F32}, by_pos);
+    add_rows({dgtef, SPB_DTYPE_F32}, {ddoutb, SPB_DTYPE_HALF}, by_token);
+    add_rows({dgpe, SPB_DTYPE_HALF}, {ddoutb, SPB_DTYPE_HALF}, by_pos);
+    check("direct embedding bwd dwte", SPB_CUDA_FAST, named("bf16 += fp32 dout"), host_bf16(dgte, (long)V * C), rte,
+          0.0);
+    check("direct embedding bwd dwte", SPB_CUDA_FAST, named("fp32 += bf16 dout"), host_f32(dgtef, (long)V * C), rtef,
+          0.0);
+    check("direct embedding bwd dwpe", SPB_CUDA_FAST, named("bf16 += both"), host_bf16(dgpe, (long)P * C), rpe, 0.0);
+    spb_row_groups_free(&by_token), spb_row_groups_free(&by_pos);
+    spb_cuda_free(dtok), spb_cuda_free(dwte), spb_cuda_free(dwpe), spb_cuda_free(out), spb_cuda_free(outb);
+    spb_cuda_free(ddout), spb_cuda_free(dgtef), spb_cuda_free(ddoutb), spb_cuda_free(dgte), spb_cuda_free(dgpe);
 }
 
 static void check_adamw(spb_cuda_impl impl)
@@ -1162,6 +1229,7 @@ int main(int argc, char **argv)
             check_attention(im, 128, fp16);
         }
     }
+    check_direct_embedding();
     /* FAST LayerNorm in row blocks (256 threads per row, C = 256·{4, 8, 16, 32};
      * C = 264 above takes the warp-per-row kernels) */
     check_layernorm(SPB_CUDA_FAST, 24, 1024, "rows=24 C=1024 row blocks");

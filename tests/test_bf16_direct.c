@@ -5,7 +5,9 @@
  *     (forward, backward in place and into its own buffer), LayerNorm and
  *     residual adds (bf16 and fp32 operands, in place), the softmax
  *     cross-entropy (bf16 and fp32 logits, and its loss), fills and copies
- *     across types, AdamW on the masters, sums of squares, and each
+ *     across types, AdamW on the masters, sums of squares, the embedding
+ *     (repeated tokens and positions, bf16 and fp32 outputs and gradients:
+ *     bit for bit the frames), and each
  *     attention call (fused QKV, Ulysses' shared saved buffer, a ring block
  *     with offsets, accumulated backward) against the frame path on the same
  *     data: within one bf16 ulp per element (the paths differ only in the
@@ -18,7 +20,7 @@
  *   - a direct table that loses the bias is caught by the same comparison;
  *   - training: every strategy with --bf16-kernels fast at head dim 64
  *     takes every product, attention, GELU, LayerNorm, residual,
- *     cross-entropy, AdamW and norm call direct (fills and copies too, but
+ *     cross-entropy, embedding, AdamW and norm call direct (fills and copies too, but
  *     ZeRO 1-2's parameter allgathers), and tracks fp32 and the reference
  *     path within test_bf16.c's bounds, through an update and a second
  *     step. */
@@ -113,14 +115,15 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     op(&a);
     spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
     ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct + ca.memory_direct +
-                         ca.optimizer_direct,
+                         ca.optimizer_direct + ca.embedding_direct,
                      0);
     spb_bf16_use_direct(direct);
     spb_bf16_direct_reset_counts();
     op(&b);
     spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
     spb_bf16_use_direct(NULL);
-    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct + c.memory_direct + c.optimizer_direct;
+    *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct + c.memory_direct + c.optimizer_direct +
+                   c.embedding_direct;
     distance worst = {0, 0};
     for (int k = 0; k < a.noutputs; k++) {
         int i = a.outputs[k];
@@ -343,6 +346,47 @@ static void optimizer_ops(twin_set *s)
     sums_run = !sums_run;
 }
 
+/* The embedding: a token table of EV rows and a position table of ET
+ * (parameters: masters bound), 24 rows of 2 sequences of T = 12 whose
+ * tokens repeat (one three times, across the sequences) and whose
+ * positions repeat once within a sequence; outputs bf16 and fp32, and
+ * gradients accumulated onto nonzero values from an fp32 and a bf16 dout. */
+enum { EV = 40, ET = 16, EC = 64, ESEQ = 12 };
+static const long embed_positions[ESEQ] = {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 5};
+static void make_embedding(twin_set *s)
+{
+    static const int picks[ROWS] = {3, 0, 39, 7, 7, 12, 33, 1, 0, 38, 25, 25, 2, 9, 7, 30, 5, 6, 17, 30, 0, 13, 21, 8};
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, EV * EC, 0.5f, 61), EV * EC, 0);        /* WTE */
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, ET * EC, 0.5f, 62), ET * EC, 0);        /* WPE */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, ROWS * EC, 1, 63), ROWS * EC, 1);  /* EOUT */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, ROWS * EC, 1, 64), ROWS * EC, 1);   /* EOUTF */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, EV * EC, 0.1f, 65), EV * EC, 1);         /* DWTE */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, ET * EC, 0.1f, 66), ET * EC, 1);         /* DWPE */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_FP32, EV * EC, 0.1f, 67), EV * EC, 1);          /* DWTEF */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_FP32, ROWS * EC, 1, 68), ROWS * EC, 0);     /* EDOUTF */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, ROWS * EC, 1, 69), ROWS * EC, 0);    /* EDOUT */
+    int *tok = bf->alloc_ints(SPB_MEM_ACTIVATIONS, ROWS);
+    bf->ints_to_device(tok, picks, ROWS);
+    add(s, (float *)tok, 0, 0);
+}
+enum { WTE, WPE, EOUT, EOUTF, DWTE, DWPE, DWTEF, EDOUTF, EDOUT, ETOK };
+static void embedding_both(twin_set *s)
+{
+    float **p = s->buf;
+    const int *tok = (const int *)p[ETOK];
+    bf->embedding_forward(p[EOUT], tok, p[WTE], p[WPE], embed_positions, ROWS, ESEQ, EC);
+    bf->embedding_forward(p[EOUTF], tok, p[WTE], p[WPE], embed_positions, ROWS, ESEQ, EC);
+    bf->embedding_backward(p[DWTE], p[DWPE], p[EDOUTF], tok, embed_positions, ROWS, ESEQ, EC);
+    bf->embedding_backward(p[DWTEF], p[DWPE], p[EDOUT], tok, embed_positions, ROWS, ESEQ, EC);
+}
+static void embedding_on_frames(twin_set *s)
+{
+    float **p = s->buf; /* outputs carrying masters (a parameter written) */
+    const int *tok = (const int *)p[ETOK];
+    bf->embedding_forward(p[WTE], tok, p[DWTE], p[WPE], embed_positions, ROWS, ESEQ, EC);
+    bf->embedding_backward(p[WTE], p[DWPE], p[EDOUT], tok, embed_positions, ROWS, ESEQ, EC);
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
@@ -370,6 +414,8 @@ static const product_case product_cases[] = {
     {"fill, zero, copy and copy_rows across types", memory_ops, 5, make_rowwise},
     {"fill of a parameter, overlapping copy (frames)", memory_ops_on_frames, 0, make_rowwise},
     {"AdamW on the masters, sums of squares", optimizer_ops, 4, make_adamw},
+    {"embedding forward and backward, repeated rows", embedding_both, 4, make_embedding},
+    {"embedding outputs carrying masters (frames)", embedding_on_frames, 0, make_embedding},
 };
 
 START_TEST(products_match_the_frames)
@@ -385,6 +431,9 @@ START_TEST(products_match_the_frames)
                       k->direct_calls);
         ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", k->name, d.worst);
         if (!k->direct_calls) ck_assert_msg(d.differ == 0, "%s: the frames differ from themselves", k->name);
+        /* the embedding's sums run in the frames' order: bit for bit theirs */
+        if (k->op == embedding_both)
+            ck_assert_msg(d.differ == 0, "%s: %ld elements differ from the frames", k->name, d.differ);
     }
     for (int k = 0; k < 2; k++)
         ck_assert_msg(sums[1][k] == sums[0][k], "sum of squares %.17g (direct) against %.17g (frames)", sums[1][k],
@@ -683,6 +732,9 @@ static void assert_step_direct(const char *precision, const train_case *k, spb_b
                       c.attention_direct > 0 && c.rowwise_direct > 0,
                   "%s %s P=%d: %ld products, %ld attention and %ld row-wise calls went through the frames", precision,
                   k->strategy, k->P, c.matmul_frames, c.attention_frames, c.rowwise_frames);
+    ck_assert_msg(c.embedding_frames == 0 && c.embedding_direct == 2,
+                  "%s %s P=%d ZeRO-%d: embedding direct %ld, frames %ld (want 2 direct: forward, backward)", precision,
+                  k->strategy, k->P, k->zero, c.embedding_direct, c.embedding_frames);
 }
 static void assert_update_direct(const char *precision, const train_case *k, spb_bf16_direct_counts c)
 {

@@ -71,6 +71,8 @@ static void check_direct(const spb_bf16_direct *d)
     expect(d->add_inplace != NULL, d->name, "add_inplace");
     expect(d->softmax_xent_forward != NULL, d->name, "softmax_xent_forward");
     expect(d->softmax_xent_backward != NULL, d->name, "softmax_xent_backward");
+    expect(d->embedding_forward != NULL, d->name, "embedding_forward");
+    expect(d->embedding_backward_rows != NULL, d->name, "embedding_backward_rows");
     expect(d->attention_forward != NULL, d->name, "attention_forward");
     expect(d->attention_backward != NULL, d->name, "attention_backward");
 }

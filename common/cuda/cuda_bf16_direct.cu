@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 #include "cuda_bf16_storage.h"
@@ -422,6 +423,73 @@ void softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V
     SPB_LAUNCH_CHECK();
 }
 
+/* ---- embedding: the 16-bit tables; out and the gradients in their own types ---- */
+/* Host memory to a device buffer that only grows, on the legacy stream
+ * (ordered after the kernels that read it last). */
+void *to_device(void **buf, size_t *cap, const void *host, size_t bytes)
+{
+    void *d = spb_cuda_grow(buf, cap, SPB_MEM_WORKSPACE, bytes);
+    SPB_CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* a block per row */
+__global__ void k_embedding_forward(spb_stored out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                                    const long *positions, int T, int C)
+{
+    const int r = blockIdx.x;
+    const spb_bf16 *e = wte + (long)tokens[r] * C, *p = wpe + positions[r % T] * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        store(out, (long)r * C + i, half_to_float(e[i]) + half_to_float(p[i]));
+}
+
+void embedding_forward(spb_stored out, const int *tokens, const spb_bf16 *wte, const spb_bf16 *wpe,
+                       const long *positions, int rows, int T, int C)
+{
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    const long *pos = (const long *)to_device(&buf, &cap, positions, sizeof(long) * (size_t)T);
+    sync_format();
+    k_embedding_forward<<<(unsigned)rows, kThreads, 0, kStream>>>(out, tokens, wte, wpe, pos, T, C);
+    SPB_LAUNCH_CHECK();
+}
+
+/* A block per (group, 256 columns): each thread sums its column of the
+ * group's rows in their order onto the stored value, one rounding (no
+ * atomics: bf16_direct.h's order, so the frames' result bit for bit). */
+__global__ void k_embedding_backward_rows(spb_stored table, spb_stored dout, int C, const int *keys, const int *starts,
+                                          const int *order)
+{
+    const int g = blockIdx.x, i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    const long at = (long)keys[g] * C + i;
+    float acc = load(table, at);
+    for (int k = starts[g]; k < starts[g + 1]; k++) acc += load(dout, (long)order[k] * C + i);
+    store(table, at, acc);
+}
+
+void embedding_backward_rows(spb_stored table, spb_stored dout, int C, int groups, const int *keys, const int *starts,
+                             const int *order)
+{
+    if (groups <= 0 || C <= 0) return;
+    const int rows = starts[groups];
+    /* keys, starts, order: one copy */
+    const size_t n = (size_t)groups + (size_t)groups + 1 + (size_t)rows;
+    int *host = (int *)malloc(sizeof(int) * n);
+    SPB_CHECK(host != NULL);
+    memcpy(host, keys, sizeof(int) * (size_t)groups);
+    memcpy(host + groups, starts, sizeof(int) * ((size_t)groups + 1));
+    memcpy(host + 2 * groups + 1, order, sizeof(int) * (size_t)rows);
+    static void *buf = nullptr;
+    static size_t cap = 0;
+    const int *d = (const int *)to_device(&buf, &cap, host, sizeof(int) * n);
+    free(host);
+    sync_format();
+    dim3 grid((unsigned)groups, (unsigned)((C + kThreads - 1) / kThreads));
+    k_embedding_backward_rows<<<grid, kThreads, 0, kStream>>>(table, dout, C, d, d + groups, d + 2 * groups + 1);
+    SPB_LAUNCH_CHECK();
+}
+
 void attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
                        float *lse)
 {
@@ -455,6 +523,8 @@ spb_bf16_direct make_direct(void)
     d.sum_squares = sum_squares;
     d.softmax_xent_forward = softmax_xent_forward;
     d.softmax_xent_backward = softmax_xent_backward;
+    d.embedding_forward = embedding_forward;
+    d.embedding_backward_rows = embedding_backward_rows;
     d.attention_forward = attention_forward;
     d.attention_backward = attention_backward;
     d.cudnn_attention_forward = spb_cudnn_attention_built() ? spb_cuda_cudnn_direct_forward : nullptr;
