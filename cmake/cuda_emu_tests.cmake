@@ -35,11 +35,13 @@ endif()
 # The emulator runs on one core, so spbench-gpu-check's checks are shared
 # by two tests that ctest -j2 runs side by side; every check runs in one of
 # them.  emu_gpu_check also runs the rest of the script (the layer, the
-# timings' code, the core step: about 610 s), so it takes 3 of 8 shares of
-# the checks and emu_gpu_check_part2 the other 5, then emu_gpu_strategies
-# (with 2 of 5 shares: 1249 s against 825 + 271 s in a fresh-clone CI of
-# 2026-12-02; 3/8 evens them by the checks' mean cost); the race-check
-# build's halves are even.  --lean-fp16: fp16 attention on one case per
+# timings' code, the core step: 830 s in the fresh-clone CI at d9150fa), so
+# it takes 7 of 20 shares of the checks and emu_gpu_check_part2 the other
+# 13, then emu_gpu_strategies (at 3/8 there: 1477 s against 1080 + 279 s;
+# all the checks took about 1730 s).  The race-check build's
+# emu_gpu_kernels adds the layer's checks (120 s) to 5 of 9 shares, beside
+# the other 4 and then emu_gpu_strategies (at 1/2 there: 569 s against 447
+# + 234 s).  --lean-fp16: fp16 attention on one case per
 # kernel (811 checks of the 1015 a GPU runs; gpu_check.cu says why that
 # loses nothing).
 if(SPB_EMU_RACECHECK)
@@ -48,7 +50,7 @@ if(SPB_EMU_RACECHECK)
   # kernels again at larger shapes, for minutes.
   set(spb_part1_out ${CMAKE_BINARY_DIR}/emu-part1)
   add_test(NAME emu_gpu_kernels
-           COMMAND sh -c "$<TARGET_FILE:spbench-gpu-check> --check-only --part 1/2 --lean-fp16 --out ${spb_part1_out} &&
+           COMMAND sh -c "$<TARGET_FILE:spbench-gpu-check> --check-only --part 1-5/9 --lean-fp16 --out ${spb_part1_out} &&
                           $<TARGET_FILE:spbench-gpu-layer> --check-only"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   list(APPEND spb_emu_tests emu_gpu_kernels)
@@ -56,14 +58,14 @@ if(SPB_EMU_RACECHECK)
 else()
   add_test(NAME emu_gpu_check
            COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_check_script.sh ${CMAKE_BINARY_DIR}
-                   ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-3/8 --lean-fp16)
+                   ${CMAKE_BINARY_DIR}/emu-gpu-check --part 1-7/20 --lean-fp16)
   list(APPEND spb_emu_tests emu_gpu_check)
   set(spb_emu_part1 emu_gpu_check ${CMAKE_BINARY_DIR}/emu-gpu-check)
 endif()
 if(SPB_EMU_RACECHECK)
-  set(spb_emu_part2 2/2)
+  set(spb_emu_part2 6-9/9)
 else()
-  set(spb_emu_part2 4-8/8)
+  set(spb_emu_part2 8-20/20)
 endif()
 add_test(NAME emu_gpu_check_part2 COMMAND $<TARGET_FILE:spbench-gpu-check> --check-only --part ${spb_emu_part2}
                                            --lean-fp16 --out ${CMAKE_BINARY_DIR}/emu-part2

@@ -6,7 +6,7 @@
 # as their GPU, so that the first GPU run cannot lose its time to the
 # script.  The strategy runs are emu_gpu_strategies' (left out here).
 #   gpu_check_script.sh BUILD OUT [experiments/gpu-check ARGS...]
-# (emu_gpu_check passes --part 1-3/8: emu_gpu_check_part2 runs the other
+# (emu_gpu_check passes --part 1-7/20: emu_gpu_check_part2 runs the other
 # shares of spbench-gpu-check's checks beside it.)
 set -uo pipefail
 build=${1:?usage: gpu_check_script.sh BUILD OUT}
