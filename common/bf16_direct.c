@@ -381,34 +381,6 @@ int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int 
 
 /* --- embedding ----------------------------------------------------------------------- */
 
-/* The tokens (int32 storage) in host memory, and *reach: one past the
- * largest, or 0 when one is negative (the frames then run the call). */
-static int *tokens_on_host(const int *tokens, int rows, long *reach)
-{
-    int *t = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)rows));
-    spb_handles_storage()->to_host(t, tokens, sizeof(int) * (size_t)rows);
-    long top = -1;
-    int negative = 0;
-    for (int r = 0; r < rows; r++) {
-        negative |= t[r] < 0;
-        top = t[r] > top ? t[r] : top;
-    }
-    *reach = negative ? 0 : top + 1;
-    return t;
-}
-
-/* One past the largest position the rows reach (rows r < T), or 0 when
- * one is out of int's range. */
-static long positions_reach(const long *positions, int rows, int T)
-{
-    long top = -1;
-    for (int r = 0; r < rows && r < T; r++) {
-        if (positions[r] < 0 || positions[r] >= INT_MAX) return 0;
-        top = positions[r] > top ? positions[r] : top;
-    }
-    return top + 1;
-}
-
 int spb_bf16_direct_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
                                       const long *positions, int rows, int T, int C)
 {
@@ -416,10 +388,10 @@ int spb_bf16_direct_embedding_forward(float *out, const int *tokens, const float
     long tok_reach = 0, pos_reach = 0;
     int ok = DIRECT(SPB_DIRECT_EMBEDDING) && rows > 0 && T > 0 && C > 0;
     if (ok) {
-        free(tokens_on_host(tokens, rows, &tok_reach));
-        pos_reach = positions_reach(positions, rows, T);
+        free(spb_bf16_tokens_on_host(tokens, rows, &tok_reach));
+        pos_reach = spb_positions_reach(positions, rows, T);
     }
-    ok = ok && tok_reach > 0 && pos_reach > 0 && output_operand(out, (long)rows * C, &o) &&
+    ok = ok && output_operand(out, (long)rows * C, &o) &&
          bf16_operand(wte, tok_reach * C, &e) && bf16_operand(wpe, pos_reach * C, &p) && !overlap(&o, &e) &&
          !overlap(&o, &p);
     if (!ok) {
@@ -470,10 +442,10 @@ int spb_bf16_direct_embedding_backward(float *dwte, float *dwpe, const float *do
     int *tok = NULL;
     int ok = DIRECT(SPB_DIRECT_EMBEDDING) && rows > 0 && T > 0 && C > 0;
     if (ok) {
-        tok = tokens_on_host(tokens, rows, &tok_reach);
-        pos_reach = positions_reach(positions, rows, T);
+        tok = spb_bf16_tokens_on_host(tokens, rows, &tok_reach);
+        pos_reach = spb_positions_reach(positions, rows, T);
     }
-    ok = ok && tok_reach > 0 && pos_reach > 0 && operand_of(dout, (long)rows * C, &go) &&
+    ok = ok && pos_reach <= INT_MAX && operand_of(dout, (long)rows * C, &go) &&
          output_operand(dwte, tok_reach * C, &ge) && output_operand(dwpe, pos_reach * C, &gp) &&
          !overlap(&ge, &gp) && !overlap(&ge, &go) && !overlap(&gp, &go);
     if (!ok) {

@@ -119,6 +119,29 @@ const int *spb_bf16_ints(const int *p, long len, const char *what)
     return (const int *)h->hi + i;
 }
 
+int *spb_bf16_tokens_on_host(const int *stored, long n, long *reach)
+{
+    int *t = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)));
+    if (n > 0) spb_handles_storage()->to_host(t, stored, sizeof(int) * (size_t)n);
+    long top = -1;
+    for (long i = 0; i < n; i++) {
+        if (t[i] < 0) SPB_DIE("embedding: token %d at row %ld is negative", t[i], i);
+        top = t[i] > top ? t[i] : top;
+    }
+    *reach = top + 1;
+    return t;
+}
+
+long spb_positions_reach(const long *positions, int rows, int T)
+{
+    long top = -1;
+    for (int r = 0; r < rows && r < T; r++) {
+        if (positions[r] < 0) SPB_DIE("embedding: position %ld at row %d is negative", positions[r], r);
+        top = positions[r] > top ? positions[r] : top;
+    }
+    return top + 1;
+}
+
 /* --- frames ---------------------------------------------------------------- */
 
 static void add(spb_frame *f, void *where, const float *p, long len, int out, const char *what)

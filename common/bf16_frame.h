@@ -72,5 +72,11 @@ static inline long spb_strided_extent(long rows, long ld, long width)
 
 /* The storage of len ints at p (an int handle), storage-side. */
 const int *spb_bf16_ints(const int *p, long len, const char *what);
+/* The embedding's lookups, for the extent of the tables they reach: n
+ * tokens of int32 storage copied to host memory (malloc'd; the caller
+ * frees it) with *reach one past the largest, and one past the largest
+ * position rows r < min(rows, T) look up.  A negative index stops the run. */
+int *spb_bf16_tokens_on_host(const int *stored, long n, long *reach);
+long spb_positions_reach(const long *positions, int rows, int T);
 
 #endif

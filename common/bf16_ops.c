@@ -132,24 +132,12 @@ void spb_bf16_gelu_backward(float *dinp, const float *inp, const float *dout, lo
     spb_frame_store(&f);
 }
 
-/* Rows of a table the lookups reach: one past the largest index (the
- * indices read from storage into host memory). */
+/* Rows of the token table the lookups reach (the tokens read from storage). */
 static long rows_reached_ints(const int *stored, long n)
 {
-    if (n <= 0) return 0;
-    int *idx = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n));
-    spb_handles_storage()->to_host(idx, stored, sizeof(int) * (size_t)n);
-    long top = -1;
-    for (long i = 0; i < n; i++) top = idx[i] > top ? idx[i] : top;
-    free(idx);
-    return top + 1;
-}
-
-static long rows_reached_positions(const long *pos, int rows, int T)
-{
-    long top = -1;
-    for (int r = 0; r < rows && r < T; r++) top = pos[r] > top ? pos[r] : top;
-    return top + 1;
+    long reach = 0;
+    free(spb_bf16_tokens_on_host(stored, n, &reach));
+    return reach;
 }
 
 void spb_bf16_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
@@ -160,7 +148,7 @@ void spb_bf16_embedding_forward(float *out, const int *tokens, const float *wte,
     spb_frame f = {0};
     spb_frame_out(&f, &out, (long)rows * C, "embedding_forward (out)");
     spb_frame_in(&f, &wte, rows_reached_ints(tok, rows) * C, "embedding_forward (wte)");
-    spb_frame_in(&f, &wpe, rows_reached_positions(positions, rows, T) * C, "embedding_forward (wpe)");
+    spb_frame_in(&f, &wpe, spb_positions_reach(positions, rows, T) * C, "embedding_forward (wpe)");
     spb_frame_load(&f);
     inner->embedding_forward(out, tok, wte, wpe, positions, rows, T, C);
     spb_frame_store(&f);
@@ -173,7 +161,7 @@ void spb_bf16_embedding_backward(float *dwte, float *dwpe, const float *dout, co
     if (spb_bf16_direct_embedding_backward(dwte, dwpe, dout, tok, positions, rows, T, C)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &dwte, rows_reached_ints(tok, rows) * C, "embedding_backward (dwte)");
-    spb_frame_out(&f, &dwpe, rows_reached_positions(positions, rows, T) * C, "embedding_backward (dwpe)");
+    spb_frame_out(&f, &dwpe, spb_positions_reach(positions, rows, T) * C, "embedding_backward (dwpe)");
     spb_frame_in(&f, &dout, (long)rows * C, "embedding_backward (dout)");
     spb_frame_load(&f);
     inner->embedding_backward(dwte, dwpe, dout, tok, positions, rows, T, C);
