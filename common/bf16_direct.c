@@ -26,7 +26,8 @@ static const struct {
                   {"gelu", SPB_DIRECT_GELU},         {"layernorm", SPB_DIRECT_LAYERNORM},
                   {"residual", SPB_DIRECT_RESIDUAL}, {"cross-entropy", SPB_DIRECT_CROSS_ENTROPY},
                   {"memory", SPB_DIRECT_MEMORY},     {"optimizer", SPB_DIRECT_OPTIMIZER},
-                  {"embedding", SPB_DIRECT_EMBEDDING}};
+                  {"embedding", SPB_DIRECT_EMBEDDING}, {"bias", SPB_DIRECT_BIAS},
+                  {"merge", SPB_DIRECT_MERGE}};
 
 int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen)
 {
@@ -45,7 +46,7 @@ int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen)
         if (!found) {
             snprintf(err, errlen,
                      "unknown kind '%.*s' in --bf16-direct (all, none, or a list of products, attention, gelu, "
-                     "layernorm, residual, cross-entropy, memory, optimizer, embedding)",
+                     "layernorm, residual, cross-entropy, memory, optimizer, embedding, bias, merge)",
                      (int)len, p);
             return -1;
         }
@@ -376,6 +377,57 @@ int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int 
     const int *tg = spb_bf16_ints(targets, rows, "softmax_xent_backward (targets)");
     in_use->softmax_xent_backward(stored(&op), tg, rows, V, scale);
     counts.rowwise_direct++;
+    return 1;
+}
+
+/* --- row biases and ring's merge ------------------------------------------------------ */
+
+int spb_bf16_direct_add_bias_rows(float *x, const float *b, long rows, int C)
+{
+    operand ox, ob;
+    int ok = DIRECT(SPB_DIRECT_BIAS) && rows > 0 && C > 0 && output_operand(x, rows * C, &ox) &&
+             operand_of(b, C, &ob) && !overlap(&ox, &ob);
+    if (!ok) {
+        counts.bias_frames++;
+        return 0;
+    }
+    in_use->add_bias_rows(stored(&ox), stored(&ob), rows, C);
+    counts.bias_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_bias_grad_rows(float *db, const float *dy, long rows, int C)
+{
+    operand od, oy;
+    int ok = DIRECT(SPB_DIRECT_BIAS) && rows > 0 && C > 0 && output_operand(db, C, &od) &&
+             operand_of(dy, rows * C, &oy) && !overlap(&od, &oy);
+    if (!ok) {
+        counts.bias_frames++;
+        return 0;
+    }
+    in_use->bias_grad_rows(stored(&od), stored(&oy), rows, C);
+    counts.bias_direct++;
+    return 1;
+}
+
+int spb_bf16_direct_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch,
+                               int heads, int head_dim, int T, int row, int len)
+{
+    const long on = (long)batch * T * heads * head_dim, ln = (long)batch * heads * T;
+    int ok = DIRECT(SPB_DIRECT_MERGE) && batch > 0 && heads > 0 && head_dim > 0 && len > 0 && row >= 0 &&
+             row + len <= T;
+    if (ok) make_fp32_tail(lse_acc, ln); /* fp32 by contract, as the frames make it */
+    operand oo, ol, po, pl;
+    ok = ok && output_operand(o_acc, on, &oo) && output_operand(lse_acc, ln, &ol) && ol.type == SPB_DTYPE_F32 &&
+         operand_of(o_pair, on, &po) && operand_of(lse_pair, (long)batch * heads * len, &pl) &&
+         pl.type == SPB_DTYPE_F32 && !overlap(&oo, &ol) && !overlap(&oo, &po) && !overlap(&oo, &pl) &&
+         !overlap(&ol, &po) && !overlap(&ol, &pl);
+    if (!ok) {
+        counts.merge_frames++;
+        return 0;
+    }
+    in_use->attn_merge(stored(&oo), storage(&ol), stored(&po), storage(&pl), batch, heads, head_dim, T, row, len);
+    counts.merge_direct++;
     return 1;
 }
 

@@ -7,10 +7,10 @@
  * (and its gradient) every step.  On the GPU that is what makes mixed precision fast: cuBLASLt
  * products on tensor cores (bf16 in, fp32 accumulate, rounded once), the
  * bf16 flash-attention and GELU kernels, and LayerNorm, residual and
- * cross-entropy kernels that read and write each operand in its own type
- * (common/cuda/cuda_bf16_direct.cu).  The frame path (bf16_ops.c: widen
- * every operand, run the fp32 table, round once) is the reference beside it
- * (--bf16-kernels reference), and still runs the bias rows under fast.
+ * cross-entropy, bias-row and merge kernels that read and write each operand
+ * in its own type (common/cuda/cuda_bf16_direct.cu).  The frame path
+ * (bf16_ops.c: widen every operand, run the fp32 table, round once) is the
+ * reference beside it (--bf16-kernels reference).
  *
  * Both paths compute the same thing: every output is computed in fp32 from
  * the stored operands and rounded once to its buffer's type, so they differ
@@ -91,6 +91,16 @@ typedef struct spb_bf16_direct {
     void (*embedding_backward_rows)(spb_stored table, spb_stored dout, int C, int groups, const int *keys,
                                     const int *starts, const int *order);
     void (*softmax_xent_backward)(spb_stored probs, const int *targets, int rows, int V, float scale);
+    /* The row biases of the products whose outputs are reduced (backend.h): x[r][j] += b[j] for r < rows,
+     * j < C, in fp32 from the stored values, rounded once into x's type (the frames' result bit for bit);
+     * db += the column sums of dy, in fp32 from db's stored value, rounded once (the order of the sums is
+     * the instance's: the CPU's row by row, as the frames; the GPU's in strips of rows). */
+    void (*add_bias_rows)(spb_stored x, spb_stored b, long rows, int C);
+    void (*bias_grad_rows)(spb_stored db, spb_stored dy, long rows, int C);
+    /* attention.h's spb_attn_merge_rows (ring attention) with O of either type: each element of o_acc
+     * computed in fp32 from the stored values and rounded once into its type; the log-sum-exps fp32. */
+    void (*attn_merge)(spb_stored o_acc, float *lse_acc, spb_stored o_pair, const float *lse_pair, int batch,
+                       int heads, int head_dim, int T, int row, int len);
     /* attention.h's contracts on storage: q k v o dout bf16, lse fp32, o
      * rounded once; dq dk dv fp32 (the frame's copies), accumulated. */
     void (*attention_forward)(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
@@ -122,10 +132,12 @@ enum {
     SPB_DIRECT_MEMORY = 1 << 6,    /* fill, zero, copy, copy_rows */
     SPB_DIRECT_OPTIMIZER = 1 << 7, /* AdamW, sums of squares */
     SPB_DIRECT_EMBEDDING = 1 << 8, /* the token and position tables, both ways */
-    SPB_DIRECT_ALL = (1 << 9) - 1,
+    SPB_DIRECT_BIAS = 1 << 9,      /* the row biases: added forward, summed backward */
+    SPB_DIRECT_MERGE = 1 << 10,    /* ring attention's log-sum-exp merges */
+    SPB_DIRECT_ALL = (1 << 11) - 1,
 };
 /* "all", "none" or a comma-separated list of products, attention, gelu,
- * layernorm, residual, cross-entropy, memory, optimizer, embedding: the mask, or -1
+ * layernorm, residual, cross-entropy, memory, optimizer, embedding, bias, merge: the mask, or -1
  * with a message naming the unknown word. */
 int spb_bf16_direct_parse_kinds(const char *list, char *err, size_t errlen);
 void spb_bf16_direct_set_kinds(int mask);
@@ -177,6 +189,11 @@ typedef struct spb_row_groups {
 } spb_row_groups;
 spb_row_groups spb_row_groups_of(const int *key, int rows, long reach);
 void spb_row_groups_free(spb_row_groups *g);
+/* The row biases (x and db: outputs; b and dy: inputs of either type) and ring's merge. */
+int spb_bf16_direct_add_bias_rows(float *x, const float *b, long rows, int C);
+int spb_bf16_direct_bias_grad_rows(float *db, const float *dy, long rows, int C);
+int spb_bf16_direct_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch,
+                               int heads, int head_dim, int T, int row, int len);
 /* *loss: the forward's return value, when it ran direct. */
 int spb_bf16_direct_softmax_xent_forward(float *probs, const int *targets, int rows, int V, double *loss);
 int spb_bf16_direct_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale);
@@ -197,6 +214,8 @@ typedef struct spb_bf16_direct_counts {
     long memory_direct, memory_frames;   /* fill, zero, copy, copy_rows */
     long optimizer_direct, optimizer_frames; /* AdamW, sum of squares */
     long embedding_direct, embedding_frames; /* forward, backward */
+    long bias_direct, bias_frames;           /* add_bias_rows, bias_grad_rows */
+    long merge_direct, merge_frames;         /* attn_merge */
 } spb_bf16_direct_counts;
 spb_bf16_direct_counts spb_bf16_direct_get_counts(void);
 void spb_bf16_direct_reset_counts(void);

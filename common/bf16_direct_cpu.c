@@ -1,7 +1,7 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
  * CUDA instance computes with cuBLASLt and its 16-bit kernels, computed here
- * with cblas, the CPU flash kernel and ops_cpu.c's GELU, LayerNorm, adds and cross-entropy and optimizer.c's AdamW
- * on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
+ * with cblas, the CPU flash kernel, ops_cpu.c's GELU, LayerNorm, adds and cross-entropy, attention_merge.c's
+ * merge and optimizer.c's AdamW on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
  * that the dispatch, the mapping of every product onto one gemm and the
  * attention path through it run in the CPU tests. */
 #include <cblas.h>
@@ -134,6 +134,33 @@ static void cpu_add_inplace(spb_stored a, spb_stored b, long n)
     store_back(a, x, n);
     if (y != x) free(y);
     free(x);
+}
+
+static void cpu_add_bias_rows(spb_stored x, spb_stored b, long rows, int C)
+{
+    float *y = widened_stored(x, rows * C), *b32 = widened_stored(b, C);
+    for (long r = 0; r < rows; r++) spb_add_inplace(y + r * C, b32, C);
+    store_back(x, y, rows * C);
+    free(y), free(b32);
+}
+
+/* row by row, as the frames sum */
+static void cpu_bias_grad_rows(spb_stored db, spb_stored dy, long rows, int C)
+{
+    float *g = widened_stored(db, C), *y = widened_stored(dy, rows * C);
+    for (long r = 0; r < rows; r++) spb_add_inplace(g, y + r * C, C);
+    store_back(db, g, C);
+    free(g), free(y);
+}
+
+static void cpu_attn_merge(spb_stored o_acc, float *lse_acc, spb_stored o_pair, const float *lse_pair, int batch,
+                           int heads, int head_dim, int T, int row, int len)
+{
+    const long n = (long)batch * T * heads * head_dim;
+    float *oa = widened_stored(o_acc, n), *ob = widened_stored(o_pair, n);
+    spb_attn_merge_rows(oa, lse_acc, ob, lse_pair, batch, heads, head_dim, T, row, len);
+    store_back(o_acc, oa, n); /* rows outside [row, row + len) come back as they were */
+    free(oa), free(ob);
 }
 
 static void cpu_copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
@@ -273,6 +300,9 @@ const spb_bf16_direct spb_bf16_direct_cpu = {
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward_rows = cpu_embedding_backward_rows,
+    .add_bias_rows = cpu_add_bias_rows,
+    .bias_grad_rows = cpu_bias_grad_rows,
+    .attn_merge = cpu_attn_merge,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
 };

@@ -206,6 +206,7 @@ void spb_bf16_add_inplace(float *a, const float *b, long n)
 
 void spb_bf16_add_bias_rows(float *x, const float *b, long rows, int C)
 {
+    if (spb_bf16_direct_add_bias_rows(x, b, rows, C)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &x, rows * C, "add_bias_rows (x)");
     spb_frame_in(&f, &b, C, "add_bias_rows (b)");
@@ -217,6 +218,7 @@ void spb_bf16_add_bias_rows(float *x, const float *b, long rows, int C)
 /* The column sums accumulate in fp32 over every row, then round once. */
 void spb_bf16_bias_grad_rows(float *db, const float *dy, long rows, int C)
 {
+    if (spb_bf16_direct_bias_grad_rows(db, dy, rows, C)) return;
     spb_frame f = {0};
     spb_frame_out(&f, &db, C, "bias_grad_rows (db)");
     spb_frame_in(&f, &dy, rows * C, "bias_grad_rows (dy)");
@@ -242,6 +244,7 @@ double spb_bf16_sum_squares(const float *x, long n)
 void spb_bf16_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch,
                          int heads, int head_dim, int T, int row, int len)
 {
+    if (spb_bf16_direct_attn_merge(o_acc, lse_acc, o_pair, lse_pair, batch, heads, head_dim, T, row, len)) return;
     long rows = (long)batch * T * heads * head_dim;
     spb_frame f = {0};
     spb_frame_out(&f, &o_acc, rows, "attn_merge (o_acc)");

@@ -75,7 +75,8 @@ static const option_spec options[] = {
         "masters and AdamW moments; fp16 with loss scaling; --device cpu emulates it)"),
     OPT("bf16-direct", OPT_STRING, bf16_direct,
         "with --bf16-kernels fast: which calls go direct: all (default), none, or a comma list of products, "
-        "attention, gelu, layernorm, residual, cross-entropy, memory, optimizer, embedding (to tell a wrong kernel)"),
+        "attention, gelu, layernorm, residual, cross-entropy, memory, optimizer, embedding, bias, merge (to tell a "
+        "wrong kernel)"),
     OPT("flash-block-rows", OPT_INT, flash_block_rows,
         "the CUDA flash attention kernels' query rows per block: 128 (8 warps, the default) | 64 (4 warps); "
         "--device cuda, bf16 or fp16, --bf16-kernels fast (docs/GPU.md)"),

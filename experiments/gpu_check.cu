@@ -473,6 +473,88 @@ static void check_direct_embedding()
     spb_cuda_free(ddout), spb_cuda_free(dgtef), spb_cuda_free(ddoutb), spb_cuda_free(dgte), spb_cuda_free(dgpe);
 }
 
+/* The direct table's row biases and ring merges (bf16_direct.h).  The
+ * biases added: the CPU's sums of the same values, rounded once (bound 0).
+ * Their gradients: the GPU sums in strips of rows, the CPU row by row, so
+ * the bounds are those of a rows-term fp32 sum (rounded to bf16 for a bf16
+ * gradient); rows = 1000 makes 16 strips, the last partial.  The merges:
+ * expf and log1pf of the device against the host's (an ulp or two each),
+ * then O rounded once: bf16's rounding bound for a bf16 O, 16 fp32 ulps for
+ * an fp32 one and for the log-sum-exps; the rows that saw no key (-inf on
+ * either side) must come out exactly. */
+static void check_direct_bias_merge()
+{
+    const check_unit unit;
+    if (!unit.taken) return;
+    spb_handles_set_half_format(SPB_HALF_BF16);
+    const spb_bf16_direct *d = &spb_bf16_direct_cuda;
+    char shape[96];
+    {
+        const int rows = 1000, C = 264;
+        const long n = (long)rows * C;
+        auto named = [&](const char *what) {
+            snprintf(shape, sizeof shape, "rows=%d C=%d, %s", rows, C, what);
+            return shape;
+        };
+        auto x = randv(n, 1.0f, true), xf = randv(n, 1.0f, false), b = randv(C, 1.0f, true);
+        auto rx = x, rxf = xf;
+        for (long i = 0; i < n; i++) rx[i] = spb_bf16_round(x[i] + b[i % C]), rxf[i] = xf[i] + b[i % C];
+        spb_bf16 *dx = dev_bf16(x), *db16 = dev_bf16(b);
+        float *dxf = dev(xf);
+        d->add_bias_rows({dx, SPB_DTYPE_HALF}, {db16, SPB_DTYPE_HALF}, rows, C);
+        d->add_bias_rows({dxf, SPB_DTYPE_F32}, {db16, SPB_DTYPE_HALF}, rows, C);
+        check("direct bias rows", SPB_CUDA_FAST, named("bf16 x"), host_bf16(dx, n), rx, 0.0);
+        check("direct bias rows", SPB_CUDA_FAST, named("fp32 x"), host_f32(dxf, n), rxf, 0.0);
+        auto dy = randv(n, 1.0f, false), dyb = randv(n, 1.0f, true);
+        auto g = randv(C, 1.0f, true), gf = randv(C, 1.0f, false);
+        auto rg = g, rgf = gf;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < C; c++) rg[c] += dy[(size_t)r * C + c], rgf[c] += dyb[(size_t)r * C + c];
+        rnd(rg);
+        float *ddy = dev(dy), *dgf = dev(gf);
+        spb_bf16 *ddyb = dev_bf16(dyb), *dg = dev_bf16(g);
+        d->bias_grad_rows({dg, SPB_DTYPE_HALF}, {ddy, SPB_DTYPE_F32}, rows, C);
+        d->bias_grad_rows({dgf, SPB_DTYPE_F32}, {ddyb, SPB_DTYPE_HALF}, rows, C);
+        check("direct bias grad rows", SPB_CUDA_FAST, named("bf16 db += fp32 dy"), host_bf16(dg, C), rg,
+              spb_tol_bf16_sum(rows));
+        check("direct bias grad rows", SPB_CUDA_FAST, named("fp32 db += bf16 dy"), host_f32(dgf, C), rgf,
+              spb_tol_f32_sum(rows));
+        spb_cuda_free(dx), spb_cuda_free(db16), spb_cuda_free(dxf), spb_cuda_free(ddy), spb_cuda_free(dgf);
+        spb_cuda_free(ddyb), spb_cuda_free(dg);
+    }
+    {
+        const int B = 2, H = 3, D = 64, T = 40, row = 8, len = 20;
+        const long on = (long)B * T * H * D, ln = (long)B * H * T;
+        auto named = [&](const char *what) {
+            snprintf(shape, sizeof shape, "B=%d H=%d D=%d T=%d, %s", B, H, D, T, what);
+            return shape;
+        };
+        auto oa = randv(on, 1.0f, true), oaf = randv(on, 1.0f, false), ob = randv(on, 1.0f, true);
+        auto la = randv(ln, 4.0f, false), lb = randv(ln, 4.0f, false);
+        for (long i = 0; i < ln; i += 7) la[i] = -INFINITY; /* rows with no key yet */
+        for (long i = 3; i < ln; i += 11) lb[i] = -INFINITY; /* rows whose pair saw none */
+        la[(long)(1 * H + 2) * T + row + 3] = lb[(long)(1 * H + 2) * len + 3] = -INFINITY; /* both */
+        auto la2 = la;
+        /* bf16 O over rows [row, row + len); fp32 O from the same bf16 pair over every row */
+        auto roa = oa, rla = la, roaf = oaf, rla2 = la2;
+        spb_attn_merge_rows(roa.data(), rla.data(), ob.data(), lb.data(), B, H, D, T, row, len);
+        rnd(roa);
+        spb_attn_merge_rows(roaf.data(), rla2.data(), ob.data(), lb.data(), B, H, D, T, 0, T);
+        spb_bf16 *doa = dev_bf16(oa), *dob = dev_bf16(ob);
+        float *doaf = dev(oaf), *dla = dev(la), *dla2 = dev(la2), *dlb = dev(lb);
+        d->attn_merge({doa, SPB_DTYPE_HALF}, dla, {dob, SPB_DTYPE_HALF}, dlb, B, H, D, T, row, len);
+        d->attn_merge({doaf, SPB_DTYPE_F32}, dla2, {dob, SPB_DTYPE_HALF}, dlb, B, H, D, T, 0, T);
+        check("direct attn merge O", SPB_CUDA_FAST, named("bf16, rows 8-27"), host_bf16(doa, on), roa,
+              spb_tol_bf16_out());
+        check("direct attn merge lse", SPB_CUDA_FAST, named("rows 8-27"), host_f32(dla, ln), rla, 16 * SPB_F32_U);
+        check("direct attn merge O", SPB_CUDA_FAST, named("fp32, every row"), host_f32(doaf, on), roaf,
+              16 * SPB_F32_U);
+        check("direct attn merge lse", SPB_CUDA_FAST, named("every row"), host_f32(dla2, ln), rla2, 16 * SPB_F32_U);
+        spb_cuda_free(doa), spb_cuda_free(dob), spb_cuda_free(doaf), spb_cuda_free(dla), spb_cuda_free(dla2);
+        spb_cuda_free(dlb);
+    }
+}
+
 static void check_adamw(spb_cuda_impl impl)
 {
     const check_unit unit;
@@ -1230,6 +1312,7 @@ int main(int argc, char **argv)
         }
     }
     check_direct_embedding();
+    check_direct_bias_merge();
     /* FAST LayerNorm in row blocks (256 threads per row, C = 256·{4, 8, 16, 32};
      * C = 264 above takes the warp-per-row kernels) */
     check_layernorm(SPB_CUDA_FAST, 24, 1024, "rows=24 C=1024 row blocks");

@@ -143,11 +143,12 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
          * (a shape, an alignment, cuDNN declining), worth knowing on a GPU. */
         spb_bf16_direct_counts n = spb_bf16_direct_get_counts();
         printf("16-bit operations, rank 0, whole run (--bf16-kernels %s): direct: products %ld, attention %ld, "
-               "row-wise %ld, memory %ld, optimizer %ld, embedding %ld | frames: products %ld, attention %ld, "
-               "row-wise %ld, memory %ld, optimizer %ld, embedding %ld\n",
+               "row-wise %ld, memory %ld, optimizer %ld, embedding %ld, bias %ld, merge %ld | frames: products %ld, "
+               "attention %ld, row-wise %ld, memory %ld, optimizer %ld, embedding %ld, bias %ld, merge %ld\n",
                cfg->bf16_kernels, n.matmul_direct, n.attention_direct, n.rowwise_direct, n.memory_direct,
-               n.optimizer_direct, n.embedding_direct, n.matmul_frames, n.attention_frames, n.rowwise_frames,
-               n.memory_frames, n.optimizer_frames, n.embedding_frames);
+               n.optimizer_direct, n.embedding_direct, n.bias_direct, n.merge_direct, n.matmul_frames,
+               n.attention_frames, n.rowwise_frames, n.memory_frames, n.optimizer_frames, n.embedding_frames,
+               n.bias_frames, n.merge_frames);
         if (spb_config_uses_cuda_flash(cfg))
             printf("flash kernels: %d query rows per block, dQ %s, forward on %s, backward on %s (--flash-block-rows, "
                    "--flash-dq, --flash-fwd, --flash-bwd)\n",

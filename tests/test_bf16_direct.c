@@ -115,7 +115,7 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     op(&a);
     spb_bf16_direct_counts ca = spb_bf16_direct_get_counts();
     ck_assert_int_eq(ca.matmul_direct + ca.attention_direct + ca.rowwise_direct + ca.memory_direct +
-                         ca.optimizer_direct + ca.embedding_direct,
+                         ca.optimizer_direct + ca.embedding_direct + ca.bias_direct + ca.merge_direct,
                      0);
     spb_bf16_use_direct(direct);
     spb_bf16_direct_reset_counts();
@@ -123,7 +123,7 @@ static distance run_twins(void (*make)(twin_set *), op_fn op, const spb_bf16_dir
     spb_bf16_direct_counts c = spb_bf16_direct_get_counts();
     spb_bf16_use_direct(NULL);
     *went_direct = c.matmul_direct + c.attention_direct + c.rowwise_direct + c.memory_direct + c.optimizer_direct +
-                   c.embedding_direct;
+                   c.embedding_direct + c.bias_direct + c.merge_direct;
     distance worst = {0, 0};
     for (int k = 0; k < a.noutputs; k++) {
         int i = a.outputs[k];
@@ -387,6 +387,77 @@ static void embedding_on_frames(twin_set *s)
     bf->embedding_backward(p[WTE], p[DWPE], p[EDOUT], tok, embed_positions, ROWS, ESEQ, EC);
 }
 
+/* The row biases: BR rows (more than a GPU strip of 64, the last strip
+ * partial) of x in bf16 and fp32 take a bf16 and an fp32 bias; a bf16 and
+ * an fp32 gradient take the column sums of an fp32 and a bf16 dy. */
+enum { BR = 150 };
+static void make_bias(twin_set *s)
+{
+    const long n = (long)BR * LC;
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, n, 1, 71), n, 1);   /* BX */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, n, 1, 72), n, 1);    /* BXF */
+    add(s, buffer(SPB_MEM_PARAMS, SPB_BUF_PLAIN, LC, 0.5f, 73), LC, 0);   /* BB: masters bound */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, LC, 0.5f, 74), LC, 0); /* BBF */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_PLAIN, LC, 0.3f, 75), LC, 1);    /* BDB */
+    add(s, buffer(SPB_MEM_GRADS, SPB_BUF_FP32, LC, 0.3f, 76), LC, 1);     /* BDBF */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, n, 1, 77), n, 1);     /* BDY */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_FP32, n, 1, 78), n, 0);      /* BDYF */
+}
+enum { BX, BXF, BB, BBF, BDB, BDBF, BDY, BDYF };
+static void bias_both(twin_set *s)
+{
+    float **p = s->buf;
+    bf->add_bias_rows(p[BX], p[BB], BR, LC);
+    bf->add_bias_rows(p[BXF], p[BBF], BR, LC);
+    bf->bias_grad_rows(p[BDB], p[BDYF], BR, LC);
+    bf->bias_grad_rows(p[BDBF], p[BDY], BR, LC);
+}
+static void bias_on_frames(twin_set *s)
+{
+    float **p = s->buf; /* a parameter written (masters), a gradient overlapping its dy */
+    bf->add_bias_rows(p[BB], p[BBF], 1, LC);
+    bf->bias_grad_rows(p[BDY] + 5, p[BDY] + LC, 2, LC);
+}
+
+/* Ring attention's merge: O [MB][MT][MH][MD] in bf16 and fp32, the running
+ * log-sum-exps fp32 with rows that saw no key yet (-inf), the pair's with
+ * rows that saw none (-inf); merged over rows [2, 7), then over all rows. */
+enum { MB = 2, MH = 2, MD = 64, MT = 12, MO_N = MB * MT * MH * MD, ML_N = MB * MH * MT };
+static float *lse_buffer(spb_buffer_role role, uint64_t id, const int *minus_inf, int count)
+{
+    float v[ML_N];
+    for (int i = 0; i < ML_N; i++) v[i] = 2.0f * (float)spb_rng_normal(91, id, (uint64_t)i);
+    for (int k = 0; k < count; k++) v[minus_inf[k]] = -INFINITY;
+    float *h = spb_backend_alloc(bf, SPB_MEM_WORKSPACE, ML_N, role);
+    bf->staging.to_device(h, v, sizeof v);
+    return h;
+}
+static void make_merge(twin_set *s)
+{
+    static const int acc_empty[] = {0, 5, 3 * MT + 3}, pair_empty[] = {1, 7, 30};
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_PLAIN, MO_N, 1, 81), MO_N, 1);         /* MO */
+    add(s, buffer(SPB_MEM_ACTIVATIONS, SPB_BUF_FP32, MO_N, 1, 82), MO_N, 1);          /* MOF */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_PLAIN, MO_N, 1, 83), MO_N, 0);           /* MP */
+    add(s, buffer(SPB_MEM_WORKSPACE, SPB_BUF_FP32, MO_N, 1, 84), MO_N, 0);            /* MPF */
+    add(s, lse_buffer(SPB_BUF_FP32, 85, acc_empty, 3), ML_N, 1);                      /* MLA */
+    add(s, lse_buffer(SPB_BUF_FP32, 86, acc_empty, 3), ML_N, 1);                      /* MLA2 */
+    add(s, lse_buffer(SPB_BUF_FP32, 87, pair_empty, 3), ML_N, 0);                     /* MLP */
+    add(s, lse_buffer(SPB_BUF_PLAIN, 88, pair_empty, 3), ML_N, 0);                    /* MLPB */
+}
+enum { MO, MOF, MP, MPF, MLA, MLA2, MLP, MLPB };
+static void merge_both(twin_set *s)
+{
+    float **p = s->buf; /* the pair's lse of rows [2, 7) is its first 5 per (batch, head) */
+    bf->attn_merge(p[MO], p[MLA], p[MP], p[MLP], MB, MH, MD, MT, 2, 5);
+    bf->attn_merge(p[MO], p[MLA], p[MPF], p[MLP], MB, MH, MD, MT, 0, MT);
+    bf->attn_merge(p[MOF], p[MLA2], p[MP], p[MLP], MB, MH, MD, MT, 0, MT);
+}
+static void merge_on_frames(twin_set *s)
+{
+    float **p = s->buf; /* the pair's lse stored bf16 */
+    bf->attn_merge(p[MO], p[MLA], p[MP], p[MLPB], MB, MH, MD, MT, 0, MT);
+}
+
 typedef struct product_case {
     const char *name;
     op_fn op;
@@ -416,6 +487,10 @@ static const product_case product_cases[] = {
     {"AdamW on the masters, sums of squares", optimizer_ops, 4, make_adamw},
     {"embedding forward and backward, repeated rows", embedding_both, 4, make_embedding},
     {"embedding outputs carrying masters (frames)", embedding_on_frames, 0, make_embedding},
+    {"bias rows added and summed, bf16 and fp32", bias_both, 4, make_bias},
+    {"bias into a parameter, overlapping dy (frames)", bias_on_frames, 0, make_bias},
+    {"ring merges, bf16 and fp32 O, empty rows", merge_both, 3, make_merge},
+    {"ring merge of a bf16 log-sum-exp (frames)", merge_on_frames, 0, make_merge},
 };
 
 START_TEST(products_match_the_frames)
@@ -431,8 +506,8 @@ START_TEST(products_match_the_frames)
                       k->direct_calls);
         ck_assert_msg(d.worst <= 1, "%s: %ld ulp from the frames", k->name, d.worst);
         if (!k->direct_calls) ck_assert_msg(d.differ == 0, "%s: the frames differ from themselves", k->name);
-        /* the embedding's sums run in the frames' order: bit for bit theirs */
-        if (k->op == embedding_both)
+        /* the embedding's sums, the biases' and the merges run in the frames' order: bit for bit theirs */
+        if (k->op == embedding_both || k->op == bias_both || k->op == merge_both)
             ck_assert_msg(d.differ == 0, "%s: %ld elements differ from the frames", k->name, d.differ);
     }
     for (int k = 0; k < 2; k++)
@@ -664,7 +739,7 @@ END_TEST
 
 /* --- training ---------------------------------------------------------------------- */
 
-enum { GLOBAL_BATCH = 4 };
+enum { GLOBAL_BATCH = 4, TRAIN_LAYERS = 2 };
 
 typedef struct train_case {
     const char *strategy, *layout;
@@ -675,7 +750,7 @@ static void train_config(spb_config *c, const train_case *k, const char *precisi
 {
     spb_config_defaults(c);
     /* head dim 64: a size the device's flash kernel takes */
-    c->num_layers = 2, c->hidden_size = 256, c->num_heads = 4, c->vocab_size = 64, c->seq_length = 64;
+    c->num_layers = TRAIN_LAYERS, c->hidden_size = 256, c->num_heads = 4, c->vocab_size = 64, c->seq_length = 64;
     c->micro_batch_size = GLOBAL_BATCH / (4 / k->P), c->global_batch_size = GLOBAL_BATCH;
     c->lr = 1e-2, c->weight_decay = 0.1, c->clip_grad = 0.5, c->adam_eps = 1e-4;
     c->sp_degree = k->P, c->zero_stage = k->zero, c->checkpoint_activations = k->checkpoint;
@@ -735,6 +810,15 @@ static void assert_step_direct(const char *precision, const train_case *k, spb_b
     ck_assert_msg(c.embedding_frames == 0 && c.embedding_direct == 2,
                   "%s %s P=%d ZeRO-%d: embedding direct %ld, frames %ld (want 2 direct: forward, backward)", precision,
                   k->strategy, k->P, k->zero, c.embedding_direct, c.embedding_frames);
+    /* two biases a layer forward (again when recomputed), their two gradients backward */
+    const long biases = TRAIN_LAYERS * (k->checkpoint ? 6 : 4);
+    ck_assert_msg(c.bias_frames == 0 && c.bias_direct == biases,
+                  "%s %s P=%d ZeRO-%d ckpt=%d: bias rows direct %ld, frames %ld (want %ld direct)", precision,
+                  k->strategy, k->P, k->zero, k->checkpoint, c.bias_direct, c.bias_frames, biases);
+    const int ring = !strcmp(k->strategy, "ring");
+    ck_assert_msg(c.merge_frames == 0 && (ring ? c.merge_direct > 0 : c.merge_direct == 0),
+                  "%s %s P=%d: ring merges direct %ld, frames %ld", precision, k->strategy, k->P, c.merge_direct,
+                  c.merge_frames);
 }
 static void assert_update_direct(const char *precision, const train_case *k, spb_bf16_direct_counts c)
 {
@@ -767,13 +851,17 @@ START_TEST(training_goes_direct_and_tracks_fp32)
         double e32 = worst_tensor_error(shape, gfast, g32, &w32), eref = worst_tensor_error(shape, gfast, gref, &wref);
         double le = fabs(lfast - l32) / fabs(l32);
         if (!world_rank)
-            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld row-wise, %ld memory; frames: "
-                   "%ld, %ld, %ld, %ld | fast vs fp32: loss %.2e grad %.2e (%s) | fast vs reference: grad %.2e (%s)\n",
+            printf("%-8s P=%d ZeRO-%d ckpt=%d | direct: %ld products, %ld attention, %ld row-wise, %ld memory, %ld "
+                   "bias, %ld merges; frames: %ld, %ld, %ld, %ld, %ld, %ld | fast vs fp32: loss %.2e grad %.2e (%s) | "
+                   "fast vs reference: grad %.2e (%s)\n",
                    k->strategy, k->P, k->zero, k->checkpoint, cfast.matmul_direct, cfast.attention_direct,
-                   cfast.rowwise_direct, cfast.memory_direct, cfast.matmul_frames, cfast.attention_frames,
-                   cfast.rowwise_frames, cfast.memory_frames, le, e32, w32, eref, wref);
+                   cfast.rowwise_direct, cfast.memory_direct, cfast.bias_direct, cfast.merge_direct,
+                   cfast.matmul_frames, cfast.attention_frames, cfast.rowwise_frames, cfast.memory_frames,
+                   cfast.bias_frames, cfast.merge_frames, le, e32, w32, eref, wref);
         /* The reference path never goes direct; the fast one always does. */
-        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct + cref.memory_direct, 0);
+        ck_assert_int_eq(cref.matmul_direct + cref.attention_direct + cref.rowwise_direct + cref.memory_direct +
+                             cref.bias_direct + cref.merge_direct,
+                         0);
         /* Fills and copies go direct unless they write parameters whose
          * masters are bound (ZeRO 1-2's allgathered parameters): some may
          * stay on the frames, by design. */
@@ -951,6 +1039,7 @@ START_TEST(direct_kinds_choose_what_goes_direct)
     ck_assert(cpart.attention_direct > 0 && cpart.attention_frames == 0);
     ck_assert(cpart.rowwise_direct > 0 && cpart.rowwise_frames > 0); /* LayerNorm direct, GELU and the rest not */
     ck_assert(cpart.memory_direct == 0);
+    ck_assert(cpart.bias_direct == 0 && cpart.bias_frames > 0 && cpart.embedding_direct == 0);
     ck_assert_double_le(err, gradient_bound(2));
     drop(tpart);
     free(gref), free(gpart);

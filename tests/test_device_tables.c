@@ -73,6 +73,9 @@ static void check_direct(const spb_bf16_direct *d)
     expect(d->softmax_xent_backward != NULL, d->name, "softmax_xent_backward");
     expect(d->embedding_forward != NULL, d->name, "embedding_forward");
     expect(d->embedding_backward_rows != NULL, d->name, "embedding_backward_rows");
+    expect(d->add_bias_rows != NULL, d->name, "add_bias_rows");
+    expect(d->bias_grad_rows != NULL, d->name, "bias_grad_rows");
+    expect(d->attn_merge != NULL, d->name, "attn_merge");
     expect(d->attention_forward != NULL, d->name, "attention_forward");
     expect(d->attention_backward != NULL, d->name, "attention_backward");
 }

@@ -5,9 +5,9 @@
  * FAST: mma.sync where the strides allow, else its simple version), GELU
  * through the bf16 GELU kernels
  * (vector loads where aligned) or, in fp16, a typed kernel here, and
- * LayerNorm, residual adds, the softmax cross-entropy, fills, copies and
- * AdamW through kernels here that load and store every operand in its own
- * type (16-bit or fp32, per buffer).  The 16-bit format is the process's
+ * LayerNorm, residual adds, the softmax cross-entropy, the row biases,
+ * ring's merges, fills, copies and AdamW through kernels here that load and
+ * store every operand in its own type (16-bit or fp32, per buffer).  The 16-bit format is the process's
  * (device_handles.h): a constant the kernels read, set when it changes.
  * Everything on the legacy default stream, where the storage's
  * widen/narrow and the fp32 CUDA table run, so the direct calls stay
@@ -269,6 +269,122 @@ void add_inplace(spb_stored a, spb_stored b, long n)
     SPB_LAUNCH_CHECK();
 }
 
+/* ---- the row biases of the reduced products ------------------------------ */
+__global__ void k_add_bias_rows(spb_stored x, spb_stored b, long rows, int C)
+{
+    long n = rows * C;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        store(x, i, load(x, i) + load(b, i % C));
+}
+
+void add_bias_rows(spb_stored x, spb_stored b, long rows, int C)
+{
+    sync_format();
+    k_add_bias_rows<<<blocks_for(rows * C), kThreads, 0, kStream>>>(x, b, rows, C);
+    SPB_LAUNCH_CHECK();
+}
+
+/* db += column sums of dy as LayerNorm's dw, db: strips of kStripRows rows,
+ * a thread per column (the rows' reads coalesced across the columns), fp32
+ * partial sums [strips][C] added in order onto the old value and rounded
+ * once (no atomics: the same bits every run).  The strips loop over
+ * gridDim.y, which caps at 65535. */
+const unsigned kMaxGridY = 65535;
+__global__ void k_bias_grad_strips(float *part, spb_stored dy, long rows, int C, long strips)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    for (long strip = blockIdx.y; strip < strips; strip += gridDim.y) {
+        long r0 = strip * kStripRows, r1 = r0 + kStripRows < rows ? r0 + kStripRows : rows;
+        float s = 0.0f;
+        for (long r = r0; r < r1; r++) s += load(dy, r * C + i);
+        part[strip * C + i] = s;
+    }
+}
+
+__global__ void k_bias_grad_finish(spb_stored db, const float *part, long strips, int C)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    float s = 0.0f;
+    for (long k = 0; k < strips; k++) s += part[k * C + i];
+    store(db, i, load(db, i) + s);
+}
+
+void bias_grad_rows(spb_stored db, spb_stored dy, long rows, int C)
+{
+    sync_format();
+    const long strips = (rows + kStripRows - 1) / kStripRows;
+    float *part = strip_workspace(strips * C);
+    const unsigned cols = (unsigned)((C + kThreads - 1) / kThreads);
+    dim3 grid(cols, (unsigned)(strips < (long)kMaxGridY ? strips : kMaxGridY));
+    k_bias_grad_strips<<<grid, kThreads, 0, kStream>>>(part, dy, rows, C, strips);
+    SPB_LAUNCH_CHECK();
+    k_bias_grad_finish<<<cols, kThreads, 0, kStream>>>(db, part, strips, C);
+    SPB_LAUNCH_CHECK();
+}
+
+/* ---- ring attention's merge ----------------------------------------------- */
+/* attention_merge.c's weights for one (batch, head, query row): *keep 0
+ * when the pair saw no key (o_acc stays), *take 1 when the running row had
+ * none yet (O and lse taken as they are). */
+__device__ __forceinline__ void merge_weights(float la, float lb, bool *keep, bool *take, float *wa, float *wb,
+                                              float *lse)
+{
+    *keep = !(lb > -INFINITY);
+    *take = !*keep && !(la > -INFINITY);
+    if (*keep || *take) return;
+    float hi = fmaxf(la, lb), lo = fminf(la, lb);
+    *lse = hi + log1pf(expf(lo - hi));
+    *wa = expf(la - *lse), *wb = expf(lb - *lse);
+}
+
+/* O first, every element a thread, reading the old lse (coalesced over a
+ * row's heads and dims); then the lse, in a launch after it. */
+__global__ void k_attn_merge_out(spb_stored o_acc, const float *lse_acc, spb_stored o_pair, const float *lse_pair,
+                                 int batch, int H, int D, int T, int row, int len)
+{
+    const long W = (long)H * D, n = (long)batch * len * W;
+    for (long t = (long)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (long)gridDim.x * blockDim.x) {
+        const long bi = t / W, b = bi / len, i = bi % len;
+        const int h = (int)((t % W) / D);
+        bool keep, take;
+        float wa = 0.0f, wb = 0.0f, lse = 0.0f;
+        merge_weights(lse_acc[(b * H + h) * T + row + i], lse_pair[(b * H + h) * len + i], &keep, &take, &wa, &wb,
+                      &lse);
+        if (keep) continue;
+        const long at = (b * T + row + i) * W + t % W;
+        store(o_acc, at, take ? load(o_pair, at) : load(o_acc, at) * wa + load(o_pair, at) * wb);
+    }
+}
+
+__global__ void k_attn_merge_lse(float *lse_acc, const float *lse_pair, int batch, int H, int T, int row, int len)
+{
+    const long n = (long)batch * H * len;
+    for (long t = (long)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (long)gridDim.x * blockDim.x) {
+        const long bh = t / len, i = t % len;
+        float *la = &lse_acc[bh * T + row + i];
+        const float lb = lse_pair[t];
+        bool keep, take;
+        float wa, wb, lse = 0.0f;
+        merge_weights(*la, lb, &keep, &take, &wa, &wb, &lse);
+        if (!keep) *la = take ? lb : lse;
+    }
+}
+
+void attn_merge(spb_stored o_acc, float *lse_acc, spb_stored o_pair, const float *lse_pair, int batch, int heads,
+                int head_dim, int T, int row, int len)
+{
+    sync_format();
+    const long n = (long)batch * len * heads * head_dim;
+    k_attn_merge_out<<<blocks_for(n), kThreads, 0, kStream>>>(o_acc, lse_acc, o_pair, lse_pair, batch, heads,
+                                                                head_dim, T, row, len);
+    SPB_LAUNCH_CHECK();
+    k_attn_merge_lse<<<blocks_for((long)batch * heads * len), kThreads, 0, kStream>>>(lse_acc, lse_pair, batch,
+                                                                                       heads, T, row, len);
+    SPB_LAUNCH_CHECK();
+}
+
 /* ---- fills and copies between operands of either type -------------------- */
 __global__ void k_copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
 {
@@ -525,6 +641,9 @@ spb_bf16_direct make_direct(void)
     d.softmax_xent_backward = softmax_xent_backward;
     d.embedding_forward = embedding_forward;
     d.embedding_backward_rows = embedding_backward_rows;
+    d.add_bias_rows = add_bias_rows;
+    d.bias_grad_rows = bias_grad_rows;
+    d.attn_merge = attn_merge;
     d.attention_forward = attention_forward;
     d.attention_backward = attention_backward;
     d.cudnn_attention_forward = spb_cudnn_attention_built() ? spb_cuda_cudnn_direct_forward : nullptr;
