@@ -10,11 +10,11 @@
  * products are fp32 (no tensor cores) and every operation pays a widen and
  * a narrow.  The default, --bf16-kernels fast, runs the matrix products and
  * flash attention straight on the bf16 storage (cuda_bf16_direct.cu:
- * cuBLASLt on tensor cores, the bf16 flash kernel); the row-wise and
- * elementwise operations stay on frames.  Either way the device holds what
- * a bf16 run holds (parameters, activations, gradients in bf16; masters and
- * moments fp32, device memory tracked by category).  Never run on a GPU
- * yet (docs/BF16.md).
+ * cuBLASLt on tensor cores, the bf16 flash kernel) and every other
+ * operation of the core through typed kernels there.  Either way the device
+ * holds what a bf16 run holds (parameters, activations, gradients in bf16;
+ * masters and moments fp32, device memory tracked by category).  Both paths
+ * ran on an H200 on 2026-11-30 (results/gpu/strategies.csv, docs/BF16.md).
  *
  * C, not CUDA C: the table is the shared C entries plus the fp32 CUDA
  * table's device entries (open, clock, memory readings), read through

@@ -3,17 +3,19 @@
  * accumulation, C rounded once: spb_cuda_gemm_half, bf16 or fp16), attention
  * through the flash kernel of the run's format (spb_cuda_attention_*_half,
  * FAST: mma.sync where the strides allow, else its simple version), GELU
- * through the bf16 GELU kernels
- * (vector loads where aligned) or, in fp16, a typed kernel here, and
- * LayerNorm, residual adds, the softmax cross-entropy, the row biases,
- * ring's merges, fills, copies and AdamW through kernels here that load and
- * store every operand in its own type (16-bit or fp32, per buffer).  The 16-bit format is the process's
- * (device_handles.h): a constant the kernels read, set when it changes.
- * Everything on the legacy default stream, where the storage's
+ * through the bf16 GELU kernels (vector loads where aligned) or, in fp16, a
+ * typed kernel here, and LayerNorm, residual adds, the softmax
+ * cross-entropy, the embedding, the row biases, ring's merges, fills,
+ * copies and AdamW through kernels here that load and store every operand
+ * in its own type (16-bit or fp32, per buffer).  The 16-bit format is the
+ * process's (device_handles.h): a constant the kernels read, set when it
+ * changes.  Everything on the legacy default stream, where the storage's
  * widen/narrow and the fp32 CUDA table run, so the direct calls stay
- * ordered with the frames around them.  Never run on a GPU yet:
- * experiments/gpu-strategies holds it against the CPU's single-rank run
- * and experiments/gpu-core-step times it (docs/GPU.md). */
+ * ordered with the frames around them.  experiments/gpu-strategies holds
+ * it against the CPU's single-rank run and experiments/gpu-core-step
+ * times it (docs/GPU.md): on the H200 of 2026-11-30 (results/gpu/); the
+ * embedding, bias-row and merge kernels and the cross-entropy's shared
+ * block reduction came after that run. */
 #define OMPI_SKIP_MPICXX 1 /* cuda_backend.h -> backend.h -> comm.h -> mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_runtime.h>
@@ -191,22 +193,27 @@ __global__ void k_layernorm_backward_dx(spb_stored dinp, spb_stored dout, spb_st
 
 /* dw, db: strips of kStripRows rows, a thread per column, partial sums in
  * fp32 [strips][C]; then one thread per column adds its strips in order to
- * the old value and rounds once (no atomics: the same bits every run). */
+ * the old value and rounds once (no atomics: the same bits every run).  The
+ * strips loop over gridDim.y, which caps at 65535 (4M rows). */
 const int kStripRows = 64;
+const unsigned kMaxGridY = 65535;
+unsigned strip_blocks(int strips) { return (unsigned)(strips < (int)kMaxGridY ? strips : (int)kMaxGridY); }
 __global__ void k_layernorm_backward_strips(float *part_w, float *part_b, spb_stored dout, spb_stored inp,
-                                            const float *mean, const float *rstd, int rows, int C)
+                                            const float *mean, const float *rstd, int rows, int C, int strips)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x, strip = blockIdx.y;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= C) return;
-    int r0 = strip * kStripRows, r1 = min(rows, r0 + kStripRows);
-    float sw = 0.0f, sb = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        float dy = load(dout, (long)r * C + i);
-        sb += dy;
-        sw += dy * (load(inp, (long)r * C + i) - mean[r]) * rstd[r];
+    for (int strip = blockIdx.y; strip < strips; strip += gridDim.y) {
+        int r0 = strip * kStripRows, r1 = min(rows, r0 + kStripRows);
+        float sw = 0.0f, sb = 0.0f;
+        for (int r = r0; r < r1; r++) {
+            float dy = load(dout, (long)r * C + i);
+            sb += dy;
+            sw += dy * (load(inp, (long)r * C + i) - mean[r]) * rstd[r];
+        }
+        part_w[(long)strip * C + i] = sw;
+        part_b[(long)strip * C + i] = sb;
     }
-    part_w[(long)strip * C + i] = sw;
-    part_b[(long)strip * C + i] = sb;
 }
 
 __global__ void k_layernorm_backward_finish(spb_stored dw, spb_stored db, const float *part_w, const float *part_b,
@@ -244,9 +251,9 @@ void layernorm_backward(spb_stored dinp, spb_stored dw, spb_stored db, spb_store
     /* dw and db first: they read dout, which dinp may be. */
     int strips = (rows + kStripRows - 1) / kStripRows;
     float *part = strip_workspace(2L * strips * C);
-    dim3 grid((unsigned)((C + kThreads - 1) / kThreads), (unsigned)strips);
+    dim3 grid((unsigned)((C + kThreads - 1) / kThreads), strip_blocks(strips));
     k_layernorm_backward_strips<<<grid, kThreads, 0, kStream>>>(part, part + (long)strips * C, dout, inp, mean, rstd,
-                                                                rows, C);
+                                                                rows, C, strips);
     SPB_LAUNCH_CHECK();
     k_layernorm_backward_finish<<<(unsigned)((C + kThreads - 1) / kThreads), kThreads, 0, kStream>>>(
         dw, db, part, part + (long)strips * C, strips, C);
@@ -287,9 +294,7 @@ void add_bias_rows(spb_stored x, spb_stored b, long rows, int C)
 /* db += column sums of dy as LayerNorm's dw, db: strips of kStripRows rows,
  * a thread per column (the rows' reads coalesced across the columns), fp32
  * partial sums [strips][C] added in order onto the old value and rounded
- * once (no atomics: the same bits every run).  The strips loop over
- * gridDim.y, which caps at 65535. */
-const unsigned kMaxGridY = 65535;
+ * once (no atomics: the same bits every run). */
 __global__ void k_bias_grad_strips(float *part, spb_stored dy, long rows, int C, long strips)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -317,7 +322,7 @@ void bias_grad_rows(spb_stored db, spb_stored dy, long rows, int C)
     const long strips = (rows + kStripRows - 1) / kStripRows;
     float *part = strip_workspace(strips * C);
     const unsigned cols = (unsigned)((C + kThreads - 1) / kThreads);
-    dim3 grid(cols, (unsigned)(strips < (long)kMaxGridY ? strips : kMaxGridY));
+    dim3 grid(cols, (unsigned)(strips < (long)kMaxGridY ? strips : (long)kMaxGridY));
     k_bias_grad_strips<<<grid, kThreads, 0, kStream>>>(part, dy, rows, C, strips);
     SPB_LAUNCH_CHECK();
     k_bias_grad_finish<<<cols, kThreads, 0, kStream>>>(db, part, strips, C);
