@@ -1,9 +1,11 @@
 /* The direct kernels' contracts (bf16_direct.h) on host storage: what the
  * CUDA instance computes with cuBLASLt and its 16-bit kernels, computed here
- * with cblas, the CPU flash kernel, ops_cpu.c's GELU, LayerNorm, adds and cross-entropy, attention_merge.c's
- * merge and optimizer.c's AdamW on exact fp32 copies of the stored operands.  Not faster than the frames (it copies as much); it exists so
- * that the dispatch, the mapping of every product onto one gemm and the
- * attention path through it run in the CPU tests. */
+ * with cblas, the CPU flash kernel, ops_cpu.c's GELU, LayerNorm, adds and
+ * cross-entropy, attention_merge.c's merge and optimizer.c's AdamW on exact
+ * fp32 copies of the stored operands.  Not faster than the frames (it
+ * copies as much); it exists so that the dispatch, the mapping of every
+ * product onto one gemm and the attention path through it run in the CPU
+ * tests. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
