@@ -196,8 +196,8 @@ __global__ void k_layernorm_backward_dx(spb_stored dinp, spb_stored dout, spb_st
  * the old value and rounds once (no atomics: the same bits every run).  The
  * strips loop over gridDim.y, which caps at 65535 (4M rows). */
 const int kStripRows = 64;
-const unsigned kMaxGridY = 65535;
-unsigned strip_blocks(int strips) { return (unsigned)(strips < (int)kMaxGridY ? strips : (int)kMaxGridY); }
+const long kMaxGridY = 65535;
+unsigned strip_blocks(long strips) { return (unsigned)(strips < kMaxGridY ? strips : kMaxGridY); }
 __global__ void k_layernorm_backward_strips(float *part_w, float *part_b, spb_stored dout, spb_stored inp,
                                             const float *mean, const float *rstd, int rows, int C, int strips)
 {
@@ -216,15 +216,21 @@ __global__ void k_layernorm_backward_strips(float *part_w, float *part_b, spb_st
     }
 }
 
+/* Column i's strips added in order onto its stored value, rounded once. */
+__device__ __forceinline__ void add_strips(spb_stored out, const float *part, long strips, int C, int i)
+{
+    float s = 0.0f;
+    for (long k = 0; k < strips; k++) s += part[k * C + i];
+    store(out, i, load(out, i) + s);
+}
+
 __global__ void k_layernorm_backward_finish(spb_stored dw, spb_stored db, const float *part_w, const float *part_b,
                                             int strips, int C)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= C) return;
-    float sw = 0.0f, sb = 0.0f;
-    for (int k = 0; k < strips; k++) sw += part_w[(long)k * C + i], sb += part_b[(long)k * C + i];
-    store(dw, i, load(dw, i) + sw);
-    store(db, i, load(db, i) + sb);
+    add_strips(dw, part_w, strips, C, i);
+    add_strips(db, part_b, strips, C, i);
 }
 
 /* fp32 partial sums of the strips (a buffer that only grows). */
@@ -310,10 +316,7 @@ __global__ void k_bias_grad_strips(float *part, spb_stored dy, long rows, int C,
 __global__ void k_bias_grad_finish(spb_stored db, const float *part, long strips, int C)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= C) return;
-    float s = 0.0f;
-    for (long k = 0; k < strips; k++) s += part[k * C + i];
-    store(db, i, load(db, i) + s);
+    if (i < C) add_strips(db, part, strips, C, i);
 }
 
 void bias_grad_rows(spb_stored db, spb_stored dy, long rows, int C)
@@ -322,7 +325,7 @@ void bias_grad_rows(spb_stored db, spb_stored dy, long rows, int C)
     const long strips = (rows + kStripRows - 1) / kStripRows;
     float *part = strip_workspace(strips * C);
     const unsigned cols = (unsigned)((C + kThreads - 1) / kThreads);
-    dim3 grid(cols, (unsigned)(strips < (long)kMaxGridY ? strips : (long)kMaxGridY));
+    dim3 grid(cols, strip_blocks(strips));
     k_bias_grad_strips<<<grid, kThreads, 0, kStream>>>(part, dy, rows, C, strips);
     SPB_LAUNCH_CHECK();
     k_bias_grad_finish<<<cols, kThreads, 0, kStream>>>(db, part, strips, C);
