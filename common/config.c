@@ -275,6 +275,11 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         if (check_positive(positive[k].name, positive[k].v, err, errlen)) return -1;
     if (c->train_iters < 0) return fail(err, errlen, "--train-iters must be >= 0 (got %d)", c->train_iters);
     if (c->timing_warmup < 0) return fail(err, errlen, "--timing-warmup must be >= 0");
+    /* A row with no timed iteration would carry nan rates and zero times and bytes, which read as figures. */
+    if (c->results[0] && c->train_iters <= c->timing_warmup)
+        return fail(err, errlen,
+                    "--results records timed iterations: --train-iters %d leaves none after --timing-warmup %d",
+                    c->train_iters, c->timing_warmup);
     if (c->hidden_size % c->num_heads)
         return fail(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d", c->hidden_size, c->num_heads);
 

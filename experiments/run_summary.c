@@ -100,7 +100,35 @@ static double other_compute(const spb_run_summary *s)
            s->timers[SPB_T_ATTENTION] - s->timers[SPB_T_LAYER_COMM];
 }
 
-void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
+/* Peak memory by category (measured) and the memory model's figures for both precisions. */
+static void print_memory(const spb_run_summary *s, const spb_config *cfg)
+{
+    printf("peak memory/rank (MiB):");
+    for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
+        printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), s->peaks[c] / 1048576.0);
+    printf(" | total %.2f", s->peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
+    if (s->device_used_peak >= 0) /* the driver's view beside the tracker's */
+        printf(" | device in use (driver, sampled at step ends; context and ranks sharing the GPU included) %.2f",
+               s->device_used_peak / 1048576.0);
+    printf("\n");
+    /* The model covers what the configuration fixes (not workspace or
+     * communication buffers); the measured peaks above match the line of the
+     * run's --precision, the other is what that precision would hold. */
+    spb_memory_prediction fp32, bf16;
+    spb_memory_model(cfg, s->world, SPB_FP32, &fp32);
+    spb_memory_model(cfg, s->world, SPB_BF16_MIXED, &bf16);
+    static const spb_mem_category shown[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
+    const int bf16_run = spb_memory_precision(cfg) == SPB_BF16_MIXED;
+    printf("memory model (MiB/rank): fp32%s", bf16_run ? "" : " (this run)");
+    for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), fp32.bytes[shown[k]] / 1048576.0);
+    /* fp16 holds what bf16 holds (2-byte elements, fp32 masters and moments) */
+    printf(" | %s mixed precision%s", strcmp(cfg->precision, "fp16") ? "bf16" : "fp16", bf16_run ? " (this run)" : "");
+    for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), bf16.bytes[shown[k]] / 1048576.0);
+    printf("\n");
+}
+
+/* The measured iterations: time, rate, the step's breakdown and the traffic per collective. */
+static void print_timings(const spb_run_summary *s, const spb_config *cfg)
 {
     const double *t = s->timers;
     double compute = t[SPB_T_FORWARD] + t[SPB_T_BACKWARD];
@@ -111,7 +139,8 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
            (s->counted_gemm + s->counted_attn) / s->t_med / s->world / 1e12, s->first_loss, s->final_loss);
     printf("time/iteration (ms, slowest rank):");
     for (int k = 0; k < SPB_NUM_TIMERS; k++) printf(" %s %.2f", spb_timer_name((spb_timer_id)k), t[k] * 1e3);
-    printf(" | gemm share of compute %.1f%% at %.2f GFLOP/s per rank\n", compute > 0 ? 100 * t[SPB_T_GEMM] / compute : NAN,
+    printf(" | gemm share of compute %.1f%% at %.2f GFLOP/s per rank\n",
+           compute > 0 ? 100 * t[SPB_T_GEMM] / compute : NAN,
            t[SPB_T_GEMM] > 0 ? s->counted_gemm / s->world / t[SPB_T_GEMM] / 1e9 : NAN);
     printf("step breakdown of the slowest rank (ms/iteration): matrix products %.2f | attention %.2f | other compute "
            "%.2f | communication in layers %.2f | gradient reduction %.2f | optimizer %.2f | all communication "
@@ -137,46 +166,39 @@ void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
                "waiting for other ranks)\n",
                s->plain_alltoall * 1e3, s->pack_unpack * 1e3, (s->plain_alltoall + s->pack_unpack) / s->plain_alltoall,
                s->exchange * 1e3);
-    if (strcmp(cfg->precision, "fp32")) {
-        /* Which path the 16-bit operations took (bf16_direct.h): under fast a
-         * call left on the frames is one the direct kernels could not take
-         * (a shape, an alignment, cuDNN declining), worth knowing on a GPU. */
-        spb_bf16_direct_counts n = spb_bf16_direct_get_counts();
-        printf("16-bit operations, rank 0, whole run (--bf16-kernels %s): direct: products %ld, attention %ld, "
-               "row-wise %ld, memory %ld, optimizer %ld, embedding %ld, bias %ld, merge %ld | frames: products %ld, "
-               "attention %ld, row-wise %ld, memory %ld, optimizer %ld, embedding %ld, bias %ld, merge %ld\n",
-               cfg->bf16_kernels, n.matmul_direct, n.attention_direct, n.rowwise_direct, n.memory_direct,
-               n.optimizer_direct, n.embedding_direct, n.bias_direct, n.merge_direct, n.matmul_frames,
-               n.attention_frames, n.rowwise_frames, n.memory_frames, n.optimizer_frames, n.embedding_frames,
-               n.bias_frames, n.merge_frames);
-        if (spb_config_uses_cuda_flash(cfg))
-            printf("flash kernels: %d query rows per block, dQ %s, forward on %s, backward on %s (--flash-block-rows, "
-                   "--flash-dq, --flash-fwd, --flash-bwd)\n",
-                   spb_config_flash_block_rows(cfg), spb_config_flash_dq(cfg), spb_config_flash_fwd(cfg),
-                   spb_config_flash_bwd(cfg));
-    }
-    printf("peak memory/rank (MiB):");
-    for (int c = 0; c < SPB_MEM_NUM_CATEGORIES; c++)
-        printf(" %s %.2f", spb_mem_category_name((spb_mem_category)c), s->peaks[c] / 1048576.0);
-    printf(" | total %.2f", s->peaks[SPB_MEM_NUM_CATEGORIES] / 1048576.0);
-    if (s->device_used_peak >= 0) /* the driver's view beside the tracker's */
-        printf(" | device in use (driver, sampled at step ends; context and ranks sharing the GPU included) %.2f",
-               s->device_used_peak / 1048576.0);
-    printf("\n");
-    /* The model covers what the configuration fixes (not workspace or
-     * communication buffers); the measured peaks above match the line of the
-     * run's --precision, the other is what that precision would hold. */
-    spb_memory_prediction fp32, bf16;
-    spb_memory_model(cfg, s->world, SPB_FP32, &fp32);
-    spb_memory_model(cfg, s->world, SPB_BF16_MIXED, &bf16);
-    static const spb_mem_category shown[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_MEM_OPTIMIZER, SPB_MEM_ACTIVATIONS};
-    const int bf16_run = spb_memory_precision(cfg) == SPB_BF16_MIXED;
-    printf("memory model (MiB/rank): fp32%s", bf16_run ? "" : " (this run)");
-    for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), fp32.bytes[shown[k]] / 1048576.0);
-    /* fp16 holds what bf16 holds (2-byte elements, fp32 masters and moments) */
-    printf(" | %s mixed precision%s", strcmp(cfg->precision, "fp16") ? "bf16" : "fp16", bf16_run ? " (this run)" : "");
-    for (int k = 0; k < 4; k++) printf(" %s %.2f", spb_mem_category_name(shown[k]), bf16.bytes[shown[k]] / 1048576.0);
-    printf("\n");
+}
+
+/* Which path the 16-bit operations took (bf16_direct.h): under fast a call
+ * left on the frames is one the direct kernels could not take (a shape, an
+ * alignment, cuDNN declining), worth knowing on a GPU. */
+static void print_16bit_paths(const spb_config *cfg)
+{
+    if (!strcmp(cfg->precision, "fp32")) return;
+    spb_bf16_direct_counts n = spb_bf16_direct_get_counts();
+    printf("16-bit operations, rank 0, whole run (--bf16-kernels %s): direct: products %ld, attention %ld, "
+           "row-wise %ld, memory %ld, optimizer %ld, embedding %ld, bias %ld, merge %ld | frames: products %ld, "
+           "attention %ld, row-wise %ld, memory %ld, optimizer %ld, embedding %ld, bias %ld, merge %ld\n",
+           cfg->bf16_kernels, n.matmul_direct, n.attention_direct, n.rowwise_direct, n.memory_direct,
+           n.optimizer_direct, n.embedding_direct, n.bias_direct, n.merge_direct, n.matmul_frames,
+           n.attention_frames, n.rowwise_frames, n.memory_frames, n.optimizer_frames, n.embedding_frames,
+           n.bias_frames, n.merge_frames);
+    if (spb_config_uses_cuda_flash(cfg))
+        printf("flash kernels: %d query rows per block, dQ %s, forward on %s, backward on %s (--flash-block-rows, "
+               "--flash-dq, --flash-fwd, --flash-bwd)\n",
+               spb_config_flash_block_rows(cfg), spb_config_flash_dq(cfg), spb_config_flash_fwd(cfg),
+               spb_config_flash_bwd(cfg));
+}
+
+void spb_print_summary(const spb_run_summary *s, const spb_config *cfg)
+{
+    if (s->measured > 0)
+        print_timings(s, cfg);
+    else /* every iteration was warm-up: nan and zeros would read as figures */
+        printf("summary: no measured iterations (--train-iters %d, the first %d excluded by --timing-warmup): no "
+               "time, rate or traffic to report; run more iterations than --timing-warmup | loss %.4f -> %.4f\n",
+               cfg->train_iters, cfg->timing_warmup, s->first_loss, s->final_loss);
+    print_16bit_paths(cfg);
+    print_memory(s, cfg);
     fflush(stdout);
 }
 

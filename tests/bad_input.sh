@@ -29,6 +29,7 @@ cases=(
   "--sp-degree 3"
   "--micro-batch-size 2 --global-batch-size 5"
   "--lr"
+  "--train-iters 1 --results $tmp/untimed.csv"   # every iteration warm-up: nothing to record
   "--device tpu"
   "--comm tcp"
   "--comm nccl"  # NCCL moves device buffers: needs --device cuda

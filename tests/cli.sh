@@ -47,7 +47,19 @@ awk -F, 'NR==1 {n=NF; if ($1 != "run_name") exit 1} NF != n {exit 1} END {if (NR
   grep -q '^second,ok,none,cpu,mpi,fp32,,flash,,,,,2,2,1,' "$tmp/r.csv"
 verdict "results CSV: header + 2 whole rows (1 and 2 ranks)" $?
 
-# 4. --help exits 0 and lists the options.
+# 4. Every iteration warm-up: the summary says there is nothing timed, and prints no nan.
+loud=()
+for a in "${args[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+"$spbench" "${loud[@]}" --train-iters 1 > "$tmp/warm.out" 2>&1 &&
+  grep -q '^summary: no measured iterations (--train-iters 1, the first 1 excluded by --timing-warmup)' \
+    "$tmp/warm.out" && grep -q '^peak memory/rank' "$tmp/warm.out" && ! grep -qiw 'nan' "$tmp/warm.out"
+verdict "--train-iters 1: no measured iterations, said so, no nan" $?
+"$spbench" "${loud[@]}" --train-iters 2 > "$tmp/timed.out" 2>&1 &&
+  grep -q '^summary: 1 measured iterations | iteration time median' "$tmp/timed.out" &&
+  grep -q '^time/iteration' "$tmp/timed.out"
+verdict "--train-iters 2: one measured iteration and its timings" $?
+
+# 5. --help exits 0 and lists the options.
 "$spbench" --help | grep -q -- '--num-attention-heads'
 verdict "--help" $?
 
