@@ -83,6 +83,10 @@ list(APPEND spb_emu_tests emu_gpu_check_parts)
 add_test(NAME emu_wgmma_refused COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/wgmma_refused.sh $<TARGET_FILE:spbench>
                                         ${MPIEXEC_EXECUTABLE})
 list(APPEND spb_emu_tests emu_wgmma_refused)
+# the check programs' watchdog: a unit slower than --watchdog ends the process (exit 5), rows kept
+add_test(NAME emu_gpu_watchdog COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_watchdog.sh ${CMAKE_BINARY_DIR}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+list(APPEND spb_emu_tests emu_gpu_watchdog)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
 list(APPEND spb_emu_tests emu_gpu_strategies)

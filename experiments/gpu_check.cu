@@ -2,7 +2,7 @@
  * timings at the paper's 7B shape (docs/GPU.md).
  *
  *   spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens 4096,8192,...] [--smoke] [--no-wgmma]
- *                     [--profile] [--part K[-L]/N] [--lean-fp16]
+ *                     [--profile] [--part K[-L]/N] [--lean-fp16] [--watchdog SECONDS]
  *
  * --part K/N: the K-th of N shares of the checks (every N-th unit), for N
  * processes side by side; K-L/N: shares K to L (unequal processes: one
@@ -20,8 +20,12 @@
  * --no-wgmma: leave the Hopper (wgmma) attention kernels out, checks and
  * timings (experiments/gpu-check reruns with it if a run dies: a kernel
  * fault ends the process's CUDA context, and with it every later row).
- * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 77 no CUDA
- * device (ctest's skip code).  Each check runs the GPU kernel and the CPU
+ * --watchdog SECONDS: end the process (exit 5) after that long without a
+ * check reported or a timing row written: a kernel that never finishes
+ * (gpu_watchdog.h; default 60, 0 off; off on the emulated device and under
+ * --profile).  experiments/gpu-check reruns with --no-wgmma then too.
+ * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 5 the
+ * watchdog, 77 no CUDA device (ctest's skip code).  Each check runs the GPU kernel and the CPU
  * reference (common/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
  * same inputs, those the GPU sees in bf16 rounded to bf16 for the CPU too, so
  * the difference is the GPU's own rounding and summation order; it is held
@@ -41,6 +45,7 @@
 #include "cudnn_attention.h"
 #include "gpu_env.h"
 #include "gpu_util.h"
+#include "gpu_watchdog.h"
 #include "spb_cuda.h"
 #include "ulysses_layout.h"
 
@@ -136,7 +141,9 @@ static void report(const char *kernel, spb_cuda_impl impl, const char *shape, do
         const char *f[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kernel, spb_cuda_impl_name(impl),
                            shape, e, t, pass ? "PASS" : "FAIL"};
         for (int i = 0; i < 10; i++) spb_csv_field(check_csv, f[i], i == 9);
+        fflush(check_csv); /* rows before a hang or a fault stay */
     }
+    gpu_watchdog_progress("the check '%s' %s %s", kernel, spb_cuda_impl_name(impl), shape);
 }
 static void check(const char *kernel, spb_cuda_impl impl, const char *shape, const std::vector<float> &got,
                   const std::vector<float> &want, double tol)
@@ -682,6 +689,8 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
     for (const attn_case &c : cases) {
         const check_unit unit;
         if (!unit.taken) continue;
+        gpu_watchdog_progress("the start of the attention check%s, %s, D %d%s, case '%s'", variant,
+                              spb_cuda_impl_name(impl), D, fp16 ? " fp16" : "", c.name);
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), dqkv0 = randv(nq, 0.1f, false);
@@ -753,6 +762,7 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
     for (const attn_case &c : cases) {
         const check_unit unit;
         if (!unit.taken) continue;
+        gpu_watchdog_progress("the start of the cuDNN attention check, %s, D %d, case '%s'", fmt_name, D, c.name);
         const int T = c.len;
         long nq = (long)B * T * 3 * H * D, no = (long)B * T * H * D, nl = (long)B * H * T;
         auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true);
@@ -868,6 +878,7 @@ static void timing_row(const char *kind, const char *name, long tokens, long m, 
         for (int i = 0; i < 15; i++) spb_csv_field(time_csv, row[i], i == 14);
         fflush(time_csv);
     }
+    gpu_watchdog_progress("the timing row '%s' %s %ld tokens", kind, name, tokens);
 }
 
 static void fill_bf16(spb_bf16 *d, long n)
@@ -1175,18 +1186,20 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 char nm[64];
                 double ms;
                 if (vr.fwd) {
-                    ms = time_ms(fwd, reps);
                     snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
+                    gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, N, causal);
+                    ms = time_ms(fwd, reps);
                     timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
                     if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe && vr.rpw == 16 && !vr.tma) /* spbench's options */
                         fwd_sum[vr.fwd == 2][vr.rows == 64] += ms;
                 }
                 if (!vr.bwd) continue;
+                snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
+                gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, N, causal);
                 fwd(); /* O and lse from this variant's forward */
                 ms = time_ms(bwd, reps);
                 if (!vr.xchg && !vr.bulk && !vr.btma) /* spbench's options */
                     bwd_sum[(vr.bwd == 2 ? 2 : 0) + vr.fused][vr.rows == 64] += ms;
-                snprintf(nm, sizeof nm, "flash bwd (%s)", vr.suffix);
                 timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
             }
             select_flash_variant(flash_variants[0], wgmma);
@@ -1234,12 +1247,13 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-check [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--smoke] "
-                    "[--no-wgmma] [--profile] [--part K[-L]/N] [--lean-fp16]\n");
+                    "[--no-wgmma] [--profile] [--part K[-L]/N] [--lean-fp16] [--watchdog SECONDS]\n");
 }
 
 int main(int argc, char **argv)
 {
     int check_only = 0, profile = 0, reps = 7;
+    double watchdog = kGpuWatchdogDefault;
     const char *out = "results/gpu";
     bool out_given = false;
     std::vector<long> tokens = {4096, 8192, 16384, 32768};
@@ -1271,7 +1285,9 @@ int main(int argc, char **argv)
             part_index--, part_last--;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--watchdog") && i + 1 < argc) {
+            if (!gpu_watchdog_parse(argv[++i], &watchdog)) return usage(), 2;
+        } else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             if (!gpu_parse_tokens(argv[++i], tokens)) return usage(), 2;
         } else {
             usage();
@@ -1280,6 +1296,8 @@ int main(int argc, char **argv)
     }
     if (reps < 1) reps = 1;
     if (int skip = gpu_env_open(&envi, "spbench-gpu-check", SPB_GIT_COMMIT)) return skip;
+    /* not under --profile: Nsight Compute replays each kernel many times, and the script bounds it */
+    if (!profile) gpu_watchdog_start("spbench-gpu-check", watchdog);
     if (profile) {
         run_attention_profile(tokens[0]);
         return 0;

@@ -6,10 +6,13 @@
  * layer check", "The core step").
  *
  *   spbench-gpu-layer [--check-only] [--out DIR] [--reps N] [--tokens 4096,...]
- *                     [--sp 8] [--peak-tflops X]
+ *                     [--sp 8] [--peak-tflops X] [--watchdog SECONDS]
  *
- * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 77 no CUDA
- * device (ctest's skip code).
+ * --watchdog: end the process (exit 5) after SECONDS without a check
+ * reported or a timing row written (gpu_watchdog.h; default 60, 0 off; off
+ * on the emulated device).
+ * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 5 the
+ * watchdog, 77 no CUDA device (ctest's skip code).
  *
  * Metric: norm-wise relative error ||gpu - cpu||₂ / ||cpu||₂ per tensor (the
  * loss: |gpu - cpu| / |cpu|).  Tolerances: see tol_chain() below and
@@ -33,6 +36,7 @@
 #include "cuda_layer.h"
 #include "cudnn_attention.h"
 #include "gpu_util.h"
+#include "gpu_watchdog.h"
 #include "layer_plan.h"
 #include "spb_cuda.h"
 
@@ -132,6 +136,7 @@ static void report_as(const char *check, const char *impl, const char *shape, co
         for (int i = 0; i < 10; i++) spb_csv_field(check_csv, f[i], i == 9);
         fflush(check_csv);
     }
+    gpu_watchdog_progress("the check '%s' %s %s %s", check, impl, shape, tensor);
 }
 
 static void report(const char *check, spb_cuda_impl impl, const char *shape, const char *tensor, double err,
@@ -684,6 +689,7 @@ static void timing_row(const char *strategy, int P, const char *what, long N, co
         for (int i = 0; i < nf; i++) spb_csv_field(time_csv, row[i], i == nf - 1);
         fflush(time_csv);
     }
+    gpu_watchdog_progress("the timing row '%s' %s, %ld tokens", strategy, what, N);
 }
 
 /* Device bytes a layer of this shape allocates (its own parameters, fp32
@@ -763,6 +769,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                        free_b / 1073741824.0);
                 continue;
             }
+            gpu_watchdog_progress("the start of timing %s at %ld tokens", st, N);
             spb_cuda_layer *L = spb_cuda_layer_create(&s, g, SPB_CUDA_FAST, NULL, NULL, NULL);
             long np = spb_cuda_layer_numel(&s, NULL, NULL), n = (long)s.B * s.T * s.C;
             fill_f32(spb_cuda_layer_params(L), np, 0.02f);
@@ -865,13 +872,13 @@ static double measured_gemm_tflops(spb_cuda_gemm *g)
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-layer [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--sp P] "
-                    "[--peak-tflops X] [--smoke]\n");
+                    "[--peak-tflops X] [--smoke] [--watchdog SECONDS]\n");
 }
 
 int main(int argc, char **argv)
 {
     int check_only = 0, reps = 5, P = 8;
-    double peak_arg = 0.0;
+    double peak_arg = 0.0, watchdog = kGpuWatchdogDefault;
     const char *out = "results/gpu";
     std::vector<long> tokens = {4096, 8192, 16384, 32768};
     for (int i = 1; i < argc; i++) {
@@ -887,7 +894,9 @@ int main(int argc, char **argv)
             P = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc)
             peak_arg = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--watchdog") && i + 1 < argc) {
+            if (!gpu_watchdog_parse(argv[++i], &watchdog)) return usage(), 2;
+        } else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             if (!gpu_parse_tokens(argv[++i], tokens)) return usage(), 2;
         } else {
             usage();
@@ -897,6 +906,7 @@ int main(int argc, char **argv)
     if (reps < 1) reps = 1;
     if (P < 1) return usage(), 2;
     if (int skip = gpu_env_open(&envi, "spbench-gpu-layer", SPB_GIT_COMMIT)) return skip;
+    gpu_watchdog_start("spbench-gpu-layer", watchdog);
 #ifdef SPB_GPU_CHECK_HAVE_CORE
     MPI_Init(&argc, &argv);
 #endif

@@ -106,5 +106,6 @@ FILE *spb_csv_open(const char *dir, const char *name, const char *header)
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     if (ftell(f) == 0) fprintf(f, "%s\n", header);
+    fflush(f); /* a process that ends early (a watchdog, a fault) leaves a whole header */
     return f;
 }
