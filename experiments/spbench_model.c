@@ -4,6 +4,9 @@
  *   --world-size N      ranks (GPUs) the configuration runs on (default 1)
  *   --precision P       fp32 | bf16 (default: the profile's)
  *   --attn-density F    fraction of attention blocks computed (blocked sparse), default 1
+ *   --attn-backend NAME whose measured attention rates (the profile's attn_point lines)
+ *                       price the attention, default --attention's (flash); e.g. cudnn
+ *                       with a profile measured on a GPU (scripts/gpu-profile)
  *   --max-seq           also search the largest sequence length that fits
  * --device and --memory-budget are the model's (not checked as spbench
  * would: the device is the profile's; the budget overrides the profile's
@@ -31,7 +34,7 @@
 static void usage(void)
 {
     printf("usage: spbench-model [spbench options] --profile FILE [--world-size N] [--precision fp32|bf16]\n"
-           "                     [--attn-density F] [--max-seq] [--results CSV]\n"
+           "                     [--attn-density F] [--attn-backend NAME] [--max-seq] [--results CSV]\n"
            "  predicts iteration time (compute by kind, communication by operation and phase), TFLOPs per\n"
            "  rank by the paper's formula, memory per category, whether it fits and (--max-seq) the longest\n"
            "  sequence that fits.  spbench's options:\n");
@@ -69,7 +72,7 @@ static long max_seq_that_fits(const spb_config *base, int world, spb_precision p
 
 int main(int argc, char **argv)
 {
-    char profile_path[SPB_PATH_MAX] = "", budget_text[64] = "", err[1024] = "";
+    char profile_path[SPB_PATH_MAX] = "", budget_text[64] = "", attn_backend[16] = "", err[1024] = "";
     int world = 1, max_seq = 0, precision_set = 0;
     double attn_density = 1.0;
     spb_precision precision = SPB_FP32;
@@ -105,6 +108,10 @@ int main(int argc, char **argv)
             if (r < 0) return die("--attn-density needs a value");
             attn_density = strtod(val, NULL);
             if (!(attn_density > 0 && attn_density <= 1)) return die("--attn-density must be in (0, 1]");
+        } else if ((r = TAKE("--attn-backend"))) {
+            if (r < 0) return die("--attn-backend needs a value");
+            if (!val[0] || strlen(val) >= sizeof attn_backend) return die("--attn-backend: a backend name");
+            snprintf(attn_backend, sizeof attn_backend, "%s", val);
         } else if ((r = TAKE("--memory-budget"))) {
             if (r < 0) return die("--memory-budget needs a value");
             snprintf(budget_text, sizeof budget_text, "%s", val);
@@ -140,7 +147,18 @@ int main(int argc, char **argv)
         prof->memory_bytes = b;
     }
 
+    if (attn_backend[0]) { /* only a backend the profile measured: anything else would price nothing differently */
+        int have = 0;
+        for (int i = 0; i < prof->n_attn; i++) have |= !strcmp(prof->attn[i].backend, attn_backend);
+        if (!have) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "--attn-backend %s: the profile %s has no attn_point for it%s", attn_backend,
+                     profile_path, prof->n_attn ? "" : " (it has no measured attention at all)");
+            return die(msg);
+        }
+    }
     spb_perf_options opt = {precision, attn_density, ""};
+    snprintf(opt.backend, sizeof opt.backend, "%.15s", attn_backend[0] ? attn_backend : cfg.attention);
     spb_perf_prediction pr;
     if (spb_perf_predict(&cfg, world, prof, &opt, &pr, err, sizeof err)) return die(err);
     long seq_fit = -1;
@@ -150,10 +168,11 @@ int main(int argc, char **argv)
                       : -1;
 
     const int P = cfg.sp_degree, D = world / P;
-    printf("spbench-model (MODELLED, profile %s, %s) | strategy %s | world %d = D %d x P %d | ZeRO %d%s | %s%s\n",
+    printf("spbench-model (MODELLED, profile %s, %s) | strategy %s | world %d = D %d x P %d | ZeRO %d%s | %s%s | "
+           "attention %s\n",
            prof->name, precision == SPB_FP32 ? "fp32" : "bf16 mixed", cfg.strategy, world, D, P, cfg.zero_stage,
            cfg.checkpoint_activations ? " | checkpointing" : "", cfg.attention_mask,
-           attn_density < 1 ? " | blocked sparse" : "");
+           attn_density < 1 ? " | blocked sparse" : "", opt.backend);
     printf("model: L %d h %d heads %d ffn %d vocab %d seq %d | micro %d global %d (accumulation %d)\n", cfg.num_layers,
            cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length, cfg.micro_batch_size,
            cfg.global_batch_size, spb_config_accum_steps(&cfg, world));
@@ -200,7 +219,7 @@ int main(int argc, char **argv)
         spb_row_add(&r, "status", "%s", "modelled");
         spb_row_add(&r, "strategy", "%s", cfg.strategy);
         spb_row_add(&r, "device", "%s", prof->device);
-        spb_row_add(&r, "attention", "%s", attn_density < 1 ? "blocked-sparse" : cfg.attention);
+        spb_row_add(&r, "attention", "%s", attn_density < 1 ? "blocked-sparse" : opt.backend);
         spb_row_add(&r, "world_size", "%d", world);
         spb_row_add(&r, "dp", "%d", D);
         spb_row_add(&r, "sp", "%d", P);

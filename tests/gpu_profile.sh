@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# scripts/gpu-profile and the profile it made from the H200 run: the
+# committed profiles/H200-141GB-HGX-measured.profile is exactly what the
+# script writes from the committed results/gpu/timings.csv (no number typed
+# by hand), and spbench-model with it reproduces the measured attention: for
+# one layer of the 7B shape on one GPU, one sequence of N tokens (the very
+# call the GPU check timed), the model's attention time equals the run's
+# forward + backward median, for spbench's flash kernels and for cuDNN
+# (--attn-backend), causal, at 4K and 32K tokens.  A backend the profile did
+# not measure, and a missing CSV, are one error each.
+# Usage: gpu_profile.sh SOURCE_DIR SPBENCH_MODEL
+set -u
+root=$1
+model=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+verdict() { # label, status
+    if [ "$2" = 0 ]; then echo "ok   $1"; passed=$((passed + 1)); else echo "FAIL $1"; failed=$((failed + 1)); fi
+}
+profile=$root/profiles/H200-141GB-HGX-measured.profile
+
+"$root/scripts/gpu-profile" --out "$tmp/p.profile" >/dev/null
+verdict "regenerated from results/gpu/timings.csv: identical to the committed profile" \
+    $(cmp -s "$tmp/p.profile" "$profile" && echo 0 || echo 1)
+
+for be in flash cudnn; do
+    for n in 4096 32768; do
+        "$model" --profile "$profile" --attn-backend "$be" --world-size 1 --num-layers 1 --hidden-size 4096 \
+            --num-attention-heads 32 --vocab-size 256 --seq-length "$n" --micro-batch-size 1 --strategy none \
+            --results "$tmp/$be-$n.csv" >/dev/null
+        case $be in flash) f="flash fwd (mma)" b="flash bwd (mma)" ;; *) f="cudnn fwd" b="cudnn bwd" ;; esac
+        python3 - "$root/results/gpu/timings.csv" "$tmp/$be-$n.csv" "$f" "$b" "$n" <<'EOF' >"$tmp/cmp"
+import csv, sys
+timings, modelled, fwd, bwd, n = sys.argv[1:]
+ms = {r["name"]: float(r["median_ms"]) for r in csv.DictReader(open(timings))
+      if r["kind"] == "attention" and r["tokens"] == n and r["causal"] == "1" and r["name"] in (fwd, bwd)}
+want = (ms[fwd] + ms[bwd]) * 1e-3
+got = float(list(csv.DictReader(open(modelled)))[-1]["time_attention_s"])
+print("%.6g %.6g %s" % (got, want, "ok" if abs(got - want) <= 1e-4 * want else "differ"))
+EOF
+        read -r got want word <"$tmp/cmp"
+        verdict "$be, $n tokens causal: modelled attention ${got} s = measured fwd + bwd ${want} s" \
+            $([ "$word" = ok ] && echo 0 || echo 1)
+    done
+done
+
+"$model" --profile "$profile" --attn-backend naive --world-size 1 >/dev/null 2>"$tmp/err"
+rc=$?
+verdict "--attn-backend naive (not measured): one error (rc=$rc)" \
+    $([ "$rc" = 2 ] && [ "$(grep -c '^spbench-model: error: --attn-backend naive' "$tmp/err")" = 1 ] &&
+      echo 0 || echo 1)
+"$root/scripts/gpu-profile" --timings "$tmp/none.csv" --out "$tmp/q.profile" >/dev/null 2>"$tmp/err"
+rc=$?
+verdict "a missing timings CSV: one error (rc=$rc), no profile" \
+    $([ "$rc" = 2 ] && [ "$(grep -c '^gpu-profile: error:' "$tmp/err")" = 1 ] && [ ! -e "$tmp/q.profile" ] &&
+      echo 0 || echo 1)
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
