@@ -45,6 +45,15 @@ EOF
     done
 done
 
+# the projections from it (scripts/project-gpu-measured), into a scratch directory
+BUILD=$(dirname "$model") OUT="$tmp/proj" "$root/scripts/project-gpu-measured" >/dev/null 2>"$tmp/perr"
+rc=$?
+verdict "project-gpu-measured: 36 modelled rows, the table's 12 lines and a figure (rc=$rc)" \
+    $([ "$rc" = 0 ] && [ "$(grep -c ',modelled,' "$tmp/proj/h200-measured.csv")" = 36 ] &&
+      [ "$(grep -cE '^\| (ulysses|megatron|ring) \| [0-9]+K \| yes \|' "$tmp/proj/h200-measured.md")" = 12 ] &&
+      [ -s "$tmp/proj/model-h200-measured.png" ] && echo 0 || echo 1)
+[ "$rc" = 0 ] || cat "$tmp/perr"
+
 "$model" --profile "$profile" --attn-backend naive --world-size 1 >/dev/null 2>"$tmp/err"
 rc=$?
 verdict "--attn-backend naive (not measured): one error (rc=$rc)" \
