@@ -7,7 +7,9 @@
 # call the GPU check timed), the model's attention time equals the run's
 # forward + backward median, for spbench's flash kernels and for cuDNN
 # (--attn-backend), causal, at 4K and 32K tokens.  A backend the profile did
-# not measure, and a missing CSV, are one error each.
+# not measure, and a missing CSV, are one error each.  The projections
+# (scripts/project-gpu-measured) and the model-against-H200 table
+# (scripts/validate-model-gpu) are written, whole, into a scratch directory.
 # Usage: gpu_profile.sh SOURCE_DIR SPBENCH_MODEL
 set -u
 root=$1
@@ -53,6 +55,16 @@ verdict "project-gpu-measured: 36 modelled rows, the table's 12 lines and a figu
       [ "$(grep -cE '^\| (ulysses|megatron|ring) \| [0-9]+K \| yes \|' "$tmp/proj/h200-measured.md")" = 12 ] &&
       [ -s "$tmp/proj/model-h200-measured.png" ] && echo 0 || echo 1)
 [ "$rc" = 0 ] || cat "$tmp/perr"
+
+# and the model against the layer times of the same run (scripts/validate-model-gpu): a row per measured row
+BUILD=$(dirname "$model") OUT="$tmp/val" "$root/scripts/validate-model-gpu" >/dev/null 2>"$tmp/verr"
+rc=$?
+want=$(awk -F, '$6 == "fwd+bwd" && $5 ~ /^(layer|megatron-sp|ulysses|ring|ring-zigzag)$/' \
+       "$root/results/gpu/layer_timings.csv" | wc -l)
+verdict "validate-model-gpu: a row per measured fwd+bwd row ($want) (rc=$rc)" \
+    $([ "$rc" = 0 ] && [ "$(grep -cE '^\| [a-z-]+ \| [0-9]+K \| ' "$tmp/val/validation-h200.md")" = "$want" ] &&
+      echo 0 || echo 1)
+[ "$rc" = 0 ] || cat "$tmp/verr"
 
 "$model" --profile "$profile" --attn-backend naive --world-size 1 >/dev/null 2>"$tmp/err"
 rc=$?
