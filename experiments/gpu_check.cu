@@ -1138,26 +1138,42 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
     float *dW = (float *)spb_cuda_alloc(SPB_MEM_GRADS, 4 * F * C);
     fill_bf16(X, maxN * F), fill_bf16(Y, maxN * F), fill_bf16(W, F * C);
     SPB_CUDA_CHECK(cudaMemset(dW, 0, 4 * F * C));
+    /* The layer's products, then the same at one rank's share for P = 8 (the
+     * layer timings' P): Megatron-SP's sharded widths on all N rows, and
+     * Ulysses' and ring's N/8 rows at full width.  The model prices a
+     * strategy's products with these (scripts/gpu-profile): without them it
+     * would rest on an assumed ramp below the layer's shapes. */
+    const long P8 = 8;
     struct lin {
-        const char *name;
-        long in, out;
-    } layers[] = {{"qkv", C, 3 * C}, {"proj", C, C}, {"fc", C, F}, {"fcproj", F, C}};
-    for (long N : tokens) {
+        const char *name, *share; /* share: "" for the layer's, else the strategy it stands for */
+        long in, out, rows_div;
+    } layers[] = {{"qkv", "", C, 3 * C, 1},           {"proj", "", C, C, 1},
+                  {"fc", "", C, F, 1},                {"fcproj", "", F, C, 1},
+                  {"qkv", "megatron-sp P=8", C, 3 * C / P8, 1}, {"proj", "megatron-sp P=8", C / P8, C, 1},
+                  {"fc", "megatron-sp P=8", C, F / P8, 1},      {"fcproj", "megatron-sp P=8", F / P8, C, 1},
+                  {"qkv", "rows/8 P=8", C, 3 * C, P8},          {"proj", "rows/8 P=8", C, C, P8},
+                  {"fc", "rows/8 P=8", C, F, P8},               {"fcproj", "rows/8 P=8", F, C, P8}};
+    for (long Nl : tokens) {
         for (const lin &L : layers) {
-            char nm[48];
+            char nm[64];
+            const long N = Nl / L.rows_div;
             double flops = 2.0 * N * L.in * L.out;
-            snprintf(nm, sizeof nm, "%s fwd", L.name); /* Y[N][out] = X[N][in] W[out][in]ᵀ */
+            auto named = [&](const char *op) {
+                if (L.share[0]) snprintf(nm, sizeof nm, "%s %s (%s)", L.name, op, L.share);
+                else snprintf(nm, sizeof nm, "%s %s", L.name, op);
+            };
+            named("fwd"); /* Y[N][out] = X[N][in] W[out][in]ᵀ */
             double ms = time_ms([&] { spb_cuda_gemm_bf16(g, 0, 1, N, L.out, L.in, 1.0f, X, L.in, W, L.in, 0.0f, Y,
                                                          L.out, 0, 0); }, reps);
-            timing_row("gemm", nm, N, N, L.out, L.in, -1, reps, ms, flops);
-            snprintf(nm, sizeof nm, "%s bwd dinp", L.name); /* dX[N][in] = dY[N][out] W[out][in] */
+            timing_row("gemm", nm, Nl, N, L.out, L.in, -1, reps, ms, flops);
+            named("bwd dinp"); /* dX[N][in] = dY[N][out] W[out][in] */
             ms = time_ms([&] { spb_cuda_gemm_bf16(g, 0, 0, N, L.in, L.out, 1.0f, Y, L.out, W, L.in, 0.0f, X, L.in, 0,
                                                   0); }, reps);
-            timing_row("gemm", nm, N, N, L.in, L.out, -1, reps, ms, flops);
-            snprintf(nm, sizeof nm, "%s bwd dW", L.name); /* dW[out][in] += dY[N][out]ᵀ X[N][in], fp32 */
+            timing_row("gemm", nm, Nl, N, L.in, L.out, -1, reps, ms, flops);
+            named("bwd dW"); /* dW[out][in] += dY[N][out]ᵀ X[N][in], fp32 */
             ms = time_ms([&] { spb_cuda_gemm_bf16(g, 1, 0, L.out, L.in, N, 1.0f, Y, L.out, X, L.in, 1.0f, dW, L.in, 1,
                                                   0); }, reps);
-            timing_row("gemm", nm, N, L.out, L.in, N, -1, reps, ms, flops);
+            timing_row("gemm", nm, Nl, L.out, L.in, N, -1, reps, ms, flops);
         }
     }
     spb_cuda_free(X), spb_cuda_free(Y), spb_cuda_free(W), spb_cuda_free(dW);

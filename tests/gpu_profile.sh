@@ -47,6 +47,23 @@ EOF
     done
 done
 
+# a run that also timed one rank's products (spbench-gpu-check since the per-rank shares): every shape becomes
+# a gemm_point, each op's row mapped back to the layer's rows, in, out
+cp "$root/results/gpu/timings.csv" "$tmp/shares.csv"
+cp "$root/profiles/H200-141GB-HGX.profile" "$tmp/" # what it includes, beside it
+g="NVIDIA H200,13.0,13.0,5ebdda91b913,gemm"
+{ echo "$g,qkv fwd (megatron-sp P=8),4096,4096,1536,4096,,7,0.1,300,30"
+  echo "$g,qkv bwd dinp (megatron-sp P=8),4096,4096,4096,1536,,7,0.1,310,31"
+  echo "$g,qkv bwd dW (megatron-sp P=8),4096,1536,4096,4096,,7,0.1,320,32"; } >> "$tmp/shares.csv"
+"$root/scripts/gpu-profile" --timings "$tmp/shares.csv" --out "$tmp/shares.profile" >/dev/null
+verdict "per-rank shares timed: a gemm_point per shape (17), the share's and the layer's mapped right" \
+    $([ "$(grep -c '^gemm_point = ' "$tmp/shares.profile")" = 17 ] &&
+      grep -q '^gemm_point = 4096 4096 1536 3e+14 3.1e+14 3.2e+14$' "$tmp/shares.profile" &&
+      grep -q '^gemm_point = 4096 4096 12288 7.72152e+14 7.77698e+14 7.22046e+14$' "$tmp/shares.profile" &&
+      "$model" --profile "$tmp/shares.profile" --world-size 1 >/dev/null && echo 0 || echo 1)
+verdict "... and none from the committed run, which timed no shares" \
+    $(! grep -q '^gemm_point' "$profile" && echo 0 || echo 1)
+
 # the projections from it (scripts/project-gpu-measured), into a scratch directory
 BUILD=$(dirname "$model") OUT="$tmp/proj" "$root/scripts/project-gpu-measured" >/dev/null 2>"$tmp/perr"
 rc=$?
