@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -94,15 +95,21 @@ static void gpu_watchdog_start(const char *program, double limit)
     gpu_watchdog_state &w = gpu_watchdog();
     w.program = program, w.limit = limit;
     w.at = std::chrono::steady_clock::now();
+    try {
+        std::thread([&w] {
+            for (;;) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(250));
+                std::lock_guard<std::mutex> lock(w.mu);
+                double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.at).count();
+                if (idle > w.limit) gpu_watchdog_expire(w, idle);
+            }
+        }).detach();
+    } catch (const std::exception &e) { /* no threads (a link without them): run on, unwatched, and say so */
+        fprintf(stderr, "%s: warning: no watchdog (%s): a kernel that does not finish holds the run to its "
+                        "outer limit\n", program, e.what());
+        return;
+    }
     w.on.store(true);
-    std::thread([&w] {
-        for (;;) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(250));
-            std::lock_guard<std::mutex> lock(w.mu);
-            double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.at).count();
-            if (idle > w.limit) gpu_watchdog_expire(w, idle);
-        }
-    }).detach();
 }
 
 /* --watchdog SECONDS: a number >= 0 (0: off). */
