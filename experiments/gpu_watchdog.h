@@ -13,21 +13,24 @@
  * The rows written before stay: the programs flush their CSV files after
  * every row.  The watchdog writes its line with write(2) and flushes stdout
  * only if no other thread holds it, so a main thread stuck anywhere cannot
- * keep it from exiting.  CUDA C++, header-only: included by gpu_check.cu and
- * gpu_layer.cu. */
+ * keep it from exiting.
+ *
+ * Plain POSIX threads, a mutex and CLOCK_MONOTONIC, and no sanitizer
+ * instrumentation of its own functions: in the emulator's race-check build
+ * every instrumented access calls the emulator's hand-written __tsan_*
+ * hooks (emu_race.cc), which neither expect a second thread nor define
+ * what std::thread and std::atomic would call.  CUDA C++, header-only:
+ * included by gpu_check.cu and gpu_layer.cu. */
 #ifndef SPB_GPU_WATCHDOG_H
 #define SPB_GPU_WATCHDOG_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 static const int kGpuWatchdogExit = 5;
 
@@ -38,46 +41,49 @@ static const int kGpuWatchdogExit = 5;
  * emulated device, whose kernels run on the CPU (a unit can take minutes). */
 #ifdef SPB_EMU_H
 static const double kGpuWatchdogDefault = 0.0;
+#define SPB_WATCHDOG_UNWATCHED __attribute__((no_sanitize_thread))
 #else
 static const double kGpuWatchdogDefault = 60.0;
+#define SPB_WATCHDOG_UNWATCHED
 #endif
 
-struct gpu_watchdog_state {
-    std::mutex mu;
-    char last[192] = "the program's start";
-    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
-    std::atomic<bool> on{false};
-    double limit = 0.0;
-    const char *program = "";
-};
+/* Every field is read and written under mu, in these functions only. */
+static pthread_mutex_t gpu_watchdog_mu = PTHREAD_MUTEX_INITIALIZER;
+static char gpu_watchdog_last[192] = "the program's start";
+static double gpu_watchdog_at = 0.0, gpu_watchdog_limit = 0.0;
+static int gpu_watchdog_on = 0;
+static const char *gpu_watchdog_program = "";
 
-static gpu_watchdog_state &gpu_watchdog()
+SPB_WATCHDOG_UNWATCHED static double gpu_watchdog_now(void)
 {
-    static gpu_watchdog_state s;
-    return s;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* Progress, and what it was (printf's format): a check reported, a timing
  * row written, a timing begun (so that a hang names its kernel). */
-__attribute__((format(printf, 1, 2))) static void gpu_watchdog_progress(const char *fmt, ...)
+SPB_WATCHDOG_UNWATCHED __attribute__((format(printf, 1, 2))) static void gpu_watchdog_progress(const char *fmt, ...)
 {
-    gpu_watchdog_state &w = gpu_watchdog();
-    if (!w.on.load(std::memory_order_relaxed)) return;
-    std::lock_guard<std::mutex> lock(w.mu);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w.last, sizeof w.last, fmt, ap);
-    va_end(ap);
-    w.at = std::chrono::steady_clock::now();
+    pthread_mutex_lock(&gpu_watchdog_mu);
+    if (gpu_watchdog_on) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(gpu_watchdog_last, sizeof gpu_watchdog_last, fmt, ap);
+        va_end(ap);
+        gpu_watchdog_at = gpu_watchdog_now();
+    }
+    pthread_mutex_unlock(&gpu_watchdog_mu);
 }
 
-static void gpu_watchdog_expire(gpu_watchdog_state &w, double idle)
+/* Called with mu held; does not return. */
+SPB_WATCHDOG_UNWATCHED static void gpu_watchdog_expire(double idle)
 {
     char line[512];
     int n = snprintf(line, sizeof line,
                      "\n%s: watchdog: no progress for %.0f s (--watchdog %.0f) after %s: a kernel that does not "
                      "finish? exiting with code %d\n",
-                     w.program, idle, w.limit, w.last, kGpuWatchdogExit);
+                     gpu_watchdog_program, idle, gpu_watchdog_limit, gpu_watchdog_last, kGpuWatchdogExit);
     if (ftrylockfile(stdout) == 0) { /* what the log has buffered, unless the main thread is inside stdout */
         fflush_unlocked(stdout);
         funlockfile(stdout);
@@ -88,28 +94,36 @@ static void gpu_watchdog_expire(gpu_watchdog_state &w, double idle)
     _exit(kGpuWatchdogExit);
 }
 
+SPB_WATCHDOG_UNWATCHED static void *gpu_watchdog_thread(void *)
+{
+    for (;;) {
+        struct timespec quarter = {0, 250000000L};
+        nanosleep(&quarter, NULL);
+        pthread_mutex_lock(&gpu_watchdog_mu);
+        double idle = gpu_watchdog_now() - gpu_watchdog_at;
+        if (idle > gpu_watchdog_limit) gpu_watchdog_expire(idle);
+        pthread_mutex_unlock(&gpu_watchdog_mu);
+    }
+    return NULL;
+}
+
 /* Starts the watchdog thread (limit <= 0: none). */
-static void gpu_watchdog_start(const char *program, double limit)
+SPB_WATCHDOG_UNWATCHED static void gpu_watchdog_start(const char *program, double limit)
 {
     if (limit <= 0) return;
-    gpu_watchdog_state &w = gpu_watchdog();
-    w.program = program, w.limit = limit;
-    w.at = std::chrono::steady_clock::now();
-    try {
-        std::thread([&w] {
-            for (;;) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(250));
-                std::lock_guard<std::mutex> lock(w.mu);
-                double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.at).count();
-                if (idle > w.limit) gpu_watchdog_expire(w, idle);
-            }
-        }).detach();
-    } catch (const std::exception &e) { /* no threads (a link without them): run on, unwatched, and say so */
-        fprintf(stderr, "%s: warning: no watchdog (%s): a kernel that does not finish holds the run to its "
-                        "outer limit\n", program, e.what());
+    pthread_mutex_lock(&gpu_watchdog_mu);
+    gpu_watchdog_program = program, gpu_watchdog_limit = limit;
+    gpu_watchdog_at = gpu_watchdog_now();
+    gpu_watchdog_on = 1;
+    pthread_mutex_unlock(&gpu_watchdog_mu);
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, gpu_watchdog_thread, NULL);
+    if (rc != 0) { /* no thread: run on, unwatched, and say so */
+        fprintf(stderr, "%s: warning: no watchdog (pthread_create: %s): a kernel that does not finish holds the "
+                        "run to its outer limit\n", program, strerror(rc));
         return;
     }
-    w.on.store(true);
+    pthread_detach(t);
 }
 
 /* --watchdog SECONDS: a number >= 0 (0: off). */
