@@ -1312,12 +1312,11 @@ int main(int argc, char **argv)
     }
     if (reps < 1) reps = 1;
     if (int skip = gpu_env_open(&envi, "spbench-gpu-check", SPB_GIT_COMMIT)) return skip;
-    /* not under --profile: Nsight Compute replays each kernel many times, and the script bounds it */
-    if (!profile) gpu_watchdog_start("spbench-gpu-check", watchdog);
-    if (profile) {
+    if (profile) { /* unwatched: Nsight Compute replays each kernel many times, and the script bounds it */
         run_attention_profile(tokens[0]);
         return 0;
     }
+    gpu_watchdog_start("spbench-gpu-check", watchdog);
     const bool write_csv = !check_only || out_given;
     check_csv = write_csv ? spb_csv_open(out, "checks.csv",
                                          "gpu,driver,cuda_runtime,git_commit,kernel,impl,shape,max_rel_err,tolerance,"
