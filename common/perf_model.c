@@ -141,8 +141,12 @@ static int load_file(const char *path, spb_profile *p, char *err, size_t errlen,
         } else if (!strcmp(key, "attn_point")) {
             spb_attn_point a;
             char kind[16];
-            bad = p->n_attn >= SPB_PROFILE_MAX_POINTS ||
-                  sscanf(val, "%15s %15s %lf %lf %lf %lf", a.backend, kind, &a.len, &a.hd, &a.fwd, &a.bwd) != 6;
+            char extra[2];
+            /* an optional 7th field: the (sequence, head) pairs of the call */
+            int got = sscanf(val, "%15s %15s %lf %lf %lf %lf %lf %1s", a.backend, kind, &a.len, &a.hd, &a.fwd,
+                             &a.bwd, &a.heads, extra);
+            if (got == 6) a.heads = 0;
+            bad = p->n_attn >= SPB_PROFILE_MAX_POINTS || (got != 6 && got != 7) || (got == 7 && !(a.heads >= 1));
             if (!bad) {
                 a.causal = !strcmp(kind, "causal");
                 p->attn[p->n_attn++] = a;
@@ -234,25 +238,26 @@ double spb_perf_gemm_rate(const spb_profile *p, double rows, double in, double o
     return p->gemm_peak * p->gemm_eff * rows / (rows + h) * in / (in + h) * out / (out + h);
 }
 
-double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal, double len, double hd, int backward)
+double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal, double len, double hd,
+                          double heads, int backward)
 {
     if (p->n_attn) {
         static double pts[SPB_PROFILE_MAX_POINTS][3], vals[SPB_PROFILE_MAX_POINTS];
-        int n = 0, have_backend = 0;
+        int n = 0, have_backend = 0, have_mask = 0;
         for (int i = 0; i < p->n_attn; i++) have_backend |= !strcmp(p->attn[i].backend, backend);
+        for (int i = 0; i < p->n_attn; i++)
+            have_mask |= p->attn[i].causal == causal && (!have_backend || !strcmp(p->attn[i].backend, backend));
         for (int i = 0; i < p->n_attn; i++) {
-            if (p->attn[i].causal != causal || (have_backend && strcmp(p->attn[i].backend, backend))) continue;
-            pts[n][0] = p->attn[i].len, pts[n][1] = p->attn[i].hd, pts[n][2] = 1;
+            /* only the other mask measured: take it */
+            if ((have_mask && p->attn[i].causal != causal) || (have_backend && strcmp(p->attn[i].backend, backend)))
+                continue;
+            /* a point without a head count is as near as can be in that dimension */
+            pts[n][0] = p->attn[i].len, pts[n][1] = p->attn[i].hd;
+            pts[n][2] = p->attn[i].heads > 0 ? p->attn[i].heads : heads;
             vals[n++] = backward ? p->attn[i].bwd : p->attn[i].fwd;
         }
-        if (n == 0) /* only the other mask measured */
-            for (int i = 0; i < p->n_attn; i++) {
-                if (have_backend && strcmp(p->attn[i].backend, backend)) continue;
-                pts[n][0] = p->attn[i].len, pts[n][1] = p->attn[i].hd, pts[n][2] = 1;
-                vals[n++] = backward ? p->attn[i].bwd : p->attn[i].fwd;
-            }
-        double x[3] = {len, hd, 1};
-        return idw(x, 2, (const double(*)[3])pts, vals, n);
+        double x[3] = {len, hd, heads};
+        return idw(x, 3, (const double(*)[3])pts, vals, n);
     }
     double eff = backward ? p->attn_bwd_eff : p->attn_fwd_eff;
     return p->attn_peak * eff * len / (len + p->attn_half_len);
@@ -470,11 +475,12 @@ static void linear(compute *c, const spb_profile *p, double scale, double rows, 
     }
 }
 
-static void attn_call(compute *c, const spb_profile *p, double scale, const spb_perf_options *o, double pairs,
-                      double hd, int causal, double len, int backward)
+/* one attention call over `heads` (sequence, head) pairs of len queries and keys */
+static void attn_call(compute *c, const spb_profile *p, double scale, const spb_perf_options *o, double heads,
+                      double pairs_per_head, double hd, int causal, double len, int backward)
 {
-    double flops = (backward ? 10.0 : 4.0) * hd * pairs * o->attn_density;
-    double rate = spb_perf_attn_rate(p, o->backend, causal, len, hd, backward) * scale;
+    double flops = (backward ? 10.0 : 4.0) * hd * heads * pairs_per_head * o->attn_density;
+    double rate = spb_perf_attn_rate(p, o->backend, causal, len, hd, heads, backward) * scale;
     if (o->attn_density < 1.0) rate *= p->sparse_eff_ratio;
     c->attn_flops += flops;
     c->attn += flops / rate;
@@ -531,28 +537,30 @@ static void ring_steps(const spb_profile *p, double s, const spb_perf_options *o
     memset(later, 0, sizeof *later);
     if (!d->zigzag) {
         double T = d->T;
-        attn_call(first, p, s, o, BH * pairs_square(T, d->causal), d->hd, d->causal, T, bwd);
+        attn_call(first, p, s, o, BH, pairs_square(T, d->causal), d->hd, d->causal, T, bwd);
         /* steps >= 1: the slowest rank (the last) sees the whole block */
-        attn_call(later, p, s, o, BH * T * T, d->hd, 0, T, bwd);
+        attn_call(later, p, s, o, BH, T * T, d->hd, 0, T, bwd);
     } else {
+        /* each chunk pair a call over BH heads: the factors count the calls */
         double cch = d->T / 2;
         if (d->causal) {
-            attn_call(first, p, s, o, 2 * BH * pairs_square(cch, 1), d->hd, 1, cch, bwd);
-            attn_call(first, p, s, o, BH * cch * cch, d->hd, 0, cch, bwd);
-            attn_call(later, p, s, o, 2 * BH * cch * cch, d->hd, 0, cch, bwd);
+            attn_call(first, p, s, o, BH, 2 * pairs_square(cch, 1), d->hd, 1, cch, bwd);
+            attn_call(first, p, s, o, BH, cch * cch, d->hd, 0, cch, bwd);
+            attn_call(later, p, s, o, BH, 2 * cch * cch, d->hd, 0, cch, bwd);
         } else {
-            attn_call(first, p, s, o, 4 * BH * cch * cch, d->hd, 0, cch, bwd);
-            attn_call(later, p, s, o, 4 * BH * cch * cch, d->hd, 0, cch, bwd);
+            attn_call(first, p, s, o, BH, 4 * cch * cch, d->hd, 0, cch, bwd);
+            attn_call(later, p, s, o, BH, 4 * cch * cch, d->hd, 0, cch, bwd);
         }
     }
 }
 
-/* Attention of one layer, forward or backward, one micro-batch, without ring. */
+/* Attention of one layer, forward or backward, one micro-batch, without ring:
+ * Ulysses' and Megatron-SP's calls hold H/P heads of every sequence. */
 static void layer_attention(compute *c, const spb_profile *p, double s, const spb_perf_options *o, const dims *d,
                             int bwd)
 {
     double heads = d->G > 1 ? d->H / d->P : d->Hl;
-    attn_call(c, p, s, o, d->B * heads * pairs_square(d->N, d->causal), d->hd, d->causal, d->N, bwd);
+    attn_call(c, p, s, o, d->B * heads, pairs_square(d->N, d->causal), d->hd, d->causal, d->N, bwd);
 }
 
 /* Element-wise work of one layer (strategies' copies included). */

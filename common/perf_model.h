@@ -46,11 +46,13 @@ typedef struct spb_gemm_point {
 } spb_gemm_point;
 
 /* An attention measurement: one call of a backend with q_len = k_len =
- * len, head dim hd, causal or not; counted FLOP/s forward and backward. */
+ * len, head dim hd, causal or not, over `heads` (sequence, head) pairs;
+ * counted FLOP/s forward and backward.  heads 0: not recorded (the point
+ * stands for any count), as in profiles older than the field. */
 typedef struct spb_attn_point {
     char backend[16]; /* flash, naive */
     int causal;
-    double len, hd, fwd, bwd;
+    double len, hd, heads, fwd, bwd;
 } spb_attn_point;
 
 /* A collective measurement: time = alpha + link_bytes / beta for op on a
@@ -147,8 +149,10 @@ double spb_perf_collective_time(const spb_profile *prof, spb_comm_op op, double 
 /* GEMM rate (FLOP/s, one rank, before core sharing) of y[rows][out] =
  * x[rows][in] W^T, op 0/1/2 = forward / d input / d weight. */
 double spb_perf_gemm_rate(const spb_profile *prof, double rows, double in, double out, int op);
-/* Attention rate (counted FLOP/s) of one call over len keys, head dim hd. */
+/* Attention rate (counted FLOP/s) of one call over len keys, head dim hd,
+ * heads (sequence, head) pairs: a GPU's rate falls when few pairs leave
+ * its SMs short of query tiles (Ulysses' and Megatron-SP's H/P heads). */
 double spb_perf_attn_rate(const spb_profile *prof, const char *backend, int causal, double len, double hd,
-                          int backward);
+                          double heads, int backward);
 
 #endif
