@@ -860,22 +860,25 @@ static void print_flash_variants(const double fwd_sum[2][2], const double bwd_su
            timing.smoke ? "; smoke shape: the code path only, not a figure" : "");
 }
 
+/* heads: the (sequence, head) pairs of an attention call; 0 for a product */
 static void timing_row(const char *kind, const char *name, long tokens, long m, long n, long k, int causal, int reps,
-                       double ms, double flops)
+                       double ms, double flops, long heads = 0)
 {
     double tf = flops / (ms * 1e-3) / 1e12;
     double pct = peak_tflops > 0 ? 100.0 * tf / peak_tflops : 0.0;
     printf("%-10s %-22s %6ld %6ld %6ld %6ld %-6s %9.3f %8.1f %6.1f%%\n", kind, name, tokens, m, n, k,
            causal < 0 ? "-" : (causal ? "yes" : "no"), ms, tf, pct);
     if (time_csv) {
-        char f[9][32];
+        char f[10][32];
         snprintf(f[0], 32, "%ld", tokens), snprintf(f[1], 32, "%ld", m), snprintf(f[2], 32, "%ld", n);
         snprintf(f[3], 32, "%ld", k), snprintf(f[4], 32, "%s", causal < 0 ? "" : (causal ? "1" : "0"));
         snprintf(f[5], 32, "%d", reps), snprintf(f[6], 32, "%.4f", ms), snprintf(f[7], 32, "%.6g", tf);
         snprintf(f[8], 32, "%.2f", pct);
+        if (heads > 0) snprintf(f[9], 32, "%ld", heads);
+        else f[9][0] = 0;
         const char *row[] = {envi.gpu, envi.driver, envi.runtime, SPB_GIT_COMMIT, kind, name, f[0], f[1],
-                             f[2],     f[3],        f[4],         f[5],           f[6], f[7], f[8]};
-        for (int i = 0; i < 15; i++) spb_csv_field(time_csv, row[i], i == 14);
+                             f[2],     f[3],        f[4],         f[5],           f[6], f[7], f[8], f[9]};
+        for (int i = 0; i < 16; i++) spb_csv_field(time_csv, row[i], i == 15);
         fflush(time_csv);
     }
     gpu_watchdog_progress("the timing row '%s' %s %ld tokens", kind, name, tokens);
@@ -1189,6 +1192,37 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
      * fwd [mma, wgmma][128, 64 rows]; bwd [mma split dQ, mma fused dQ, wgmma split dQ, wgmma fused dQ]
      * [128, 64 rows] (the fused wgmma backward: 128 rows only) */
     double fwd_sum[2][2] = {{0, 0}, {0, 0}}, bwd_sum[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    /* cuDNN's fused attention on the same operands as d's flash rows; dQ dK
+     * dV bf16.  The first calls of a shape build its plans (heuristics and
+     * run-time compilation): past a minute of that, the rest of the cuDNN
+     * rows are left out so the script keeps its budget.  share: "" for the
+     * layer's call, else the one rank's share it stands for. */
+    auto time_cudnn = [&](const spb_attn_desc &d, long Nl, const char *share) {
+        if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) return;
+        char why[512], nf[64], nb[64];
+        spb_bf16 *dqb = (spb_bf16 *)dq, *dkb = (spb_bf16 *)dk, *dvb = (spb_bf16 *)dv;
+        std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+        int rc = spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why) ||
+                 spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why,
+                                              sizeof why);
+        SPB_CUDA_CHECK(cudaDeviceSynchronize());
+        cudnn_setup_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rc) {
+            printf("attention  cudnn: %s\n", why);
+            return;
+        }
+        if (cudnn_setup_s > 60.0) printf("attention  cudnn: plans took %.0f s, later sizes left out\n", cudnn_setup_s);
+        const double pairs = spb_attn_visible_pairs(&d);
+        const long bh = (long)d.batch * d.heads;
+        snprintf(nf, sizeof nf, "cudnn fwd%s%s%s", share[0] ? " (" : "", share, share[0] ? ")" : "");
+        snprintf(nb, sizeof nb, "cudnn bwd%s%s%s", share[0] ? " (" : "", share, share[0] ? ")" : "");
+        double ms = time_ms([&] { spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why,
+                                                              sizeof why); }, reps);
+        timing_row("attention", nf, Nl, d.q_len, d.k_len, Dh, d.causal, reps, ms, 4.0 * Dh * pairs, bh);
+        ms = time_ms([&] { spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0,
+                                                        why, sizeof why); }, reps);
+        timing_row("attention", nb, Nl, d.q_len, d.k_len, Dh, d.causal, reps, ms, 10.0 * Dh * pairs, bh);
+    };
     for (long N : tokens)
         for (int causal = 1; causal >= 0; causal--) {
             spb_attn_desc d = timing_desc(N, causal);
@@ -1205,7 +1239,7 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                     snprintf(nm, sizeof nm, "flash fwd (%s)", vr.suffix);
                     gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, N, causal);
                     ms = time_ms(fwd, reps);
-                    timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
+                    timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs, H);
                     if (vr.keys == 64 && vr.blocks == 1 && !vr.pipe && vr.rpw == 16 && !vr.tma) /* spbench's options */
                         fwd_sum[vr.fwd == 2][vr.rows == 64] += ms;
                 }
@@ -1216,33 +1250,44 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 ms = time_ms(bwd, reps);
                 if (!vr.xchg && !vr.bulk && !vr.btma) /* spbench's options */
                     bwd_sum[(vr.bwd == 2 ? 2 : 0) + vr.fused][vr.rows == 64] += ms;
-                timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+                timing_row("attention", nm, N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs, H);
             }
             select_flash_variant(flash_variants[0], wgmma);
-            if (!spb_cudnn_attention_built() || cudnn_setup_s > 60.0) continue;
-            /* cuDNN's fused attention on the same operands; dQ dK dV bf16.
-             * The first calls of a shape build its plans (heuristics and
-             * run-time compilation): past a minute of that, the rest of
-             * the cuDNN rows are left out so the script keeps its budget. */
-            char why[512];
-            spb_bf16 *dqb = (spb_bf16 *)dq, *dkb = (spb_bf16 *)dk, *dvb = (spb_bf16 *)dv;
-            std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-            int rc = spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why) ||
-                     spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why, sizeof why);
-            SPB_CUDA_CHECK(cudaDeviceSynchronize());
-            cudnn_setup_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (rc) {
-                printf("attention  cudnn: %s\n", why);
-                continue;
-            }
-            if (cudnn_setup_s > 60.0) printf("attention  cudnn: plans took %.0f s, later sizes left out\n", cudnn_setup_s);
-            double ms = time_ms([&] { spb_cudnn_attention_forward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, 0, why, sizeof why); }, reps);
-            timing_row("attention", "cudnn fwd", N, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs);
-            ms = time_ms([&] { spb_cudnn_attention_backward(&d, SPB_CUDNN_BF16, q, k, v, o, lse, dout, dqb, dkb, dvb, 0, why,
-                                                            sizeof why); }, reps);
-            timing_row("attention", "cudnn bwd", N, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs);
+            time_cudnn(d, N, "");
         }
     print_flash_variants(fwd_sum, bwd_sum, wgmma);
+    /* One rank's attention at P = 8 (the layer timings' P), for the model
+     * (scripts/gpu-profile): Ulysses' and Megatron-SP's calls hold all N
+     * tokens of H/8 heads ("heads/8 P=8"); ring's blocks hold N/8 tokens of
+     * all H heads ("rows/8 P=8"; the diagonal block causal, the others
+     * full, which costs what an offset block does).  Few heads or short
+     * blocks leave SMs without query tiles: the layer's 32-head rates
+     * would flatter them.  spbench's default kernels and cuDNN. */
+    for (long Nl : tokens)
+        for (int rows_share = 0; rows_share < 2; rows_share++)
+            for (int causal = 1; causal >= 0; causal--) {
+                const long N = rows_share ? Nl / P8 : Nl;
+                spb_attn_desc d = timing_desc(N, causal);
+                if (!rows_share) {
+                    d.heads = (int)(H / P8);
+                    d.q_token_stride = d.k_token_stride = d.o_token_stride = d.heads * Dh;
+                    d.q_batch_stride = d.k_batch_stride = d.o_batch_stride = N * d.heads * Dh;
+                }
+                const char *share = rows_share ? "rows/8 P=8" : "heads/8 P=8";
+                const double pairs = spb_attn_visible_pairs(&d);
+                char nm[64];
+                snprintf(nm, sizeof nm, "flash fwd (mma) (%s)", share);
+                gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, Nl, causal);
+                double ms =
+                    time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
+                timing_row("attention", nm, Nl, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs, d.heads);
+                snprintf(nm, sizeof nm, "flash bwd (mma) (%s)", share);
+                gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, Nl, causal);
+                ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws,
+                                                               SPB_CUDA_FAST, 0); }, reps);
+                timing_row("attention", nm, Nl, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs, d.heads);
+                time_cudnn(d, Nl, share);
+            }
     /* The same kernels on fp16 (the paper's runs' precision; --precision
      * fp16's attention): the flash rows again, causal, from fp16 operands. */
     fill_fp16(q, nq), fill_fp16(k, nq), fill_fp16(v, nq), fill_fp16(dout, nq);
@@ -1252,10 +1297,10 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
         double pairs = spb_attn_visible_pairs(&d);
         spb_cuda_attention_forward_half(&d, 1, q, k, v, o, lse, SPB_CUDA_FAST, 0);
         double ms = time_ms([&] { spb_cuda_attention_forward_half(&d, 1, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
-        timing_row("attention", "flash fwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 4.0 * Dh * pairs);
+        timing_row("attention", "flash fwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 4.0 * Dh * pairs, H);
         ms = time_ms([&] { spb_cuda_attention_backward_half(&d, 1, q, k, v, o, lse, dout, dq, dk, dv, ws,
                                                             SPB_CUDA_FAST, 0); }, reps);
-        timing_row("attention", "flash bwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 10.0 * Dh * pairs);
+        timing_row("attention", "flash bwd (mma, fp16)", N, N, N, Dh, 1, reps, ms, 10.0 * Dh * pairs, H);
     }
 }
 
@@ -1492,7 +1537,7 @@ int main(int argc, char **argv)
     if (!check_only) {
         time_csv = spb_csv_open(out, "timings.csv",
                                 "gpu,driver,cuda_runtime,git_commit,kind,name,tokens,m,n,k,causal,reps,median_ms,"
-                                "tflops,pct_of_peak");
+                                "tflops,pct_of_peak,heads");
         FILE *occ = spb_csv_open(out, "occupancy.csv",
                                  "gpu,driver,cuda_runtime,git_commit,kernel,head_dim,blocks_per_sm,warps_per_sm,"
                                  "registers,smem_bytes,local_bytes");

@@ -66,6 +66,16 @@ require_row timings.csv 'flash bwd (wgmma, TMA, fused dQ)' "TMA backward row"
 require_row timings.csv 'flash bwd (wgmma, TMA, fused, bulk dQ)' "TMA backward row with the bulk dQ"
 require_row timings.csv 'flash bwd (wgmma, TMA, overlapped, bulk dQ)' "overlapped TMA backward row"
 require_row layer_timings.csv ',ring-zigzag,fwd+bwd,' "ring-zigzag row"
+# one rank's attention at P = 8, with each call's heads in the last column (smoke shape: 16 heads, 64 tokens):
+# 2 heads of 64 tokens (Ulysses, Megatron-SP) and 8-token blocks of 16 heads (ring), forward and backward, causal
+# and full; every attention row carries its heads, no product row does
+if [ -s "$out/timings.csv" ]; then
+    shares=$(awk -F, '$5 == "attention" && $6 ~ /\(mma\) \((heads|rows)\/8 P=8\)$/ &&
+        (($6 ~ /heads/ && $8 == 64 && $16 == 2) || ($6 ~ /rows/ && $8 == 8 && $16 == 16))' "$out/timings.csv" | wc -l)
+    unheaded=$(awk -F, 'NR > 1 && (($5 == "attention") != ($NF != ""))' "$out/timings.csv" | wc -l)
+    [ "$(head -1 "$out/timings.csv" | awk -F, '{print $NF}')" = heads ] && [ "$shares" = 8 ] && [ "$unheaded" = 0 ] ||
+        { echo "FAIL: timings.csv: $shares per-rank attention rows of 8, $unheaded rows with heads wrong"; fail=1; }
+fi
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
 # the torch companion (torch on the CPU at the smoke shape) where python3 has
 # torch: its rows must pair with ours (a ratio) for every product
