@@ -1262,7 +1262,9 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
      * all H heads ("rows/8 P=8"; the diagonal block causal, the others
      * full, which costs what an offset block does).  Few heads or short
      * blocks leave SMs without query tiles: the layer's 32-head rates
-     * would flatter them.  spbench's default kernels and cuDNN. */
+     * would flatter them.  spbench's default kernels and cuDNN, and the
+     * default's 64-row blocks (twice the blocks: the run says whether the
+     * strategies' calls should take them). */
     for (long Nl : tokens)
         for (int rows_share = 0; rows_share < 2; rows_share++)
             for (int causal = 1; causal >= 0; causal--) {
@@ -1275,17 +1277,21 @@ static void run_timings(spb_cuda_gemm *g, const std::vector<long> &tokens, int r
                 }
                 const char *share = rows_share ? "rows/8 P=8" : "heads/8 P=8";
                 const double pairs = spb_attn_visible_pairs(&d);
-                char nm[64];
-                snprintf(nm, sizeof nm, "flash fwd (mma) (%s)", share);
-                gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, Nl, causal);
-                double ms =
-                    time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
-                timing_row("attention", nm, Nl, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs, d.heads);
-                snprintf(nm, sizeof nm, "flash bwd (mma) (%s)", share);
-                gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, Nl, causal);
-                ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws,
-                                                               SPB_CUDA_FAST, 0); }, reps);
-                timing_row("attention", nm, Nl, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs, d.heads);
+                for (int vi = 1; vi >= 0; vi--) { /* 64 rows, then the default: its O and lse stay for cuDNN */
+                    const flash_variant &vr = flash_variants[vi];
+                    select_flash_variant(vr, wgmma);
+                    char nm[80];
+                    snprintf(nm, sizeof nm, "flash fwd (%s) (%s)", vr.suffix, share);
+                    gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, Nl, causal);
+                    double ms =
+                        time_ms([&] { spb_cuda_attention_forward(&d, q, k, v, o, lse, SPB_CUDA_FAST, 0); }, reps);
+                    timing_row("attention", nm, Nl, N, N, Dh, causal, reps, ms, 4.0 * Dh * pairs, d.heads);
+                    snprintf(nm, sizeof nm, "flash bwd (%s) (%s)", vr.suffix, share);
+                    gpu_watchdog_progress("the start of timing %s, %ld tokens, causal %d", nm, Nl, causal);
+                    ms = time_ms([&] { spb_cuda_attention_backward(&d, q, k, v, o, lse, dout, dq, dk, dv, ws,
+                                                                   SPB_CUDA_FAST, 0); }, reps);
+                    timing_row("attention", nm, Nl, N, N, Dh, causal, reps, ms, 10.0 * Dh * pairs, d.heads);
+                }
                 time_cudnn(d, Nl, share);
             }
     /* The same kernels on fp16 (the paper's runs' precision; --precision

@@ -68,13 +68,20 @@ require_row timings.csv 'flash bwd (wgmma, TMA, overlapped, bulk dQ)' "overlappe
 require_row layer_timings.csv ',ring-zigzag,fwd+bwd,' "ring-zigzag row"
 # one rank's attention at P = 8, with each call's heads in the last column (smoke shape: 16 heads, 64 tokens):
 # 2 heads of 64 tokens (Ulysses, Megatron-SP) and 8-token blocks of 16 heads (ring), forward and backward, causal
-# and full; every attention row carries its heads, no product row does
+# and full, 128- and 64-row blocks; every attention row carries its heads, no product row does
 if [ -s "$out/timings.csv" ]; then
-    shares=$(awk -F, '$5 == "attention" && $6 ~ /\(mma\) \((heads|rows)\/8 P=8\)$/ &&
-        (($6 ~ /heads/ && $8 == 64 && $16 == 2) || ($6 ~ /rows/ && $8 == 8 && $16 == 16))' "$out/timings.csv" | wc -l)
-    unheaded=$(awk -F, 'NR > 1 && (($5 == "attention") != ($NF != ""))' "$out/timings.csv" | wc -l)
-    [ "$(head -1 "$out/timings.csv" | awk -F, '{print $NF}')" = heads ] && [ "$shares" = 8 ] && [ "$unheaded" = 0 ] ||
-        { echo "FAIL: timings.csv: $shares per-rank attention rows of 8, $unheaded rows with heads wrong"; fail=1; }
+    read -r shares unheaded < <(python3 - "$out/timings.csv" <<'EOF'
+import csv, re, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+share = re.compile(r"flash (fwd|bwd) \(mma(, 64 rows)?\) \((heads|rows)/8 P=8\)$")
+good = [r for r in rows if r["kind"] == "attention" and share.match(r["name"]) and
+        ((r["name"].endswith("(heads/8 P=8)") and r["m"] == "64" and r["heads"] == "2") or
+         (r["name"].endswith("(rows/8 P=8)") and r["m"] == "8" and r["heads"] == "16"))]
+print(len(good), sum((r["kind"] == "attention") != bool(r.get("heads")) for r in rows))
+EOF
+    )
+    [ "$(head -1 "$out/timings.csv" | awk -F, '{print $NF}')" = heads ] && [ "$shares" = 16 ] && [ "$unheaded" = 0 ] ||
+        { echo "FAIL: timings.csv: $shares per-rank attention rows of 16, $unheaded rows with heads wrong"; fail=1; }
 fi
 grep -q ',FAIL$' "$out/checks.csv" "$out/layer_checks.csv" 2>/dev/null && { echo "FAIL: a check failed"; fail=1; }
 # the torch companion (torch on the CPU at the smoke shape) where python3 has
