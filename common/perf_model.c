@@ -122,6 +122,9 @@ static int load_file(const char *path, spb_profile *p, char *err, size_t errlen,
         else if (!strcmp(key, "attn_bwd_eff")) p->attn_bwd_eff = d;
         else if (!strcmp(key, "attn_half_len")) p->attn_half_len = d;
         else if (!strcmp(key, "sparse_eff_ratio")) p->sparse_eff_ratio = d;
+        else if (!strcmp(key, "sms")) p->sms = (int)d, bad = d < 0 || d != (int)d;
+        else if (!strcmp(key, "attn_tile_rows")) p->attn_tile_rows = d, bad = d < 1;
+        else if (!strcmp(key, "attn_blocks_per_sm")) p->attn_blocks_per_sm = (int)d, bad = d < 1 || d != (int)d;
         else if (!strcmp(key, "mem_bw")) p->mem_bw = d;
         else if (!strcmp(key, "intra_bw")) p->intra_bw = d;
         else if (!strcmp(key, "intra_alpha")) p->intra_alpha = d;
@@ -238,29 +241,103 @@ double spb_perf_gemm_rate(const spb_profile *p, double rows, double in, double o
     return p->gemm_peak * p->gemm_eff * rows / (rows + h) * in / (in + h) * out / (out + h);
 }
 
+/* A min-heap of slot loads: the least-loaded slot on top. */
+static void heap_sift_down(double *h, int n, int i)
+{
+    for (;;) {
+        int m = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && h[l] < h[m]) m = l;
+        if (r < n && h[r] < h[m]) m = r;
+        if (m == i) return;
+        double t = h[i];
+        h[i] = h[m], h[m] = t, i = m;
+    }
+}
+
+double spb_perf_attn_occupancy(const spb_profile *p, double heads, double len, int causal)
+{
+    if (p->sms <= 0 || heads < 1 || len < 1) return 1.0;
+    const double rows = p->attn_tile_rows > 0 ? p->attn_tile_rows : 128;
+    const int slots = p->sms * (p->attn_blocks_per_sm > 0 ? p->attn_blocks_per_sm : 1);
+    const long per_head = (long)ceil(len / rows), bh = lround(heads), tiles = per_head * bh;
+    /* tile i of a head sees min(len, (i + 1) rows) keys (causal) or all len */
+    double total = 0.0;
+    for (long i = 0; i < per_head; i++) total += causal ? fmin(len, (i + 1) * rows) : len;
+    total *= (double)bh;
+    double makespan;
+    if (!causal) {
+        makespan = ceil((double)tiles / slots) * len; /* equal tiles: whole waves */
+    } else if (tiles > (1L << 22)) {
+        return 1.0; /* millions of tiles: the slots stay full */
+    } else {
+        /* longest first onto the least-loaded slot (what a heaviest-first
+         * launch order and the block scheduler approach) */
+        double *h = calloc((size_t)slots, sizeof *h);
+        if (!h) return 1.0;
+        for (long i = per_head - 1; i >= 0; i--)
+            for (long k = 0; k < bh; k++) {
+                h[0] += fmin(len, (i + 1) * rows);
+                heap_sift_down(h, slots, 0);
+            }
+        makespan = 0.0;
+        for (int k = 0; k < slots; k++) makespan = fmax(makespan, h[k]);
+        free(h);
+    }
+    return total / (slots * makespan);
+}
+
+/* The length ramp of the profile's GPU kernels: per-tile set-up and the
+ * epilogue weigh more on short key loops. */
+static double attn_ramp(const spb_profile *p, double len) { return len / (len + p->attn_half_len); }
+
+/* How far a point's head count is from a call's, in log: 0 for a point
+ * without one (it stands for any count). */
+static double heads_distance(const spb_attn_point *a, double heads)
+{
+    return a->heads > 0 ? fabs(log(a->heads / heads)) : 0.0;
+}
+
 double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal, double len, double hd,
                           double heads, int backward)
 {
+    const double occ = spb_perf_attn_occupancy(p, heads, len, causal);
     if (p->n_attn) {
         static double pts[SPB_PROFILE_MAX_POINTS][3], vals[SPB_PROFILE_MAX_POINTS];
-        int n = 0, have_backend = 0, have_mask = 0;
+        static char usable[SPB_PROFILE_MAX_POINTS];
+        int have_backend = 0, have_mask = 0;
         for (int i = 0; i < p->n_attn; i++) have_backend |= !strcmp(p->attn[i].backend, backend);
         for (int i = 0; i < p->n_attn; i++)
             have_mask |= p->attn[i].causal == causal && (!have_backend || !strcmp(p->attn[i].backend, backend));
+        /* the backend's points of the call's mask (only the other mask
+         * measured: those), and of them the head count nearest the call's:
+         * the tile model carries their rates to the call's heads, where an
+         * interpolation across counts would blend lengths too */
+        double nearest = INFINITY;
         for (int i = 0; i < p->n_attn; i++) {
-            /* only the other mask measured: take it */
-            if ((have_mask && p->attn[i].causal != causal) || (have_backend && strcmp(p->attn[i].backend, backend)))
-                continue;
-            /* a point without a head count is as near as can be in that dimension */
-            pts[n][0] = p->attn[i].len, pts[n][1] = p->attn[i].hd;
-            pts[n][2] = p->attn[i].heads > 0 ? p->attn[i].heads : heads;
-            vals[n++] = backward ? p->attn[i].bwd : p->attn[i].fwd;
+            const spb_attn_point *a = &p->attn[i];
+            usable[i] = !(have_mask && a->causal != causal) && !(have_backend && strcmp(a->backend, backend));
+            if (usable[i]) nearest = fmin(nearest, heads_distance(a, heads));
         }
-        double x[3] = {len, hd, heads};
-        return idw(x, 3, (const double(*)[3])pts, vals, n);
+        int n = 0;
+        double shortest = INFINITY;
+        for (int i = 0; i < p->n_attn; i++) {
+            const spb_attn_point *a = &p->attn[i];
+            if (!usable[i] || heads_distance(a, heads) > nearest + 1e-9) continue;
+            pts[n][0] = a->len, pts[n][1] = a->hd, pts[n][2] = 1;
+            /* the rate of a full GPU: what the point's own tile share hid */
+            vals[n++] = (backward ? a->bwd : a->fwd) /
+                        spb_perf_attn_occupancy(p, a->heads > 0 ? a->heads : heads, a->len, a->causal);
+            shortest = fmin(shortest, a->len);
+        }
+        /* A GPU profile (sms): a call shorter than any measured takes the
+         * shortest's rate down the profile's ramp, not a blend of longer ones */
+        const double at = p->sms > 0 ? fmax(len, shortest) : len;
+        const double x[3] = {at, hd, 1};
+        const double ramp = at > len ? attn_ramp(p, len) / attn_ramp(p, at) : 1.0;
+        return idw(x, 2, (const double(*)[3])pts, vals, n) * ramp * occ;
     }
     double eff = backward ? p->attn_bwd_eff : p->attn_fwd_eff;
-    return p->attn_peak * eff * len / (len + p->attn_half_len);
+    return p->attn_peak * eff * attn_ramp(p, len) * occ;
 }
 
 static double elem_time(const spb_profile *p, spb_elem_kind k, double n, double scale)

@@ -76,6 +76,10 @@ typedef struct spb_profile {
     spb_gemm_point gemm[SPB_PROFILE_MAX_POINTS];
     /* attention: measured points, or peak · eff · len/(len + half) */
     double attn_peak, attn_fwd_eff, attn_bwd_eff, attn_half_len, sparse_eff_ratio;
+    /* a GPU's attention tiles: SMs (0: no tile model, as on a CPU), query
+     * rows per block, blocks resident per SM */
+    int sms, attn_blocks_per_sm;
+    double attn_tile_rows;
     int n_attn;
     spb_attn_point attn[SPB_PROFILE_MAX_POINTS];
     /* element-wise: seconds per element (measured) or bytes over mem_bw */
@@ -154,5 +158,10 @@ double spb_perf_gemm_rate(const spb_profile *prof, double rows, double in, doubl
  * its SMs short of query tiles (Ulysses' and Megatron-SP's H/P heads). */
 double spb_perf_attn_rate(const spb_profile *prof, const char *backend, int causal, double len, double hd,
                           double heads, int backward);
+/* The share of a full GPU one attention call keeps: its heads x
+ * ceil(len / attn_tile_rows) query tiles (causal ones shorter) placed
+ * longest first on sms x attn_blocks_per_sm slots, total work over slots x
+ * the longest slot.  1 where the profile has no sms. */
+double spb_perf_attn_occupancy(const spb_profile *prof, double heads, double len, int causal);
 
 #endif

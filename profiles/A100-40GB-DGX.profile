@@ -17,6 +17,10 @@ attn_peak = 312e12
 attn_fwd_eff = 0.65             # PUBLISHED: FlashAttention-2 paper (Dao 2023): 50-73% of A100 peak for forward+backward, hdim 128
 attn_bwd_eff = 0.50
 attn_half_len = 1024             # ASSUMPTION: ramp of the published rate-vs-length curves (PUBLISHED: FlashAttention-2 paper (Dao 2023): 50-73% of A100 peak for forward+backward, hdim 128)
+# attention tiles (the tile model, docs/MODEL.md): a call with few heads x query tiles leaves SMs idle
+sms = 108                        # A100 datasheet: 108 SMs
+attn_tile_rows = 128             # FlashAttention-2's forward at head dim 128: 128 query rows a block
+attn_blocks_per_sm = 1           # ASSUMPTION: one such block per SM (its shared memory and registers at head dim 128)
 sparse_eff_ratio = 0.5           # ASSUMPTION: blocked-sparse kernels at half the dense kernel's rate per computed FLOP
 # element-wise kernels: bytes moved / mem_bw
 mem_bw = 1.24e12                   # A100 datasheet: 1,555 GB/s HBM2 x 0.8 ASSUMED achievable

@@ -17,6 +17,10 @@ attn_peak = 989e12
 attn_fwd_eff = 0.60             # PUBLISHED: FlashAttention-3 paper (Shah et al. 2024): up to 740 TFLOPS (75%) forward bf16 on H100, backward lower
 attn_bwd_eff = 0.45
 attn_half_len = 1024             # ASSUMPTION: ramp of the published rate-vs-length curves (PUBLISHED: FlashAttention-3 paper (Shah et al. 2024): up to 740 TFLOPS (75%) forward bf16 on H100, backward lower)
+# attention tiles (the tile model, docs/MODEL.md): a call with few heads x query tiles leaves SMs idle
+sms = 132                        # H100 SXM5 datasheet: 132 SMs
+attn_tile_rows = 128             # FlashAttention-3's forward at head dim 128: 128 query rows a block
+attn_blocks_per_sm = 1           # PUBLISHED: FlashAttention-3 (Shah et al. 2024) runs one persistent block per SM
 sparse_eff_ratio = 0.5           # ASSUMPTION: blocked-sparse kernels at half the dense kernel's rate per computed FLOP
 # element-wise kernels: bytes moved / mem_bw
 mem_bw = 2.68e12                   # H100 datasheet: 3.35 TB/s HBM3 x 0.8 ASSUMED

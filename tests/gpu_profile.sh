@@ -150,9 +150,12 @@ done
 BUILD=$(dirname "$model") OUT="$tmp/valh" PROFILE="$tmp/heads.profile" "$root/scripts/validate-model-gpu" \
     >/dev/null 2>"$tmp/verr"
 verdict "validate-model-gpu with head-counted points: says the attention is priced by them, products by the ramp" \
-    $(grep -q "the model prices the attention by calls timed at their own head count.*; products smaller than" \
-      "$tmp/valh/validation-h200.md" && ! grep -q "Ulysses' attention runs 4 heads" "$tmp/valh/validation-h200.md" &&
-      echo 0 || echo 1)
+    $(grep -q "products by the layer's efficiency down the assumed ramp.*attention by calls timed at their own" \
+      "$tmp/valh/validation-h200.md" && grep -q "the P = 8 rows are out of sample" "$tmp/valh/validation-h200.md" &&
+      ! grep -q "tile model" "$tmp/valh/validation-h200.md" && echo 0 || echo 1)
+verdict "... and with the committed profile (32 heads only): by the tile model, out of sample" \
+    $(grep -q "the attention by the layer's 32-head rates carried to each call by the profile's tile model (132 SMs" \
+      "$root/results/model/validation-h200.md" && echo 0 || echo 1)
 printf 'name = x\ninclude = H200-141GB-HGX.profile\nattn_point = flash causal 4096 128 1e14 1e14 0\n' \
     >"$tmp/zero.profile"
 "$model" --profile "$tmp/zero.profile" --world-size 1 >/dev/null 2>"$tmp/err"

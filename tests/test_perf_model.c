@@ -162,6 +162,61 @@ START_TEST(parts_add_up_and_topology)
 }
 END_TEST
 
+/* The tile model of a GPU's attention (perf_model.h), by cases worked by
+ * hand, and how it carries measured rates to other head counts and
+ * shorter calls. */
+START_TEST(attention_tile_model)
+{
+    spb_profile *p = calloc(1, sizeof *p);
+    p->sms = 132, p->attn_tile_rows = 128, p->attn_blocks_per_sm = 1, p->attn_half_len = 1024;
+    /* 4 heads x 32 causal tiles = 128 tiles for 132 slots: the longest
+     * (4096 keys) sets the time, the mean is 528/32 x 128 keys: 0.5 */
+    ck_assert_double_eq_tol(spb_perf_attn_occupancy(p, 4, 4096, 1), 0.5, 1e-12);
+    /* full mask, equal tiles: 33 heads x 8 = 264 = 2 whole waves; 34 heads: 272 tiles in 3 waves */
+    ck_assert_double_eq_tol(spb_perf_attn_occupancy(p, 33, 1024, 0), 1.0, 1e-12);
+    ck_assert_double_eq_tol(spb_perf_attn_occupancy(p, 34, 1024, 0), 272.0 / (3 * 132), 1e-12);
+    /* many tiles: the slots stay full */
+    ck_assert(spb_perf_attn_occupancy(p, 32, 32768, 1) > 0.999);
+    /* longest first by hand, 1-row tiles of 4 keys causal (work 4, 3, 2, 1):
+     * 2 slots {4+1, 3+2}: 10/(2 x 5) = 1; 3 slots {4, 3, 2+1}: 10/(3 x 4) */
+    p->attn_tile_rows = 1, p->sms = 2;
+    ck_assert_double_eq_tol(spb_perf_attn_occupancy(p, 1, 4, 1), 1.0, 1e-12);
+    p->sms = 3;
+    ck_assert_double_eq_tol(spb_perf_attn_occupancy(p, 1, 4, 1), 10.0 / 12, 1e-12);
+    /* blocks per SM are slots too */
+    p->sms = 1, p->attn_blocks_per_sm = 3;
+    ck_assert_double_eq_tol(spb_perf_attn_occupancy(p, 1, 4, 1), 10.0 / 12, 1e-12);
+    p->sms = 132, p->attn_tile_rows = 128, p->attn_blocks_per_sm = 1;
+
+    /* measured points at 32 heads, 4K and 8K causal: a call of a measured
+     * shape takes its rate; 4 heads take it times the tile model's ratio;
+     * 2K tokens the 4K rate down the ramp (2048/3072 over 4096/5120) */
+    p->n_attn = 2;
+    p->attn[0] = (spb_attn_point){"flash", 1, 4096, 128, 32, 1.5e14, 1.1e14};
+    p->attn[1] = (spb_attn_point){"flash", 1, 8192, 128, 32, 1.7e14, 1.3e14};
+    const double occ32 = spb_perf_attn_occupancy(p, 32, 4096, 1), occ4 = spb_perf_attn_occupancy(p, 4, 4096, 1);
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 4096, 128, 32, 0), 1.5e14, 1e3);
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 8192, 128, 32, 1), 1.3e14, 1e3);
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 4096, 128, 4, 0), 1.5e14 * occ4 / occ32, 1e3);
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 2048, 128, 32, 0),
+                            1.5e14 / occ32 * spb_perf_attn_occupancy(p, 32, 2048, 1) * (2048.0 / 3072) /
+                                (4096.0 / 5120),
+                            1e3);
+    /* a point measured at 4 heads is priced by itself, not by the tile model */
+    p->n_attn = 3;
+    p->attn[2] = (spb_attn_point){"flash", 1, 4096, 128, 4, 0.6e14, 0.4e14};
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 4096, 128, 4, 0), 0.6e14, 1e3);
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 4096, 128, 32, 0), 1.5e14, 1e3);
+    /* no SM count (a CPU profile): no tile model, no ramp below the shortest */
+    p->sms = 0;
+    ck_assert_double_eq(spb_perf_attn_occupancy(p, 1, 4096, 1), 1.0);
+    ck_assert_double_eq_tol(spb_perf_attn_rate(p, "flash", 1, 4096, 128, 32, 0), 1.5e14, 1e3);
+    ck_assert(spb_perf_attn_rate(p, "flash", 1, 2048, 128, 32, 0) > 1.4e14);
+    say("  tile model: 4 heads x 4K causal %.3f of the GPU, 32 heads %.4f\n", occ4, occ32);
+    free(p);
+}
+END_TEST
+
 START_TEST(every_profile_loads)
 {
     DIR *d = opendir(profiles_dir);
@@ -190,6 +245,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, bytes_equal_measured, 0, NUM_VARIANTS * 3 * 4 * 2);
     tcase_add_test(tc, parts_add_up_and_topology);
+    tcase_add_test(tc, attention_tile_model);
     tcase_add_test(tc, every_profile_loads);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
