@@ -81,7 +81,7 @@ SPB_WATCHDOG_UNWATCHED static void gpu_watchdog_expire(double idle)
 {
     char line[512];
     int n = snprintf(line, sizeof line,
-                     "\n%s: watchdog: no progress for %.0f s (--watchdog %.0f) after %s: a kernel that does not "
+                     "\n%s: watchdog: no progress for %.1f s (--watchdog %g) after %s: a kernel that does not "
                      "finish? exiting with code %d\n",
                      gpu_watchdog_program, idle, gpu_watchdog_limit, gpu_watchdog_last, kGpuWatchdogExit);
     if (ftrylockfile(stdout) == 0) { /* what the log has buffered, unless the main thread is inside stdout */
