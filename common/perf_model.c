@@ -290,12 +290,8 @@ double spb_perf_attn_occupancy(const spb_profile *p, double heads, double len, i
  * epilogue weigh more on short key loops. */
 static double attn_ramp(const spb_profile *p, double len) { return len / (len + p->attn_half_len); }
 
-/* How far a point's head count is from a call's, in log: 0 for a point
- * without one (it stands for any count). */
-static double heads_distance(const spb_attn_point *a, double heads)
-{
-    return a->heads > 0 ? fabs(log(a->heads / heads)) : 0.0;
-}
+/* A point's head count; a point without one stands for any count: the call's. */
+static double point_heads(const spb_attn_point *a, double heads) { return a->heads > 0 ? a->heads : heads; }
 
 double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal, double len, double hd,
                           double heads, int backward)
@@ -316,17 +312,17 @@ double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal,
         for (int i = 0; i < p->n_attn; i++) {
             const spb_attn_point *a = &p->attn[i];
             usable[i] = !(have_mask && a->causal != causal) && !(have_backend && strcmp(a->backend, backend));
-            if (usable[i]) nearest = fmin(nearest, heads_distance(a, heads));
+            if (usable[i]) nearest = fmin(nearest, fabs(log(point_heads(a, heads) / heads)));
         }
         int n = 0;
         double shortest = INFINITY;
         for (int i = 0; i < p->n_attn; i++) {
             const spb_attn_point *a = &p->attn[i];
-            if (!usable[i] || heads_distance(a, heads) > nearest + 1e-9) continue;
+            if (!usable[i] || fabs(log(point_heads(a, heads) / heads)) > nearest + 1e-9) continue;
             pts[n][0] = a->len, pts[n][1] = a->hd, pts[n][2] = 1;
             /* the rate of a full GPU: what the point's own tile share hid */
-            vals[n++] = (backward ? a->bwd : a->fwd) /
-                        spb_perf_attn_occupancy(p, a->heads > 0 ? a->heads : heads, a->len, a->causal);
+            vals[n++] = (backward ? a->bwd : a->fwd) / spb_perf_attn_occupancy(p, point_heads(a, heads), a->len,
+                                                                                a->causal);
             shortest = fmin(shortest, a->len);
         }
         /* A GPU profile (sms): a call shorter than any measured takes the
