@@ -83,6 +83,12 @@ list(APPEND spb_emu_tests emu_gpu_check_parts)
 add_test(NAME emu_wgmma_refused COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/wgmma_refused.sh $<TARGET_FILE:spbench>
                                         ${MPIEXEC_EXECUTABLE})
 list(APPEND spb_emu_tests emu_wgmma_refused)
+if(SPB_EMU_NCCL)
+  # a GPU per rank as a cluster launcher binds them (CUDA_VISIBLE_DEVICES), two ranks on one GPU refused under NCCL
+  add_test(NAME emu_gpu_binding COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_binding.sh $<TARGET_FILE:spbench>
+                                        ${MPIEXEC_EXECUTABLE})
+  list(APPEND spb_emu_tests emu_gpu_binding)
+endif()
 # the check programs' watchdog: a unit slower than --watchdog ends the process (exit 5), rows kept
 add_test(NAME emu_gpu_watchdog COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_watchdog.sh ${CMAKE_BINARY_DIR}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -1,4 +1,6 @@
 /* Which device table a run uses (--device, --precision), and binding a rank to its device. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -56,15 +58,46 @@ int spb_backend_available(const char *device)
     return !strcmp(device, "cpu");
 }
 
+/* Two ranks of this machine that hold the same device, from every local
+ * rank's identity ("" where its open failed): -1 with a message naming
+ * them, the same on each rank of the machine. */
+static int devices_distinct(const spb_backend *be, MPI_Comm node, int rc, char *err, size_t errlen)
+{
+    enum { ID_LEN = 96 };
+    int local_size = 1;
+    SPB_MPI_CHECK(MPI_Comm_size(node, &local_size));
+    char mine[ID_LEN] = "";
+    if (rc == 0) be->device_identity(mine, sizeof mine);
+    char *all = malloc((size_t)local_size * ID_LEN);
+    SPB_CHECK(all != NULL);
+    SPB_MPI_CHECK(MPI_Allgather(mine, ID_LEN, MPI_CHAR, all, ID_LEN, MPI_CHAR, node));
+    int clash = 0;
+    for (int i = 0; i < local_size && !clash; i++)
+        for (int j = i + 1; j < local_size && !clash; j++) {
+            const char *a = all + (size_t)i * ID_LEN, *b = all + (size_t)j * ID_LEN;
+            if (!a[0] || strncmp(a, b, ID_LEN)) continue;
+            clash = 1;
+            if (rc == 0)
+                snprintf(err, errlen,
+                         "--comm nccl: local ranks %d and %d of this machine are both bound to %.*s; NCCL needs a "
+                         "GPU per rank (one rank per GPU on each machine, or a launcher that gives each rank its "
+                         "own: docs/CLUSTER.md; --comm mpi lets ranks share a GPU)",
+                         i, j, ID_LEN, a);
+        }
+    free(all);
+    return clash ? -1 : rc;
+}
+
 int spb_backend_open(const spb_backend *be, MPI_Comm world, int exclusive, char *err, size_t errlen)
 {
     if (!be->open) return 0;
     /* The rank among those on its machine: devices are shared out by it. */
     MPI_Comm node;
-    int local_rank = 0, local_size = 1;
+    int local_rank = 0;
     SPB_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     SPB_MPI_CHECK(MPI_Comm_rank(node, &local_rank));
-    SPB_MPI_CHECK(MPI_Comm_size(node, &local_size));
+    int rc = be->open(local_rank, err, errlen);
+    if (exclusive && be->device_identity) rc = devices_distinct(be, node, rc, err, errlen);
     SPB_MPI_CHECK(MPI_Comm_free(&node));
-    return be->open(local_rank, local_size, exclusive, err, errlen);
+    return rc;
 }

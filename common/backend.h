@@ -31,11 +31,16 @@ typedef struct spb_backend {
      * (comm.h's host-staged path), set up by the core when it is created. */
     int host_memory;
     spb_comm_staging staging;
-    /* Binds this rank to one of the machine's devices (local ranks share
+    /* Binds this rank to one of the devices it sees (local ranks share
      * them round-robin, so several ranks may share one GPU); 0, or -1 with
-     * a message.  exclusive: each rank needs a device of its own (NCCL
-     * refuses two ranks on one device).  NULL: nothing to open (the host). */
-    int (*open)(int local_rank, int local_size, int exclusive, char *err, size_t errlen);
+     * a message.  NULL: nothing to open (the host). */
+    int (*open)(int local_rank, char *err, size_t errlen);
+    /* Optional: names the physical device open() bound this rank to, the
+     * same string in every process that holds it whatever the process sees
+     * (a GPU's UUID and PCI address, not its index, which
+     * CUDA_VISIBLE_DEVICES renumbers per process).  How spb_backend_open
+     * finds two ranks on one device where each needs its own. */
+    void (*device_identity)(char *buf, size_t len);
     /* Waits for the work queued on the device (NULL: work is never queued). */
     void (*synchronize)(void);
     /* The tracker that holds this table's buffers (memory.h's on the host). */
@@ -133,7 +138,10 @@ float *spb_backend_alloc(const spb_backend *be, spb_mem_category cat, long n, sp
 /* 1 when this build has a table for --device (config.c's check). */
 int spb_backend_available(const char *device);
 /* Binds the calling rank to its device (be->open with its rank on the
- * machine); 0, or -1 with a message.  Collective over world. */
+ * machine); 0, or -1 with a message.  exclusive: each rank needs a device of
+ * its own (NCCL refuses two ranks on one device): two ranks of a machine
+ * bound to one device (be->device_identity) are an error on both.
+ * Collective over world. */
 int spb_backend_open(const spb_backend *be, MPI_Comm world, int exclusive, char *err, size_t errlen);
 /* Tests: make spb_backend_for and spb_backend_by_name return this table
  * (NULL: back to normal). */

@@ -34,12 +34,13 @@ static void use_device(void)
 }
 
 /* The rank's GPU first, then this instance: frames on the device. */
-static int cb_open(int local_rank, int local_size, int exclusive, char *err, size_t errlen)
+static int cb_open(int local_rank, char *err, size_t errlen)
 {
-    int rc = spb_backend_cuda.open(local_rank, local_size, exclusive, err, errlen);
+    int rc = spb_backend_cuda.open(local_rank, err, errlen);
     if (rc == 0) use_device();
     return rc;
 }
+static void cb_device_identity(char *buf, size_t len) { spb_backend_cuda.device_identity(buf, len); }
 
 static void cb_configure(const spb_config *cfg)
 {
@@ -72,7 +73,8 @@ static const spb_timer_clock cb_clock = {cb_clock_mark, cb_clock_elapsed, cb_clo
                     .synchronize = cb_staging_synchronize,                                                             \
                     .element_bytes = spb_bf16_element_bytes,                                                          \
                     .device_span = spb_bf16_device_span},                                                          \
-        .open = cb_open, .synchronize = cb_synchronize, .mem_stats = cb_mem_stats,                                     \
+        .open = cb_open, .device_identity = cb_device_identity, .synchronize = cb_synchronize,                        \
+        .mem_stats = cb_mem_stats,                                                                                     \
         .mem_reset_peaks = cb_mem_reset_peaks, .device_used_bytes = cb_device_used_bytes, .clock = &cb_clock,          \
         .configure = cb_configure, SPB_BF16_TABLE_OPS,                                                                 \
     }

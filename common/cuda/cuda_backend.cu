@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <vector>
@@ -691,22 +692,25 @@ double dev_sum_squares(const float *x, long n)
 }
 
 /* ------------------------------------- device, clock, memory readings -- */
-int dev_open(int local_rank, int local_size, int exclusive, char *err, size_t errlen)
+int dev_open(int local_rank, char *err, size_t errlen)
 {
     int n = spb_cuda_device_count();
     if (n == 0) {
         char why[256];
         spb_cuda_describe(why, sizeof why);
-        snprintf(err, errlen, "--device cuda: no CUDA device on this machine (%s)", why);
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+        if (visible)
+            snprintf(err, errlen,
+                     "--device cuda: no CUDA device visible to this rank (%s; CUDA_VISIBLE_DEVICES=\"%s\")", why,
+                     visible);
+        else
+            snprintf(err, errlen, "--device cuda: no CUDA device on this machine (%s)", why);
         return -1;
     }
-    if (exclusive && local_size > n) {
-        snprintf(err, errlen, "--comm nccl: %d ranks on this machine share %d GPU(s); NCCL needs one GPU per rank "
-                 "(--comm mpi stages through host memory and lets ranks share a GPU)", local_size, n);
-        return -1;
-    }
-    /* Ranks of one machine take its GPUs round-robin: P ranks on one GPU
-     * is the host-staged check of every strategy (docs/GPU.md). */
+    /* Ranks of one machine take the GPUs they see round-robin: P ranks on
+     * one GPU is the host-staged check of every strategy (docs/GPU.md); a
+     * launcher that gives each rank one GPU (CUDA_VISIBLE_DEVICES per rank)
+     * makes that GPU 0 of every rank. */
     cudaError_t rc = cudaSetDevice(local_rank % n);
     if (rc == cudaSuccess) rc = cudaFree(0); /* create the context now, not inside the first timed step */
     if (rc != cudaSuccess) {
@@ -715,6 +719,21 @@ int dev_open(int local_rank, int local_size, int exclusive, char *err, size_t er
         return -1;
     }
     return 0;
+}
+
+/* "GPU-<uuid> (PCI dddd:bb:dd)": the same in every process that holds the
+ * device, whatever index CUDA_VISIBLE_DEVICES gives it there. */
+void dev_device_identity(char *buf, size_t len)
+{
+    int dev = 0;
+    cudaDeviceProp p;
+    SPB_CUDA_CHECK(cudaGetDevice(&dev));
+    SPB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+    snprintf(buf, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x (PCI %04x:%02x:%02x)", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15],
+             (unsigned)p.pciDomainID, (unsigned)p.pciBusID, (unsigned)p.pciDeviceID);
 }
 
 void dev_synchronize(void) { SPB_CUDA_CHECK(cudaDeviceSynchronize()); }
@@ -796,6 +815,7 @@ spb_backend make_table(void)
     t.adamw_apply = dev_adamw_apply;
     t.sum_squares = dev_sum_squares;
     t.open = dev_open;
+    t.device_identity = dev_device_identity;
     t.synchronize = dev_synchronize;
     t.mem_stats = spb_cuda_mem_stats;
     t.mem_reset_peaks = spb_cuda_mem_reset_peaks;

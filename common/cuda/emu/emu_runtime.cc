@@ -127,6 +127,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorMemoryAllocation: return "out of memory (CPU emulation)";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument (CPU emulation)";
     case cudaErrorInvalidDevice: return "invalid device ordinal (CPU emulation)";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (CPU emulation)";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle (CPU emulation)";
     case cudaErrorNotReady: return "device not ready (CPU emulation)";
     default: return "error (CPU emulation)";
@@ -135,19 +136,43 @@ const char *cudaGetErrorString(cudaError_t e)
 const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
 
 /* One device, or SPB_EMU_DEVICES of them (a node with a GPU per rank, for
- * --comm nccl): each process emulates the one it sets, in its own memory. */
-static int device_count(void)
+ * --comm nccl): each process emulates the one it sets, in its own memory.
+ * CUDA_VISIBLE_DEVICES as the runtime reads it (indices only): where set,
+ * the process sees the listed devices up to the first entry that names
+ * none (so "" hides every device), in that order, and device d of the
+ * process is the node's device visible[d]: what a launcher binding a GPU
+ * per task (Slurm's --gpus-per-task) looks like to spbench. */
+static int node_devices(void)
 {
     const char *e = getenv("SPB_EMU_DEVICES");
     int n = e ? atoi(e) : 1;
     return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+static int visible[64];
+static int device_count(void)
+{
+    const int node = node_devices();
+    const char *e = getenv("CUDA_VISIBLE_DEVICES");
+    if (!e) {
+        for (int i = 0; i < node; i++) visible[i] = i;
+        return node;
+    }
+    int n = 0;
+    while (n < node && *e) {
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        if (end == e || (*end && *end != ',') || v < 0 || v >= node) break;
+        visible[n++] = (int)v;
+        e = *end ? end + 1 : end;
+    }
+    return n;
 }
 static int device_now = 0;
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = device_count();
-    return cudaSuccess;
+    return *n ? cudaSuccess : fail(cudaErrorNoDevice);
 }
 cudaError_t cudaSetDevice(int d)
 {
@@ -188,6 +213,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
     p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = p->maxGridSize[2] = 65535;
     p->multiProcessorCount = 1;
     p->l2CacheSize = 0;
+    /* which of the node's devices this is, where a real one has its PCI
+     * address and UUID */
+    const int phys = visible[d];
+    p->pciDomainID = 0, p->pciBusID = 0x10 + phys, p->pciDeviceID = 0;
+    for (int i = 0; i < 16; i++) p->uuid.bytes[i] = (char)(i == 15 ? phys : 0x5e);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void)
