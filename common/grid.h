@@ -20,4 +20,23 @@ typedef struct spb_grid {
 void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree);
 void spb_grid_destroy(spb_grid *g);
 
+/* How the grid falls on machines: the paper keeps each SP group inside a
+ * node (its all-to-alls on NVLink) and lets the data-parallel groups cross
+ * nodes; a launcher that deals ranks out machine by machine in turn
+ * (mpirun --map-by node) splits SP groups instead. */
+typedef struct spb_placement {
+    int machines;          /* distinct machines in the world */
+    int ranks_per_machine; /* the most ranks on one machine */
+    int sp_machines;       /* the most machines one SP group spans */
+    int dp_machines;       /* the most machines one data-parallel group spans */
+} spb_placement;
+
+/* From machine_of[world rank] (any id per machine) for SP groups of
+ * sp_degree contiguous ranks and strided data-parallel groups, as
+ * spb_grid_create builds them. */
+void spb_placement_count(const int *machine_of, int world_size, int sp_degree, spb_placement *pl);
+/* The same for this run (one machine = MPI_COMM_TYPE_SHARED); collective
+ * over g->world. */
+void spb_grid_placement(const spb_grid *g, spb_placement *pl);
+
 #endif

@@ -142,6 +142,8 @@ int main(int argc, char **argv)
 
     const double tokens_per_iter = (double)cfg.global_batch_size * cfg.seq_length;
     const double paper_flops = spb_paper_flops_per_iteration(&cfg, cfg.checkpoint_activations);
+    spb_placement placement;
+    spb_grid_placement(&grid, &placement);
     if (rank == 0 && !cfg.quiet) {
         printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s | device %s | %s\n",
                SPB_VERSION_COMMIT, cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention, cfg.device,
@@ -151,6 +153,14 @@ int main(int argc, char **argv)
                cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length,
                g->num_global_params, cfg.micro_batch_size, cfg.global_batch_size, tr->accum_steps,
                cfg.data[0] ? cfg.data : "synthetic");
+        if (placement.machines > 1)
+            printf("placement: %d machines, up to %d ranks each | an SP group spans %s%d machine%s | a data-parallel "
+                   "group spans up to %d%s\n",
+                   placement.machines, placement.ranks_per_machine, placement.sp_machines > 1 ? "up to " : "",
+                   placement.sp_machines, placement.sp_machines > 1 ? "s" : "", placement.dp_machines,
+                   placement.sp_machines > 1 ? " | note: SP exchanges cross machines (the paper keeps each SP group "
+                                               "in a node: place consecutive ranks together, docs/CLUSTER.md)"
+                                             : "");
 #ifdef SPB_HAVE_CUDA
         char gpus[256];
         spb_cuda_describe(gpus, sizeof gpus);

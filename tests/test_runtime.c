@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "gpt.h"
+#include "grid.h"
 #include "memory.h"
 #include "optimizer.h"
 #include "report.h"
@@ -279,6 +280,38 @@ START_TEST(lr_schedule)
 }
 END_TEST
 
+/* The machines an SP or data-parallel group spans, from a machine map. */
+START_TEST(placement_counts_machines_per_group)
+{
+    int map[16];
+    spb_placement pl;
+    /* 2 machines of 8, consecutive ranks together (mpirun's default by slot) */
+    for (int r = 0; r < 16; r++) map[r] = r / 8 * 100;
+    spb_placement_count(map, 16, 8, &pl);
+    ck_assert_int_eq(pl.machines, 2); ck_assert_int_eq(pl.ranks_per_machine, 8);
+    ck_assert_int_eq(pl.sp_machines, 1); ck_assert_int_eq(pl.dp_machines, 2);
+    spb_placement_count(map, 16, 4, &pl); /* D = 4: two groups a machine */
+    ck_assert_int_eq(pl.sp_machines, 1); ck_assert_int_eq(pl.dp_machines, 2);
+    spb_placement_count(map, 16, 16, &pl); /* one SP group over both */
+    ck_assert_int_eq(pl.sp_machines, 2); ck_assert_int_eq(pl.dp_machines, 1);
+    /* dealt out machine by machine (--map-by node): every SP group splits */
+    for (int r = 0; r < 16; r++) map[r] = r % 2;
+    spb_placement_count(map, 16, 8, &pl);
+    ck_assert_int_eq(pl.machines, 2); ck_assert_int_eq(pl.sp_machines, 2); ck_assert_int_eq(pl.dp_machines, 1);
+    /* 4 machines of 3, 12 ranks, P = 4: groups straddle machines unevenly */
+    for (int r = 0; r < 12; r++) map[r] = r / 3;
+    spb_placement_count(map, 12, 4, &pl);
+    ck_assert_int_eq(pl.machines, 4); ck_assert_int_eq(pl.ranks_per_machine, 3);
+    ck_assert_int_eq(pl.sp_machines, 2); ck_assert_int_eq(pl.dp_machines, 3);
+    /* this process alone: one machine */
+    spb_grid g;
+    spb_grid_create(&g, MPI_COMM_WORLD, 1);
+    spb_grid_placement(&g, &pl);
+    ck_assert_int_eq(pl.machines, 1); ck_assert_int_eq(pl.sp_machines, 1); ck_assert_int_eq(pl.dp_machines, 1);
+    spb_grid_destroy(&g);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -293,6 +326,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, results_rows_are_whole_and_headers_checked);
     tcase_add_test(tc, lr_schedule);
     tcase_add_test(tc, device_timer_regions_fold_once);
+    tcase_add_test(tc, placement_counts_machines_per_group);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }
