@@ -560,6 +560,16 @@ def run_name_of(point_id):
     return point_id[:54] + "~" + hashlib.sha1(point_id.encode()).hexdigest()[:8]
 
 
+def launch_command(mpiexec, np, program, args):
+    """The command that starts `np` ranks of `program`: the launcher's words
+    with every "{np}" replaced by the count where it has one (a launcher
+    that does not take -np: "srun --ntasks={np} --gpus-per-task=1"), else
+    the launcher followed by -np N (mpiexec, mpirun, spbrun)."""
+    if any("{np}" in w for w in mpiexec):
+        return [w.replace("{np}", str(np)) for w in mpiexec] + [program] + list(args)
+    return list(mpiexec) + ["-np", str(np), program] + list(args)
+
+
 def run_point(point, spbench, model, mpiexec, outdir, peak_override=None, tune=False, tune_space=None, log=None):
     """Run (or model) one point; return its sweep row."""
     if tune and tune_space:
@@ -591,7 +601,7 @@ def run_point(point, spbench, model, mpiexec, outdir, peak_override=None, tune=F
                 else:
                     cmd += ["--" + k, v]
         else:
-            cmd = mpiexec + ["-np", str(point.np), spbench] + args
+            cmd = launch_command(mpiexec, point.np, spbench, args)
         rc, out, err, timed_out = run_process(cmd, timeout)
         status, msg = classify(rc, err, timed_out)
         got = read_rows(tmp)

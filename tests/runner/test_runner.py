@@ -157,6 +157,46 @@ class Runner(unittest.TestCase):
         self.assertEqual(rows["megatron/np=2/seq-length=128"]["status"], "oom-predicted")
         self.assertIn("modelled: needs 128 GiB per rank, has 100 GiB", rows["megatron/np=2/seq-length=128"]["message"])
 
+    def test_launcher_with_its_own_count_flag(self):
+        # A launcher that takes no -np (srun's --ntasks): the runner puts the
+        # count where the launcher's words say {np}.  The stand-in records its
+        # words and starts the ranks with the real launcher.
+        real = os.environ.get("MPIEXEC")
+        if not real:
+            try:
+                with open(os.path.join(os.path.dirname(SPBENCH), "mpiexec.path")) as f:
+                    real = f.read().strip()
+            except OSError:
+                real = "mpiexec"
+        words = os.path.join(self.dir.name, "launcher-words")
+        fake = os.path.join(self.dir.name, "fake-srun")
+        with open(fake, "w") as f:
+            f.write('#!/bin/sh\necho "$@" >> %s\ncase "$1" in --ntasks=*) n=${1#--ntasks=}; shift ;; '
+                    '*) echo "fake-srun: --ntasks=N first, got $1" >&2; exit 2 ;; esac\n'
+                    'exec %s -np "$n" "$@"\n' % (words, real))
+        os.chmod(fake, 0o755)
+        sweep = os.path.join(self.dir.name, "one.sweep")
+        with open(sweep, "w") as f:
+            f.write("[sweep]\nname = one\ntitle = t\npaper = none\nclaim = none\nplots = seqlen\n"
+                    "[paper]\nnp = 2\nnum-layers = 1\nhidden-size = 32\nnum-attention-heads = 2\n"
+                    "seq-length = 64\n"
+                    "[cpu]\nnp = 2\nnum-layers = 1\nhidden-size = 32\nnum-attention-heads = 2\n"
+                    "seq-length = 64\nmicro-batch-size = 1\ntrain-iters = 2\ntimeout = 120\n"
+                    "[series ulysses]\nlabel = Ulysses\nstrategy = ulysses\nsp-degree = np\n")
+        r = subprocess.run([sys.executable, RUN, sweep, "--spbench", SPBENCH, "--no-plots", "--out", self.csv,
+                            "--mpiexec", fake + " --ntasks={np}"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        rows = sl.read_rows(self.csv)
+        self.assertEqual([(x["point"], x["status"]) for x in rows], [("ulysses/np=2", "ok")],
+                         [x["message"] for x in rows])
+        with open(words) as f:
+            self.assertTrue(f.read().startswith("--ntasks=2 " + SPBENCH + " "))
+        listed = subprocess.run([sys.executable, RUN, sweep, "--spbench", SPBENCH, "--list", "--np", "4",
+                                 "--mpiexec", "srun --ntasks={np} --gpus-per-task=1"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertIn("srun --ntasks=4 --gpus-per-task=1 " + SPBENCH, listed.stdout)
+        self.assertNotIn("-np", listed.stdout)
+
     def test_bad_sweep_and_missing_binary(self):
         r = subprocess.run([sys.executable, RUN, os.path.join(HERE, "bad", "unknown-key.sweep")],
                            capture_output=True, text=True)

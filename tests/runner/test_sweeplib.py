@@ -95,6 +95,15 @@ class Parser(unittest.TestCase):
             self.assertIn(frag, str(cm.exception))
 
 
+class Launcher(unittest.TestCase):
+    def test_np_appended_or_put_where_the_launcher_says(self):
+        self.assertEqual(sl.launch_command(["mpiexec", "--bind-to", "core"], 4, "spbench", ["--x", "1"]),
+                         ["mpiexec", "--bind-to", "core", "-np", "4", "spbench", "--x", "1"])
+        self.assertEqual(sl.launch_command(["srun", "--ntasks={np}", "--gpus-per-task=1"], 8, "spbench", []),
+                         ["srun", "--ntasks=8", "--gpus-per-task=1", "spbench"])
+        self.assertEqual(sl.launch_command(["srun", "-n", "{np}"], 2, "b", ["a"]), ["srun", "-n", "2", "b", "a"])
+
+
 class CsvWriter(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
