@@ -359,7 +359,7 @@ reduce_scatter_forward_link_bytes reduce_scatter_backward_link_bytes reduce_scat
 sendrecv_forward_link_bytes sendrecv_backward_link_bytes sendrecv_recompute_link_bytes
 predicted_layer_forward_link_bytes predicted_layer_backward_link_bytes predicted_strategy_link_bytes
 predicted_zero_and_reduce_link_bytes
-machine blas commit date""".split()
+machine machines sp_group_machines dp_group_machines blas commit date""".split()
 # Columns only the performance model writes (docs/MODEL.md).
 MODEL_COLUMNS = ["attn_density", "fits", "memory_needed_bytes", "memory_capacity_bytes",
                  "max_seq_length_fits"]

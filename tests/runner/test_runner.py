@@ -114,6 +114,7 @@ class Runner(unittest.TestCase):
                     "alltoall_link_bytes", "forward_comm_s", "comm_fraction", "machine", "commit", "date"):
             self.assertNotEqual(ok[col], "", col)
         self.assertEqual(ok["layer_link_bytes_measured"], ok["layer_link_bytes_predicted"])
+        self.assertEqual((ok["machines"], ok["sp_group_machines"], ok["dp_group_machines"]), ("1", "1", "1"))
         self.assertTrue(os.path.getsize(os.path.join(os.path.dirname(self.csv), ok["loss_log"])) > 0)
         bad = rows["bad-heads/np=2/seq-length=64"]
         self.assertIn("not divisible", bad["message"])
