@@ -5,21 +5,6 @@
 #include "checks.h"
 #include "comm.h"
 
-void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree)
-{
-    SPB_MPI_CHECK(MPI_Comm_rank(base, &g->world_rank));
-    SPB_MPI_CHECK(MPI_Comm_size(base, &g->world_size));
-    SPB_CHECK(sp_degree > 0 && g->world_size % sp_degree == 0);
-    g->sp_size = sp_degree;
-    g->dp_size = g->world_size / sp_degree;
-    g->sp_rank = g->world_rank % sp_degree;
-    g->dp_rank = g->world_rank / sp_degree;
-    g->world = base;
-    SPB_MPI_CHECK(MPI_Comm_split(base, g->dp_rank, g->sp_rank, &g->sp_comm));
-    SPB_MPI_CHECK(MPI_Comm_split(base, g->sp_rank, g->dp_rank, &g->dp_comm));
-    SPB_MPI_CHECK(MPI_Comm_dup(base, &g->dpsp_comm));
-}
-
 /* distinct values among n ints (n is a group's size: small) */
 static int distinct(const int *v, int n)
 {
@@ -57,7 +42,7 @@ void spb_placement_count(const int *machine_of, int world_size, int sp_degree, s
     free(group);
 }
 
-void spb_grid_placement(const spb_grid *g, spb_placement *pl)
+static void grid_placement(const spb_grid *g, spb_placement *pl)
 {
     /* a machine's id: the world rank of its first rank */
     MPI_Comm node;
@@ -70,6 +55,22 @@ void spb_grid_placement(const spb_grid *g, spb_placement *pl)
     SPB_MPI_CHECK(MPI_Allgather(&id, 1, MPI_INT, machine_of, 1, MPI_INT, g->world));
     spb_placement_count(machine_of, g->world_size, g->sp_size, pl);
     free(machine_of);
+}
+
+void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree)
+{
+    SPB_MPI_CHECK(MPI_Comm_rank(base, &g->world_rank));
+    SPB_MPI_CHECK(MPI_Comm_size(base, &g->world_size));
+    SPB_CHECK(sp_degree > 0 && g->world_size % sp_degree == 0);
+    g->sp_size = sp_degree;
+    g->dp_size = g->world_size / sp_degree;
+    g->sp_rank = g->world_rank % sp_degree;
+    g->dp_rank = g->world_rank / sp_degree;
+    g->world = base;
+    SPB_MPI_CHECK(MPI_Comm_split(base, g->dp_rank, g->sp_rank, &g->sp_comm));
+    SPB_MPI_CHECK(MPI_Comm_split(base, g->sp_rank, g->dp_rank, &g->dp_comm));
+    SPB_MPI_CHECK(MPI_Comm_dup(base, &g->dpsp_comm));
+    grid_placement(g, &g->placement);
 }
 
 void spb_grid_destroy(spb_grid *g)

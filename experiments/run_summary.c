@@ -34,7 +34,6 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
                            .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN};
     s->tokens_per_iter = (double)cfg->global_batch_size * cfg->seq_length;
     s->paper_flops = spb_paper_flops_per_iteration(cfg, cfg->checkpoint_activations);
-    spb_grid_placement(tr->grid, &s->placement);
     if (measured > 0) {
         qsort(times, (size_t)measured, sizeof(double), cmp_double);
         s->t_med = measured % 2 ? times[measured / 2] : 0.5 * (times[measured / 2 - 1] + times[measured / 2]);
@@ -332,9 +331,9 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_predicted_link_bytes(c, g->world_size, &predicted);
     spb_row_add_predicted_bytes(&r, &predicted);
     spb_row_add(&r, "machine", "%s/%ldcores", host, sysconf(_SC_NPROCESSORS_ONLN));
-    spb_row_add(&r, "machines", "%d", s->placement.machines);
-    spb_row_add(&r, "sp_group_machines", "%d", s->placement.sp_machines);
-    spb_row_add(&r, "dp_group_machines", "%d", s->placement.dp_machines);
+    spb_row_add(&r, "machines", "%d", g->placement.machines);
+    spb_row_add(&r, "sp_group_machines", "%d", g->placement.sp_machines);
+    spb_row_add(&r, "dp_group_machines", "%d", g->placement.dp_machines);
     spb_row_add(&r, "blas", "%s", spb_blas_description());
     spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);
     spb_row_add(&r, "date", "%s", date);

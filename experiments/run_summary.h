@@ -8,7 +8,6 @@
 
 #include "../common/comm.h"
 #include "../common/config.h"
-#include "../common/grid.h"
 #include "../common/memory.h"
 #include "../common/timer.h"
 #include "../common/train.h"
@@ -36,8 +35,6 @@ typedef struct spb_run_summary {
     /* --compare-alltoall: plain MPI_Alltoall of the run's counts, replayed;
      * the strategy's own copies; its in-run exchanges (with waiting). */
     double plain_alltoall, pack_unpack, exchange;
-    /* the machines the world and its groups span (grid.h) */
-    spb_placement placement;
 } spb_run_summary;
 
 /* Collective over the trainer's world: every rank calls, every rank gets

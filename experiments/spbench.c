@@ -142,8 +142,7 @@ int main(int argc, char **argv)
 
     const double tokens_per_iter = (double)cfg.global_batch_size * cfg.seq_length;
     const double paper_flops = spb_paper_flops_per_iteration(&cfg, cfg.checkpoint_activations);
-    spb_placement placement;
-    spb_grid_placement(&grid, &placement);
+    const spb_placement placement = grid.placement;
     if (rank == 0 && !cfg.quiet) {
         printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s | device %s | %s\n",
                SPB_VERSION_COMMIT, cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention, cfg.device,

@@ -306,7 +306,7 @@ START_TEST(placement_counts_machines_per_group)
     /* this process alone: one machine */
     spb_grid g;
     spb_grid_create(&g, MPI_COMM_WORLD, 1);
-    spb_grid_placement(&g, &pl);
+    pl = g.placement;
     ck_assert_int_eq(pl.machines, 1); ck_assert_int_eq(pl.sp_machines, 1); ck_assert_int_eq(pl.dp_machines, 1);
     spb_grid_destroy(&g);
 }
