@@ -25,3 +25,10 @@ elseif(BUILD_TESTING)
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OPENBLAS_NUM_THREADS=1"
     TIMEOUT 300)
 endif()
+# the model against published multi-GPU training measurements (median |error| <= 15%), and its refusal of
+# rates above the peak
+if(BUILD_TESTING)
+  add_test(NAME model_published COMMAND ${CMAKE_SOURCE_DIR}/tests/model_published.sh ${CMAKE_SOURCE_DIR}
+                                        $<TARGET_FILE:spbench-model>)
+  set_tests_properties(model_published PROPERTIES TIMEOUT 300)
+endif()

@@ -17,6 +17,13 @@ static const char *elem_names[SPB_ELEM_NUM] = {"ln_fwd", "ln_bwd", "gelu_fwd", "
                                                "xent_bwd", "add", "copy", "adam", "sumsq"};
 const char *spb_elem_name(spb_elem_kind k) { return elem_names[k]; }
 
+static const char *term_names[SPB_TERM_NUM] = {"elemwise", "optimizer", "layer_comm", "dp_comm", "bubble",
+                                               "p2p", "launch", "softmax", "recompute", "latency"};
+const char *spb_term_name(int bit_index)
+{
+    return bit_index >= 0 && bit_index < SPB_TERM_NUM ? term_names[bit_index] : "?";
+}
+
 /* Bytes per element each element-wise kernel moves through device memory
  * under bf16 mixed precision (reads + writes; fp32 master weights and AdamW
  * moments for the update).  Used when a profile gives no measured seconds. */
@@ -130,6 +137,16 @@ static int load_file(const char *path, spb_profile *p, char *err, size_t errlen,
         else if (!strcmp(key, "intra_alpha")) p->intra_alpha = d;
         else if (!strcmp(key, "inter_bw")) p->inter_bw = d;
         else if (!strcmp(key, "inter_alpha")) p->inter_alpha = d;
+        else if (!strcmp(key, "kernel_gap")) p->kernel_gap = d, bad = d < 0;
+        else if (!strcmp(key, "softmax_fused_max_len")) p->softmax_fused_max_len = d, bad = d < 0;
+        else if (!strcmp(key, "attn_backend")) {
+            int n = p->n_attn_sw;
+            bad = n >= (int)(sizeof p->attn_sw / sizeof p->attn_sw[0]) ||
+                  sscanf(val, "%15s %lf %lf", p->attn_sw[n].name, &p->attn_sw[n].fwd_eff, &p->attn_sw[n].bwd_eff) != 3 ||
+                  !(p->attn_sw[n].fwd_eff > 0 && p->attn_sw[n].fwd_eff <= 1 && p->attn_sw[n].bwd_eff > 0 &&
+                    p->attn_sw[n].bwd_eff <= 1);
+            if (!bad) p->n_attn_sw++;
+        }
         else if (!strncmp(key, "elem_", 5)) {
             int k;
             for (k = 0; k < SPB_ELEM_NUM; k++)
@@ -161,6 +178,8 @@ static int load_file(const char *path, spb_profile *p, char *err, size_t errlen,
                   sscanf(val, "%31s %d %d %lf %lf", op, &c.world, &c.group, &c.alpha, &c.beta) != 5 ||
                   (c.op = op_by_name(op)) < 0;
             if (!bad) p->comm[p->n_comm++] = c;
+        } else if (!strncmp(key, "band_", 5)) {
+            /* the calibration's spread (scripts/validate-model-published reads it): not used here */
         } else if (!strcmp(key, "source") || !strncmp(key, "source_", 7) || !strcmp(key, "description") ||
                    !strcmp(key, "measured") || !strcmp(key, "command") || !strcmp(key, "date")) {
             /* provenance: kept in the file, not used */
@@ -333,6 +352,8 @@ double spb_perf_attn_rate(const spb_profile *p, const char *backend, int causal,
         return idw(x, 2, (const double(*)[3])pts, vals, n) * ramp * occ;
     }
     double eff = backward ? p->attn_bwd_eff : p->attn_fwd_eff;
+    for (int i = 0; backend && i < p->n_attn_sw; i++)
+        if (!strcmp(p->attn_sw[i].name, backend)) eff = backward ? p->attn_sw[i].bwd_eff : p->attn_sw[i].fwd_eff;
     return p->attn_peak * eff * attn_ramp(p, len) * occ;
 }
 
@@ -526,6 +547,7 @@ int spb_perf_comm_plan(const spb_config *cfg, int world_size, double elem_bytes,
 typedef struct compute {
     double gemm, attn, other;    /* seconds */
     double gemm_flops, attn_flops;
+    double softmax;              /* seconds of attn that are the unfused score matrix's HBM traffic */
 } compute;
 
 static void gemm(compute *c, const spb_profile *p, double scale, double rows, double in, double out, int op,
@@ -549,9 +571,62 @@ static void linear(compute *c, const spb_profile *p, double scale, double rows, 
 }
 
 /* one attention call over `heads` (sequence, head) pairs of len queries and keys */
+/* Bytes per score element an unfused attention moves through HBM (16-bit
+ * scores), by implementation:
+ * - SPB_SCORES_MEGATRON_FUSED: Megatron-LM's fused scale-mask-softmax kernel
+ *   reads and writes the scores once: forward 2 + 2, backward probabilities,
+ *   their gradient and the score gradient 2 + 2 + 2;
+ * - SPB_SCORES_MEGATRON_EAGER: its fallback beyond softmax_fused_max_len keys
+ *   (megatron/model/fused_softmax.py, forward_torch_softmax): to fp32 (2 + 4),
+ *   scale (4 + 4), mask (4 + 4), softmax (4 + 4), back to 16 bits (4 + 2) =
+ *   36 forward; through autograd 6 + 12 + 8 + 8 + 6 = 40 backward;
+ * - SPB_SCORES_TORCH: PyTorch attention in 16 bits as the FlashAttention
+ *   repository's SelfAttention (flash_attn/modules/mha.py) writes it: add
+ *   the causal mask (scores 2, mask 2, out 2), softmax (2 + 2) = 10 forward;
+ *   softmax backward 2 + 2 + 2 (the add passes its gradient through) = 6.
+ * Attention dropout adds, each way, a read, a write and a one-byte mask. */
+double spb_perf_unfused_score_bytes(int backward, int dropout, int impl)
+{
+    static const double fwd[3] = {4, 36, 10}, bwd[3] = {6, 40, 6};
+    if (impl < 0 || impl > 2) impl = 0;
+    return (backward ? bwd[impl] : fwd[impl]) + (dropout ? 5.0 : 0.0);
+}
+
+/* Megatron-LM's attention before FlashAttention: Q K^T and P V as batched
+ * products at the GEMM rate of their shapes, over the whole len x len score
+ * matrix (a causal mask is applied in the softmax, nothing is skipped), and
+ * the score matrix through HBM at mem_bw. */
+static void unfused_attn_call(compute *c, const spb_profile *p, double scale, const spb_perf_options *o,
+                              double heads, double hd, double len, int backward)
+{
+    if (!backward) {
+        gemm(c, p, scale, len, hd, len, 0, heads); /* S = Q K^T */
+        gemm(c, p, scale, len, len, hd, 0, heads); /* O = P V */
+    } else {
+        gemm(c, p, scale, len, len, hd, 2, heads); /* dV = P^T dO */
+        gemm(c, p, scale, len, hd, len, 1, heads); /* dP = dO V^T */
+        gemm(c, p, scale, len, len, hd, 1, heads); /* dQ = dS K */
+        gemm(c, p, scale, len, len, hd, 2, heads); /* dK = dS^T Q */
+    }
+    if (!(o->ablate & SPB_TERM_SOFTMAX) && p->mem_bw > 0) {
+        int impl = !strcmp(o->backend, "torch") ? SPB_SCORES_TORCH
+                   : (p->softmax_fused_max_len <= 0 || len <= p->softmax_fused_max_len) ? SPB_SCORES_MEGATRON_FUSED
+                                                                                      : SPB_SCORES_MEGATRON_EAGER;
+        double ts = heads * len * len * spb_perf_unfused_score_bytes(backward, o->dropout, impl) / (p->mem_bw * scale);
+        c->attn += ts;
+        c->softmax += ts;
+    }
+}
+
 static void attn_call(compute *c, const spb_profile *p, double scale, const spb_perf_options *o, double heads,
                       double pairs_per_head, double hd, int causal, double len, int backward)
 {
+    if (!strcmp(o->backend, "unfused") || !strcmp(o->backend, "torch")) {
+        compute g = {0};
+        unfused_attn_call(&g, p, scale, o, heads, hd, len, backward);
+        c->attn += g.gemm + g.attn, c->attn_flops += g.gemm_flops, c->softmax += g.softmax;
+        return;
+    }
     double flops = (backward ? 10.0 : 4.0) * hd * heads * pairs_per_head * o->attn_density;
     double rate = spb_perf_attn_rate(p, o->backend, causal, len, hd, heads, backward) * scale;
     if (o->attn_density < 1.0) rate *= p->sparse_eff_ratio;
@@ -566,7 +641,8 @@ static void elems(compute *c, const spb_profile *p, double scale, spb_elem_kind 
 
 typedef struct dims {
     double B, N, P, T, C, F, H, hd, V, tp, Ttp, BR, BT, Ca, Fl, Hl, G;
-    int ring, zigzag, causal;
+    double Bseq;         /* rows LayerNorm, dropout and residuals run on: BT, or BR without sequence parallelism */
+    int ring, zigzag, causal, dropout, fused;
 } dims;
 
 static dims dims_of(const spb_config *c)
@@ -581,6 +657,7 @@ static dims dims_of(const spb_config *c)
     d.ring = !strcmp(c->strategy, "ring");
     d.zigzag = d.ring && !strcmp(c->ring_layout, "zigzag");
     d.causal = c->causal;
+    d.Bseq = d.BT, d.dropout = 0, d.fused = 0;
     return d;
 }
 
@@ -639,22 +716,24 @@ static void layer_attention(compute *c, const spb_profile *p, double s, const sp
 /* Element-wise work of one layer (strategies' copies included). */
 static void layer_other(compute *c, const spb_profile *p, double s, const dims *d, int bwd)
 {
-    double BT = d->BT, BR = d->BR, C = d->C;
+    double BT = d->BT, BR = d->BR, C = d->C, BS = d->Bseq;
+    /* hidden dropout, 2 a layer: read, write and a one-byte mask = 5/4 of a copy */
+    if (d->dropout) elems(c, p, s, SPB_ELEM_COPY, 2 * 1.25 * BS * C);
     if (!bwd) {
-        elems(c, p, s, SPB_ELEM_LN_FWD, 2 * BT * C);
-        elems(c, p, s, SPB_ELEM_ADD, 4 * BT * C);                 /* residuals, row biases */
-        elems(c, p, s, SPB_ELEM_COPY, BR * (3 * d->Ca + d->Fl));  /* biases into outputs */
+        elems(c, p, s, SPB_ELEM_LN_FWD, 2 * BS * C);
+        elems(c, p, s, SPB_ELEM_ADD, 4 * BS * C);                 /* residuals, row biases */
+        if (!d->fused) elems(c, p, s, SPB_ELEM_COPY, BR * (3 * d->Ca + d->Fl));  /* biases into outputs */
         elems(c, p, s, SPB_ELEM_GELU_FWD, BR * d->Fl);
-        if (d->tp > 1) elems(c, p, s, SPB_ELEM_COPY, 4 * BR * C); /* region <-> blocks */
+        if (d->tp > 1 && !d->fused) elems(c, p, s, SPB_ELEM_COPY, 4 * BR * C); /* region <-> blocks */
         if (d->ring) {
             elems(c, p, s, SPB_ELEM_COPY, 3 * BT * C);            /* pack K,V; clear O */
             elems(c, p, s, SPB_ELEM_ADD, 2 * d->P * BT * C);     /* log-sum-exp merges */
         }
     } else {
-        elems(c, p, s, SPB_ELEM_LN_BWD, 2 * BT * C);
+        elems(c, p, s, SPB_ELEM_LN_BWD, 2 * BS * C);
         elems(c, p, s, SPB_ELEM_GELU_BWD, BR * d->Fl);
-        elems(c, p, s, SPB_ELEM_ADD, BR * (3 * d->Ca + d->Fl) + 4 * BT * C); /* bias grads, residual grads */
-        if (d->tp > 1) elems(c, p, s, SPB_ELEM_COPY, 6 * BR * C);
+        elems(c, p, s, SPB_ELEM_ADD, BR * (3 * d->Ca + d->Fl) + 4 * BS * C); /* bias grads, residual grads */
+        if (d->tp > 1 && !d->fused) elems(c, p, s, SPB_ELEM_COPY, 6 * BR * C);
         if (d->ring) {
             elems(c, p, s, SPB_ELEM_COPY, (7 + 2 * d->P) * BT * C); /* clear dQKV, pack, per-step clears, home copy */
             elems(c, p, s, SPB_ELEM_ADD, 2 * (d->P - 1) * BT * C);  /* received dK/dV */
@@ -674,6 +753,7 @@ static void head(compute *c, const spb_profile *p, double s, const dims *d, int 
 static void acc(compute *a, const compute *b, double times)
 {
     a->gemm += b->gemm * times, a->attn += b->attn * times, a->other += b->other * times;
+    a->softmax += b->softmax * times;
     a->gemm_flops += b->gemm_flops * times, a->attn_flops += b->attn_flops * times;
 }
 static double total(const compute *c) { return c->gemm + c->attn + c->other; }
@@ -691,20 +771,59 @@ static void param_counts(const spb_config *c, int world, double *local, double *
     *owned = c->zero_stage >= 1 ? rep / world + shard / tp / shard_group : *local;
 }
 
-int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof, const spb_perf_options *opt,
+void spb_perf_pipeline_terms(int pp, int vpp, double micro_steps, double t_micro, double t_msg, double *bubble,
+                             double *p2p)
+{
+    if (vpp < 1) vpp = 1;
+    if (pp <= 1) {
+        *bubble = 0, *p2p = 0;
+        return;
+    }
+    *bubble = (double)(pp - 1) / vpp * t_micro;
+    *p2p = (2.0 * vpp * micro_steps + 2.0 * (pp - 1)) * t_msg;
+}
+
+/* Kernels one layer launches per micro-batch, forward (backward: twice as
+ * many): 2 LayerNorms, 4 products, the attention (1 fused; 3 unfused: two
+ * batched products and the softmax), GELU, 2 residual adds, 2 bias adds or
+ * dropouts, and the head's 4. */
+static double kernels_per_layer_fwd(const spb_perf_options *o)
+{
+    int unfused = !strcmp(o->backend, "unfused") || !strcmp(o->backend, "torch");
+    return 12.0 + (unfused ? 2.0 + (o->dropout ? 1.0 : 0.0) : 0.0);
+}
+
+int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof_in, const spb_perf_options *opt,
                      spb_perf_prediction *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    spb_perf_options o = opt ? *opt : (spb_perf_options){prof->precision, 1.0, ""};
+    spb_perf_options o = opt ? *opt : (spb_perf_options){.precision = prof_in->precision, .attn_density = 1.0};
+    /* ablating the collectives' latency: a copy of the profile without alpha */
+    const spb_profile *prof = prof_in;
+    spb_profile *noalpha = NULL;
+    if (o.ablate & SPB_TERM_LATENCY) {
+        noalpha = malloc(sizeof *noalpha);
+        if (!noalpha) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        *noalpha = *prof_in;
+        noalpha->intra_alpha = noalpha->inter_alpha = 0;
+        for (int i = 0; i < noalpha->n_comm; i++) noalpha->comm[i].alpha = 0;
+        prof = noalpha;
+    }
     if (!(o.attn_density > 0)) o.attn_density = 1.0;
     if (!o.backend[0]) snprintf(o.backend, sizeof o.backend, "%.15s", cfg->attention);
     const double eb = o.precision == SPB_FP32 ? 4.0 : 2.0;
     item_list items;
     if (build_plan(cfg, world, eb, eb, &out->plan, &items)) {
         snprintf(err, errlen, "the model does not know strategy '%s'", cfg->strategy);
+        free(noalpha);
         return -1;
     }
-    const dims d = dims_of(cfg);
+    dims d = dims_of(cfg);
+    if (o.tp_no_sp) d.Bseq = d.BR;
+    d.dropout = o.dropout, d.fused = o.fused;
     const double accum = spb_config_accum_steps(cfg, world), L = cfg->num_layers;
     /* Ranks sharing cores (CPU): each gets cores/ranks of the machine. */
     double s = 1.0;
@@ -754,6 +873,13 @@ int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof, 
         layer_attention(&lf, prof, s, &o, &d, 0);
         layer_attention(&lb, prof, s, &o, &d, 1);
     }
+    /* what the backward pass recomputes: the whole layer forward
+     * (checkpointing) or only the attention core (selective) */
+    compute rf = {0};
+    if (o.selective_recompute && !d.ring) layer_attention(&rf, prof, s, &o, &d, 0);
+    else if (cfg->checkpoint_activations) rf = lf;
+    if (o.ablate & SPB_TERM_RECOMPUTE) memset(&rf, 0, sizeof rf);
+    if (o.ablate & SPB_TERM_ELEMWISE) lf.other = lb.other = hf.other = hb.other = rf.other = 0;
 
     /* communication of the plan's items */
     for (int k = 0; k < items.n; k++) {
@@ -783,14 +909,34 @@ int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof, 
         }
     out->layer_comm = comm_phase[SPB_PHASE_FORWARD] + comm_phase[SPB_PHASE_BACKWARD] + comm_phase[SPB_PHASE_RECOMPUTE];
 
-    /* iteration: micro-steps, recompute under checkpointing, reduction, update */
+    if (o.ablate & SPB_TERM_LAYER_COMM)
+        for (int op = 0; op < SPB_NUM_OPS; op++)
+            for (int ph = SPB_PHASE_FORWARD; ph <= SPB_PHASE_RECOMPUTE; ph++)
+                if (ph == SPB_PHASE_FORWARD || ph == SPB_PHASE_BACKWARD || ph == SPB_PHASE_RECOMPUTE) {
+                    out->comm_exposed_total -= out->comm_exposed[op][ph];
+                    comm_phase[ph] -= out->comm_exposed[op][ph];
+                    out->layer_comm -= out->comm_exposed[op][ph];
+                    out->comm_exposed[op][ph] = 0;
+                }
+    if (o.ablate & SPB_TERM_DP_COMM)
+        for (int op = 0; op < SPB_NUM_OPS; op++)
+            for (int ph = 0; ph < SPB_NUM_PHASES; ph++)
+                if (ph == SPB_PHASE_ZERO || ph == SPB_PHASE_GRAD_REDUCE) {
+                    out->comm_exposed_total -= out->comm_exposed[op][ph];
+                    comm_phase[ph] -= out->comm_exposed[op][ph];
+                    out->comm_exposed[op][ph] = 0;
+                }
+
+    /* iteration: micro-steps, recompute, reduction, update */
     compute all = {0};
-    double recompute = cfg->checkpoint_activations ? 1 : 0;
-    acc(&all, &lf, L * accum * (1 + recompute));
+    acc(&all, &lf, L * accum);
+    acc(&all, &rf, L * accum);
     acc(&all, &lb, L * accum);
     acc(&all, &hf, accum);
     acc(&all, &hb, accum);
     out->t_gemm = all.gemm, out->t_attn = all.attn, out->t_other = all.other;
+    out->t_softmax = all.softmax;
+    out->t_recompute = L * accum * total(&rf);
     out->gemm_flops = all.gemm_flops, out->attn_flops = all.attn_flops;
 
     double local, owned;
@@ -800,16 +946,50 @@ int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof, 
     elems(&optc, prof, s, SPB_ELEM_SUMSQ, owned);     /* gradient norm */
     elems(&optc, prof, s, SPB_ELEM_ADAM, owned);
     if (cfg->zero_stage >= 1) elems(&optc, prof, s, SPB_ELEM_COPY, 3 * local); /* staging copies */
-    out->t_adam = optc.other;
+    out->t_adam = (o.ablate & SPB_TERM_OPTIMIZER) ? 0 : optc.other;
 
     double zero_rs = out->comm_exposed[SPB_OP_REDUCE_SCATTER][SPB_PHASE_ZERO];
     double zero_rest = comm_phase[SPB_PHASE_ZERO] - zero_rs;
-    out->t_forward = accum * (L * total(&lf) + total(&hf)) + comm_phase[SPB_PHASE_FORWARD];
-    out->t_backward = accum * (L * total(&lb) + total(&hb) + recompute * L * total(&lf)) +
-                      comm_phase[SPB_PHASE_BACKWARD] + comm_phase[SPB_PHASE_RECOMPUTE];
+    /* kernel gaps: every dependent kernel on the stream waits the profile's kernel_gap */
+    double kf = kernels_per_layer_fwd(&o), kr = o.selective_recompute ? 3.0 : (cfg->checkpoint_activations ? kf : 0);
+    double gap = (o.ablate & SPB_TERM_LAUNCH) ? 0 : prof->kernel_gap;
+    double launch_f = gap * accum * (L * kf + 4), launch_b = gap * accum * (L * (2 * kf + kr) + 8);
+    out->t_launch = launch_f + launch_b;
+    out->t_forward = accum * (L * total(&lf) + total(&hf)) + comm_phase[SPB_PHASE_FORWARD] + launch_f;
+    out->t_backward = accum * (L * total(&lb) + total(&hb) + L * total(&rf)) + comm_phase[SPB_PHASE_BACKWARD] +
+                      comm_phase[SPB_PHASE_RECOMPUTE] + launch_b;
     out->t_grad_reduce = comm_phase[SPB_PHASE_GRAD_REDUCE] + zero_rs;
     out->t_optimizer = out->t_adam + zero_rest + comm_phase[SPB_PHASE_OTHER];
+    if (o.overlap_dp) {
+        /* DDP's gradient buckets and FSDP's/ZeRO-3's prefetched gathers run
+         * beside the layers' compute: what exceeds the compute stays exposed,
+         * and so does one layer's share (the first gather, the last reduction) */
+        double dp = comm_phase[SPB_PHASE_GRAD_REDUCE] + comm_phase[SPB_PHASE_ZERO];
+        double busy = out->t_forward + out->t_backward;
+        double exposed = fmax(dp / (L > 0 ? L : 1), dp - busy);
+        if (dp > 0) {
+            double keep = exposed / dp;
+            out->dp_comm_hidden = dp - exposed;
+            out->t_grad_reduce *= keep;
+            out->t_optimizer = out->t_adam + zero_rest * keep + comm_phase[SPB_PHASE_OTHER];
+            out->comm_exposed_total -= out->dp_comm_hidden;
+        }
+    }
     out->iter_time = out->t_forward + out->t_backward + out->t_grad_reduce + out->t_optimizer;
+    if (o.pp > 1) {
+        /* the stage's activations (sequence-split across its tensor-parallel
+         * ranks: Megatron's scatter/gather or sequence parallelism) to the next
+         * stage; across nodes once a stage fills a node */
+        double msg = d.B * d.N * d.C * eb / d.tp;
+        int R = prof->ranks_per_node > 0 ? prof->ranks_per_node : world;
+        double t_msg = world >= R ? prof->inter_alpha + msg / prof->inter_bw : prof->intra_alpha + msg / prof->intra_bw;
+        if (prof->n_comm) t_msg = spb_perf_collective_time(prof, SPB_OP_SENDRECV, msg, msg, 2, 1, 2);
+        double t_micro = (out->t_forward + out->t_backward) / accum;
+        spb_perf_pipeline_terms(o.pp, o.vpp, accum, t_micro, t_msg, &out->t_bubble, &out->t_p2p);
+        if (o.ablate & SPB_TERM_BUBBLE) out->t_bubble = 0;
+        if (o.ablate & SPB_TERM_P2P) out->t_p2p = 0;
+        out->iter_time += out->t_bubble + out->t_p2p;
+    }
 
     double tokens = (double)cfg->global_batch_size * cfg->seq_length;
     out->tokens_per_s = tokens / out->iter_time;
@@ -821,5 +1001,6 @@ int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof, 
     spb_memory_model(cfg, world, o.precision, &out->mem);
     out->mem_needed = out->mem.total + prof->memory_reserved;
     out->fits = prof->memory_bytes <= 0 || out->mem_needed <= prof->memory_bytes;
+    free(noalpha);
     return 0;
 }

@@ -90,6 +90,16 @@ typedef struct spb_profile {
     double inter_bw, inter_alpha; /* per GPU, across nodes (its NIC), one direction */
     int n_comm;
     spb_comm_point comm[SPB_PROFILE_MAX_POINTS];
+    /* software profiles of the attention kernel: `attn_backend = NAME fwd_eff
+     * bwd_eff` lines (FlashAttention 1 vs 2, Triton, ...), each a published
+     * kernel rate as a fraction of attn_peak, used in place of
+     * attn_fwd_eff/attn_bwd_eff when --attn-backend names it.  The backend
+     * "unfused" (Megatron-LM before FlashAttention) is built in: two batched
+     * products at the GEMM rate plus the score matrix through HBM. */
+    int n_attn_sw;
+    struct { char name[16]; double fwd_eff, bwd_eff; } attn_sw[16];
+    double kernel_gap;     /* seconds between dependent kernels on the stream (0: not modelled) */
+    double softmax_fused_max_len; /* unfused attention: longest key length of the fused softmax kernel (0: any) */
 } spb_profile;
 
 /* Reads a profile (key = value lines, '#' comments; docs/MODEL.md).
@@ -130,16 +140,66 @@ typedef struct spb_perf_prediction {
     double gemm_flops, attn_flops;
     double tokens_per_s, tflops_paper_per_rank, tflops_counted_per_rank;
     double compute_scale;                  /* rate factor for ranks sharing cores (1 otherwise) */
+    /* the layouts and costs of published runs (spb_perf_options' fields; 0 when off) */
+    double t_bubble;                       /* pipeline fill and drain: (pp - 1) / vpp micro-steps */
+    double t_p2p;                          /* pipeline stage-to-stage transfers, exposed */
+    double t_launch;                       /* kernel gaps: kernels x profile kernel_gap */
+    double t_recompute;                    /* recomputed forward (full or selective), included above */
+    double t_softmax;                      /* unfused attention's score matrix through HBM, included in t_attn */
+    double dp_comm_hidden;                 /* gradient/ZeRO traffic hidden behind compute (overlap_dp) */
     spb_memory_prediction mem;
     double mem_needed;                     /* mem.total + profile reserve */
     int fits;                              /* mem_needed <= profile memory (1 when unlimited) */
 } spb_perf_prediction;
 
+/* Terms the model can leave out (spb_perf_options.ablate), to measure each
+ * term's share of the error on the published validation set. */
+enum {
+    SPB_TERM_ELEMWISE = 1 << 0,  /* LayerNorm, GELU, residual/bias adds, copies, cross-entropy */
+    SPB_TERM_OPTIMIZER = 1 << 1, /* AdamW, gradient norm, zeroing, ZeRO staging copies */
+    SPB_TERM_LAYER_COMM = 1 << 2, /* tensor/sequence-parallel collectives inside the layers */
+    SPB_TERM_DP_COMM = 1 << 3,   /* gradient reduction and ZeRO gathers/reduce-scatters */
+    SPB_TERM_BUBBLE = 1 << 4,    /* pipeline fill/drain */
+    SPB_TERM_P2P = 1 << 5,       /* pipeline transfers */
+    SPB_TERM_LAUNCH = 1 << 6,    /* kernel gaps */
+    SPB_TERM_SOFTMAX = 1 << 7,   /* unfused attention's score matrix */
+    SPB_TERM_RECOMPUTE = 1 << 8, /* activation recomputation */
+    SPB_TERM_LATENCY = 1 << 9,   /* per-call collective latency (alpha) */
+    SPB_TERM_NUM = 10
+};
+const char *spb_term_name(int bit_index);
+
 typedef struct spb_perf_options {
     spb_precision precision;
     double attn_density; /* fraction of attention blocks computed (blocked sparse); 1 = dense */
     char backend[16];    /* attention backend whose measured rates apply ("": cfg->attention) */
+    /* Layouts of published runs that spbench itself does not run, priced
+     * analytically (docs/MODEL.md, "Published layouts"); 0 = off. */
+    int pp, vpp;         /* pipeline stages, virtual stages per rank (interleaved 1F1B); cfg is ONE stage:
+                            its layers and its tp x dp ranks; the slowest (last) stage, with the head */
+    int tp_no_sp;        /* Megatron tensor parallelism without sequence parallelism: LayerNorm, dropout
+                            and residuals run on the whole sequence on every tensor-parallel rank */
+    int selective_recompute; /* recompute only the attention core (Korthikanti et al. 2022) */
+    int dropout;         /* hidden dropout (2 per layer) and, unfused, attention dropout */
+    int overlap_dp;      /* gradient reduction and ZeRO traffic overlap compute (DDP buckets, FSDP prefetch) */
+    int fused;           /* a framework's fused kernels: bias in the GEMM/GELU/dropout-add kernels and no
+                            staging copies between the tensor-parallel region and the sequence blocks
+                            (spbench's own copies priced otherwise) */
+    unsigned ablate;     /* SPB_TERM_* bits left out */
 } spb_perf_options;
+
+/* Bytes per attention-score element an unfused attention moves through
+ * HBM (SPB_SCORES_*: Megatron-LM's fused softmax kernel, its eager fallback,
+ * plain PyTorch), forward or backward, with or without attention dropout. */
+enum { SPB_SCORES_MEGATRON_FUSED = 0, SPB_SCORES_MEGATRON_EAGER = 1, SPB_SCORES_TORCH = 2 };
+double spb_perf_unfused_score_bytes(int backward, int dropout, int impl);
+
+/* Pipeline terms of one iteration: the bubble, (pp - 1) / vpp micro-steps
+ * of t_micro seconds, and the exposed stage-to-stage transfers, 2 per
+ * micro-step and virtual stage plus 2 (pp - 1) for fill and drain, each
+ * t_msg seconds. */
+void spb_perf_pipeline_terms(int pp, int vpp, double micro_steps, double t_micro, double t_msg, double *bubble,
+                             double *p2p);
 
 /* cfg finalized for world_size.  Returns 0 or -1 with a message. */
 int spb_perf_predict(const spb_config *cfg, int world_size, const spb_profile *prof, const spb_perf_options *opt,

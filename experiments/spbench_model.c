@@ -35,6 +35,8 @@ static void usage(void)
 {
     printf("usage: spbench-model [spbench options] --profile FILE [--world-size N] [--precision fp32|bf16]\n"
            "                     [--attn-density F] [--attn-backend NAME] [--max-seq] [--results CSV]\n"
+           "                     [--pipeline-parallel P [--virtual-pipeline V]] [--tp-no-sp] [--selective-recompute]\n"
+           "                     [--dropout] [--overlap-dp] [--fused-kernels] [--ablate TERM,...]\n"
            "  predicts iteration time (compute by kind, communication by operation and phase), TFLOPs per\n"
            "  rank by the paper's formula, memory per category, whether it fits and (--max-seq) the longest\n"
            "  sequence that fits.  spbench's options:\n");
@@ -74,6 +76,8 @@ int main(int argc, char **argv)
 {
     char profile_path[SPB_PATH_MAX] = "", budget_text[64] = "", attn_backend[16] = "", err[1024] = "";
     int world = 1, max_seq = 0, precision_set = 0;
+    int pp = 1, vpp = 1, tp_no_sp = 0, selective = 0, dropout = 0, overlap_dp = 0, fused = 0;
+    unsigned ablate = 0;
     double attn_density = 1.0;
     spb_precision precision = SPB_FP32;
     /* Take the model's own options out; the rest is spbench's. */
@@ -117,6 +121,39 @@ int main(int argc, char **argv)
             snprintf(budget_text, sizeof budget_text, "%s", val);
         } else if ((r = TAKE("--device"))) {
             if (r < 0) return die("--device needs a value");
+        } else if ((r = TAKE("--pipeline-parallel")) || (r = TAKE("--virtual-pipeline"))) {
+            if (r < 0) return die("--pipeline-parallel / --virtual-pipeline need a value");
+            char *end;
+            long v = strtol(val, &end, 10);
+            if (*end || v < 1 || v > 4096) return die("--pipeline-parallel / --virtual-pipeline: a positive integer");
+            if (!strncmp(a, "--pipeline-parallel", 19)) pp = (int)v;
+            else vpp = (int)v;
+        } else if ((r = TAKE("--ablate"))) {
+            if (r < 0) return die("--ablate needs a value");
+            char list[256];
+            snprintf(list, sizeof list, "%s", val);
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                int k;
+                for (k = 0; k < SPB_TERM_NUM; k++)
+                    if (!strcmp(t, spb_term_name(k))) break;
+                if (k == SPB_TERM_NUM) {
+                    char msg[320];
+                    snprintf(msg, sizeof msg, "--ablate: unknown term '%s' (elemwise, optimizer, layer_comm, dp_comm, "
+                             "bubble, p2p, launch, softmax, recompute, latency)", t);
+                    return die(msg);
+                }
+                ablate |= 1u << k;
+            }
+        } else if (!strcmp(a, "--tp-no-sp")) {
+            tp_no_sp = 1;
+        } else if (!strcmp(a, "--selective-recompute")) {
+            selective = 1;
+        } else if (!strcmp(a, "--dropout")) {
+            dropout = 1;
+        } else if (!strcmp(a, "--overlap-dp")) {
+            overlap_dp = 1;
+        } else if (!strcmp(a, "--fused-kernels")) {
+            fused = 1;
         } else if (!strcmp(a, "--max-seq")) {
             max_seq = 1;
         } else {
@@ -134,6 +171,18 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prc) return die(err);
+    /* Pipeline parallelism (published layouts; spbench does not run it): the
+     * model prices one stage — its layers on its world / pp ranks — and adds
+     * the bubble and the transfers (docs/MODEL.md, "Published layouts"). */
+    if (world % pp) return die("--world-size must be a multiple of --pipeline-parallel");
+    if (vpp > 1 && pp == 1) return die("--virtual-pipeline needs --pipeline-parallel > 1");
+    const int layers_total = cfg.num_layers, world_total = world;
+    if (pp > 1) {
+        if (cfg.num_layers < pp * vpp) return die("--pipeline-parallel x --virtual-pipeline exceeds --num-layers");
+        cfg.num_layers = (cfg.num_layers + pp - 1) / pp; /* the slowest stage: ceil(L / pp) layers and the head */
+        world /= pp;
+    }
+    if (tp_no_sp && strcmp(cfg.strategy, "megatron")) return die("--tp-no-sp needs --strategy megatron");
     if (spb_config_finalize(&cfg, world, err, sizeof err)) return die(err);
 
     spb_profile *prof = calloc(1, sizeof *prof);
@@ -148,19 +197,47 @@ int main(int argc, char **argv)
     }
 
     if (attn_backend[0]) { /* only a backend the profile measured: anything else would price nothing differently */
-        int have = 0;
+        int have = !strcmp(attn_backend, "unfused") || !strcmp(attn_backend, "torch");
         for (int i = 0; i < prof->n_attn; i++) have |= !strcmp(prof->attn[i].backend, attn_backend);
+        for (int i = 0; i < prof->n_attn_sw; i++) have |= !strcmp(prof->attn_sw[i].name, attn_backend);
         if (!have) {
             char msg[512];
-            snprintf(msg, sizeof msg, "--attn-backend %s: the profile %s has no attn_point for it%s", attn_backend,
+            snprintf(msg, sizeof msg, "--attn-backend %s: the profile %s has no attn_point or attn_backend for it%s",
+                     attn_backend,
                      profile_path, prof->n_attn ? "" : " (it has no measured attention at all)");
             return die(msg);
         }
     }
-    spb_perf_options opt = {precision, attn_density, ""};
+    spb_perf_options opt = {.precision = precision, .attn_density = attn_density, .pp = pp, .vpp = vpp,
+                            .tp_no_sp = tp_no_sp, .selective_recompute = selective, .dropout = dropout,
+                            .overlap_dp = overlap_dp, .fused = fused, .ablate = ablate};
     snprintf(opt.backend, sizeof opt.backend, "%.15s", attn_backend[0] ? attn_backend : cfg.attention);
     spb_perf_prediction pr;
     if (spb_perf_predict(&cfg, world, prof, &opt, &pr, err, sizeof err)) return die(err);
+    if (pp > 1) {
+        /* the whole model's work over all GPUs, by the paper's formula */
+        spb_config whole = cfg;
+        whole.num_layers = layers_total;
+        pr.tflops_paper_per_rank =
+            spb_paper_flops_per_iteration(&whole, whole.checkpoint_activations) / pr.iter_time / world_total / 1e12;
+        pr.tflops_counted_per_rank = (pr.gemm_flops + pr.attn_flops) / pr.iter_time / 1e12;
+    }
+    /* Honest output: a counted rate above the device's peak is impossible —
+     * for the whole step, and for the products and the attention apart */
+    const double peak = prof->gemm_peak > 0 ? prof->gemm_peak : 0;
+    const double apeak = prof->attn_peak > 0 ? prof->attn_peak : peak;
+    const double rates[3][2] = {{pr.tflops_counted_per_rank * 1e12, peak},
+                                {pr.t_gemm > 0 ? pr.gemm_flops / pr.t_gemm : 0, peak},
+                                {pr.t_attn > 0 ? pr.attn_flops / pr.t_attn : 0, apeak}};
+    const char *what[3] = {"the step's", "the matrix products'", "the attention's"};
+    for (int k = 0; k < 3; k++)
+        if (rates[k][1] > 0 && rates[k][0] > rates[k][1] * 1.0000001) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "refused: counted rate of %s %.1f TFLOPs per GPU exceeds the device peak %.1f",
+                     what[k], rates[k][0] / 1e12, rates[k][1] / 1e12);
+            return die(msg);
+        }
+    const int over90 = peak > 0 && pr.tflops_paper_per_rank * 1e12 > 0.9 * peak;
     long seq_fit = -1;
     if (max_seq)
         seq_fit = prof->memory_bytes > 0
@@ -176,14 +253,19 @@ int main(int argc, char **argv)
     printf("model: L %d h %d heads %d ffn %d vocab %d seq %d | micro %d global %d (accumulation %d)\n", cfg.num_layers,
            cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length, cfg.micro_batch_size,
            cfg.global_batch_size, spb_config_accum_steps(&cfg, world));
-    printf("iteration time %.6g s | tokens/s %.6g | TFLOPs/rank paper %.4g counted %.4g%s\n", pr.iter_time,
+    printf("iteration time %.6g s | tokens/s %.6g | TFLOPs/rank paper %.4g counted %.4g%s%s\n", pr.iter_time,
            pr.tokens_per_s, pr.tflops_paper_per_rank, pr.tflops_counted_per_rank,
-           pr.compute_scale < 1 ? " | ranks share cores" : "");
+           pr.compute_scale < 1 ? " | ranks share cores" : "",
+           over90 ? " | FLAG: paper-formula rate above 90% of the device's peak" : "");
+    if (pp > 1)
+        printf("pipeline: %d stages x %d virtual, one stage priced (%d of %d layers, %d of %d ranks) + bubble + "
+               "transfers\n", pp, vpp, cfg.num_layers, layers_total, world, world_total);
     printf("  %-34s %12s %7s\n", "part (s/iteration)", "seconds", "share");
     struct { const char *name; double v; } parts[] = {
         {"compute: matrix products", pr.t_gemm}, {"compute: attention", pr.t_attn},
         {"compute: other (element-wise)", pr.t_other}, {"optimizer arithmetic", pr.t_adam},
-        {"communication, exposed", pr.comm_exposed_total}};
+        {"communication, exposed", pr.comm_exposed_total}, {"pipeline bubble", pr.t_bubble},
+        {"pipeline transfers", pr.t_p2p}, {"kernel gaps", pr.t_launch}};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
         printf("  %-34s %12.6g %6.1f%%\n", parts[k].name, parts[k].v, 100 * parts[k].v / pr.iter_time);
     printf("  %-15s %-12s %8s %14s %14s %12s %12s\n", "collective", "phase", "calls", "payload MiB", "MiB/link",
@@ -294,6 +376,15 @@ int main(int argc, char **argv)
         spb_row_add(&r, "fits", "%d", pr.fits);
         spb_row_add(&r, "max_seq_length_fits", "%ld", seq_fit);
         spb_row_add(&r, "profile", "%s", profile_path);
+        spb_row_add(&r, "pipeline_parallel", "%d", pp);
+        spb_row_add(&r, "virtual_pipeline", "%d", vpp);
+        spb_row_add(&r, "bubble_s", "%.6g", pr.t_bubble);
+        spb_row_add(&r, "p2p_s", "%.6g", pr.t_p2p);
+        spb_row_add(&r, "launch_s", "%.6g", pr.t_launch);
+        spb_row_add(&r, "recompute_s", "%.6g", pr.t_recompute);
+        spb_row_add(&r, "softmax_s", "%.6g", pr.t_softmax);
+        spb_row_add(&r, "dp_comm_hidden_s", "%.6g", pr.dp_comm_hidden);
+        spb_row_add(&r, "paper_rate_over_90pct_peak", "%d", over90);
         if (spb_row_append_csv(&r, cfg.results, err, sizeof err)) rc = die(err);
     }
     free(prof);

@@ -29,3 +29,20 @@ intra_bw = 240e9                 # A100 datasheet: NVLink 600 GB/s (both directi
 intra_alpha = 10e-6              # ASSUMPTION: NCCL small-message latency inside a node (order of nccl-tests figures)
 inter_bw = 22.5e9                 # DGX A100 datasheet: 8 x 200 Gb/s HDR InfiniBand (one per GPU) = 25 GB/s x 0.9 ASSUMED
 inter_alpha = 25e-6              # ASSUMPTION: NCCL small-message latency across InfiniBand
+# ---- software profiles of the attention kernel (docs/MODEL.md, "Published layouts and software profiles")
+# attn_backend = NAME fwd_eff bwd_eff, fractions of attn_peak; --attn-backend NAME picks one (default:
+# attn_fwd_eff/attn_bwd_eff above = FlashAttention-2).  "unfused" (Megatron-LM's batched products +
+# fused softmax through HBM) is built in and needs no line.
+attn_backend = fa2 0.65 0.50     # PUBLISHED: FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) abstract and Fig. 4-6: 50-73% of A100 peak, forward highest
+attn_backend = fa1 0.35 0.27     # PUBLISHED: same paper: FlashAttention (v1) "reaches only 25-40% of the theoretical maximum" and FA2 is "around 2x faster": FA2's rates / 1.9
+attn_backend = triton 0.45 0.33  # PUBLISHED: same paper Sec. 4.1: FA2 is 1.3-1.5x (forward) and up to ~2x (backward) faster than FlashAttention in Triton: FA2's / 1.45, / 1.5
+softmax_fused_max_len = 4096     # PUBLISHED (code): Megatron-LM megatron/model/fused_softmax.py is_kernel_available, 16 < sk <= 4096 (2022-01 to 2023-07; <= 2048 before 2021-08): longer keys take PyTorch's eager softmax
+# kernel gaps: idle time between dependent kernels on one stream
+kernel_gap = 2e-6                # ASSUMPTION: order of the per-kernel launch cost NVIDIA's "Getting Started with CUDA Graphs" blog (2019) measured for short kernels (~2-3 us)
+# ---- the calibration's spread (low = slow end, high = fast end): scripts/validate-model-published draws the band from it
+band_gemm_eff = 0.70 0.85        # cuBLAS large fp16/bf16 GEMMs on A100: ~220-265 TFLOPS of 312 (NVIDIA Matrix Multiplication Background guide, Fig. 'A100 GEMM performance')
+band_attn_scale = 0.80 1.12      # FlashAttention-2 paper's 50-73% range about the 0.65 used (x 0.77-1.12), the same ratio for FA1/Triton
+band_mem_bw_frac = 0.90 1.10     # achievable HBM bandwidth 0.72-0.88 of the datasheet (STREAM-like copies on A100)
+band_intra_bw = 200e9 260e9      # nccl-tests all_reduce bus bandwidth on 8 x A100 NVSwitch: ~200-235 GB/s large messages
+band_inter_bw = 18e9 24e9        # nccl-tests across DGX A100 nodes (8 x HDR): ~150-190 GB/s per node bus bandwidth = 19-24 GB/s per GPU
+band_kernel_gap = 4e-6 1e-6

@@ -125,7 +125,8 @@ START_TEST(parts_add_up_and_topology)
         spb_perf_prediction pr;
         char err[512];
         ck_assert_int_eq(spb_perf_predict(&c, 32, p, NULL, &pr, err, sizeof err), 0);
-        double sum = pr.t_gemm + pr.t_attn + pr.t_other + pr.t_adam + pr.comm_exposed_total;
+        double sum = pr.t_gemm + pr.t_attn + pr.t_other + pr.t_adam + pr.comm_exposed_total + pr.t_launch +
+                     pr.t_bubble + pr.t_p2p;
         ck_assert_msg(fabs(sum - pr.iter_time) <= 1e-9 * pr.iter_time, "%s: parts %.6g vs iteration %.6g",
                       strategies[s], sum, pr.iter_time);
         ck_assert_msg(fabs(pr.tflops_paper_per_rank * 1e12 * pr.iter_time * 32 -
@@ -236,6 +237,164 @@ START_TEST(every_profile_loads)
 }
 END_TEST
 
+
+/* ---- the terms of published layouts and software (docs/MODEL.md), each on a
+ * case computed by hand */
+
+/* A small GPT on one A100 profile: strategy, P, world, layers, sequence. */
+static void small(spb_config *c, const char *strategy, int P, int world, int L, int N)
+{
+    spb_config_defaults(c);
+    c->num_layers = L, c->hidden_size = 1024, c->num_heads = 8, c->vocab_size = 1000, c->seq_length = N;
+    c->max_position_embeddings = N, c->sp_degree = P, c->micro_batch_size = 1, c->global_batch_size = world / P;
+    snprintf(c->strategy, sizeof c->strategy, "%s", strategy);
+    char err[512];
+    ck_assert_msg(spb_config_finalize(c, world, err, sizeof err) == 0, "%s", err);
+}
+
+static spb_perf_prediction predict_with(const spb_config *c, int world, const spb_profile *p, spb_perf_options o)
+{
+    spb_perf_prediction pr;
+    char err[512];
+    ck_assert_msg(spb_perf_predict(c, world, p, &o, &pr, err, sizeof err) == 0, "%s", err);
+    return pr;
+}
+
+#define CLOSE(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 * fabs(b) + 1e-15, "%s = %.12g, expected %.12g", #a, (double)(a), (double)(b))
+
+START_TEST(pipeline_terms_by_hand)
+{
+    double bubble, p2p;
+    /* 8 stages, 64 micro-steps of 0.2 s, 1 ms transfers: bubble 7 x 0.2; transfers (2 x 64 + 2 x 7) x 1 ms */
+    spb_perf_pipeline_terms(8, 1, 64, 0.2, 1e-3, &bubble, &p2p);
+    CLOSE(bubble, 1.4);
+    CLOSE(p2p, 0.142);
+    /* interleaved, 2 virtual stages: half the bubble, twice the steady-state transfers */
+    spb_perf_pipeline_terms(8, 2, 64, 0.2, 1e-3, &bubble, &p2p);
+    CLOSE(bubble, 0.7);
+    CLOSE(p2p, 0.270);
+    spb_perf_pipeline_terms(1, 1, 64, 0.2, 1e-3, &bubble, &p2p);
+    ck_assert(bubble == 0 && p2p == 0);
+
+    /* through the model: a 2-stage pipeline adds (pp - 1) x one micro-step's forward + backward */
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    spb_config c;
+    small(&c, "none", 1, 1, 2, 1024);
+    c.global_batch_size = 4;
+    spb_perf_options o = {.precision = SPB_BF16_MIXED, .attn_density = 1, .pp = 2, .vpp = 1};
+    spb_perf_prediction pr = predict_with(&c, 1, p, o);
+    double accum = 4;
+    CLOSE(pr.t_bubble, (pr.t_forward + pr.t_backward) / accum);
+    double msg = 1024.0 * 1024 * 2; /* B N C x 2 bytes, one rank per stage: inside the node */
+    CLOSE(pr.t_p2p, (2 * accum + 2) * (p->intra_alpha + msg / p->intra_bw));
+    CLOSE(pr.iter_time, pr.t_forward + pr.t_backward + pr.t_grad_reduce + pr.t_optimizer + pr.t_bubble + pr.t_p2p);
+    free(p);
+}
+END_TEST
+
+START_TEST(unfused_attention_by_hand)
+{
+    /* bytes per score element: fused softmax 4 / 6, eager fallback 36 / 40, PyTorch 10 / 6, dropout + 5 */
+    ck_assert(spb_perf_unfused_score_bytes(0, 0, SPB_SCORES_MEGATRON_FUSED) == 4);
+    ck_assert(spb_perf_unfused_score_bytes(1, 0, SPB_SCORES_MEGATRON_FUSED) == 6);
+    ck_assert(spb_perf_unfused_score_bytes(0, 1, SPB_SCORES_MEGATRON_FUSED) == 9);
+    ck_assert(spb_perf_unfused_score_bytes(0, 0, SPB_SCORES_MEGATRON_EAGER) == 36);
+    ck_assert(spb_perf_unfused_score_bytes(1, 1, SPB_SCORES_MEGATRON_EAGER) == 45);
+    ck_assert(spb_perf_unfused_score_bytes(0, 0, SPB_SCORES_TORCH) == 10);
+    ck_assert(spb_perf_unfused_score_bytes(1, 0, SPB_SCORES_TORCH) == 6);
+
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    spb_config c;
+    small(&c, "none", 1, 1, 2, 1024);
+    spb_perf_options o = {.precision = SPB_BF16_MIXED, .attn_density = 1};
+    snprintf(o.backend, sizeof o.backend, "unfused");
+    spb_perf_prediction pr = predict_with(&c, 1, p, o);
+    /* 2 layers x 8 heads x 1024^2 scores x (4 + 6) bytes / mem_bw (1024 <= softmax_fused_max_len) */
+    const double scores = 2.0 * 8 * 1024 * 1024;
+    CLOSE(pr.t_softmax, scores * 10 / p->mem_bw);
+    /* the products: full 1024 x 1024 scores, head dim 128: 6 products of 2 x 1024 x 1024 x 128 per head */
+    CLOSE(pr.attn_flops, 2.0 * 8 * 6 * 2 * 1024.0 * 1024 * 128);
+    double gem = 0;
+    for (int k = 0; k < 2; k++) /* forward: S = Q K^T, O = P V */
+        gem += 2.0 * 1024 * 1024 * 128 / spb_perf_gemm_rate(p, 1024, k ? 1024 : 128, k ? 128 : 1024, 0);
+    gem += 2.0 * 1024 * 1024 * 128 / spb_perf_gemm_rate(p, 1024, 1024, 128, 2);
+    gem += 2.0 * 1024 * 1024 * 128 / spb_perf_gemm_rate(p, 1024, 128, 1024, 1);
+    gem += 2.0 * 1024 * 1024 * 128 / spb_perf_gemm_rate(p, 1024, 1024, 128, 1);
+    gem += 2.0 * 1024 * 1024 * 128 / spb_perf_gemm_rate(p, 1024, 1024, 128, 2);
+    CLOSE(pr.t_attn, 2.0 * 8 * gem + pr.t_softmax);
+    /* beyond the fused kernel's keys: the eager path, 36 + 40 bytes */
+    p->softmax_fused_max_len = 512;
+    pr = predict_with(&c, 1, p, o);
+    CLOSE(pr.t_softmax, scores * 76 / p->mem_bw);
+    /* the software profiles: FlashAttention 1 at its own published rate */
+    p->softmax_fused_max_len = 4096;
+    snprintf(o.backend, sizeof o.backend, "fa1");
+    ck_assert(spb_perf_attn_rate(p, "fa1", 1, 1024, 128, 8, 0) < spb_perf_attn_rate(p, "fa2", 1, 1024, 128, 8, 0));
+    CLOSE(spb_perf_attn_rate(p, "fa1", 1, 1e9, 128, 1e6, 0) / spb_perf_attn_rate(p, "fa2", 1, 1e9, 128, 1e6, 0),
+          0.35 / 0.65);
+    free(p);
+}
+END_TEST
+
+START_TEST(layout_terms_by_hand)
+{
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    const double bw = p->mem_bw;
+    spb_config c;
+    /* tensor parallelism without sequence parallelism: LayerNorm (4 + 8 bytes) and residual adds
+     * (6 + 6 bytes), 2 and 4 a layer, on all N rows instead of N/8 */
+    small(&c, "megatron", 8, 8, 2, 2048);
+    spb_perf_options o = {.precision = SPB_BF16_MIXED, .attn_density = 1};
+    spb_perf_prediction sp = predict_with(&c, 8, p, o);
+    o.tp_no_sp = 1;
+    spb_perf_prediction nosp = predict_with(&c, 8, p, o);
+    CLOSE(nosp.t_other - sp.t_other, 2 * (2048 - 256) * 1024.0 * (2 * 4 + 2 * 8 + 4 * 6 + 4 * 6) / bw);
+    /* hidden dropout: 2 a layer, 5 bytes an element, each way */
+    o.tp_no_sp = 0, o.dropout = 1;
+    spb_perf_prediction drop = predict_with(&c, 8, p, o);
+    CLOSE(drop.t_other - sp.t_other, 2 * 2 * 2 * 256 * 1024.0 * 5 / bw);
+    /* fused kernels: no bias copies (3C/8 + F/8 per row, 4 bytes) and no region copies (4 + 6 rows of C) */
+    o.dropout = 0, o.fused = 1;
+    spb_perf_prediction fused = predict_with(&c, 8, p, o);
+    CLOSE(sp.t_other - fused.t_other, 2 * 2048 * (3 * 128 + 512 + 10 * 1024.0) * 4 / bw);
+    /* selective recomputation: the forward attention once more per layer */
+    o.fused = 0, o.selective_recompute = 1;
+    spb_perf_prediction sel = predict_with(&c, 8, p, o);
+    CLOSE(sel.t_attn - sp.t_attn, sel.t_recompute);
+    CLOSE(sel.t_gemm, sp.t_gemm);
+    ck_assert(sel.t_recompute > 0);
+    /* kernel gaps: 12 kernels a layer forward, 24 backward, head 4 + 8, one micro-step */
+    o.selective_recompute = 0;
+    spb_perf_prediction gaps = predict_with(&c, 8, p, o);
+    CLOSE(gaps.t_launch, p->kernel_gap * (2 * (12 + 24) + 12));
+    o.ablate = SPB_TERM_LAUNCH;
+    spb_perf_prediction nogap = predict_with(&c, 8, p, o);
+    CLOSE(gaps.iter_time - nogap.iter_time, gaps.t_launch);
+    /* overlapped data-parallel traffic: what exceeds the compute, at least one layer's share */
+    small(&c, "none", 1, 16, 2, 1024);
+    c.zero_stage = 3;
+    char err[512];
+    ck_assert(spb_config_finalize(&c, 16, err, sizeof err) == 0);
+    o.ablate = 0;
+    spb_perf_prediction exp = predict_with(&c, 16, p, o);
+    o.overlap_dp = 1;
+    spb_perf_prediction ovl = predict_with(&c, 16, p, o);
+    double dp = exp.t_grad_reduce + exp.comm_exposed[SPB_OP_ALLGATHER][SPB_PHASE_ZERO] +
+                exp.comm_exposed[SPB_OP_REDUCE_SCATTER][SPB_PHASE_ZERO] - exp.comm_exposed[SPB_OP_REDUCE_SCATTER][SPB_PHASE_ZERO];
+    (void)dp;
+    double dp_all = 0;
+    for (int op = 0; op < SPB_NUM_OPS; op++)
+        dp_all += exp.comm_exposed[op][SPB_PHASE_ZERO] + exp.comm_exposed[op][SPB_PHASE_GRAD_REDUCE];
+    double busy = exp.t_forward + exp.t_backward;
+    CLOSE(ovl.dp_comm_hidden, dp_all - fmax(dp_all / 2, dp_all - busy));
+    CLOSE(exp.iter_time - ovl.iter_time, ovl.dp_comm_hidden);
+    free(p);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -247,6 +406,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, parts_add_up_and_topology);
     tcase_add_test(tc, attention_tile_model);
     tcase_add_test(tc, every_profile_loads);
+    tcase_add_test(tc, pipeline_terms_by_hand);
+    tcase_add_test(tc, unfused_attention_by_hand);
+    tcase_add_test(tc, layout_terms_by_hand);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }
