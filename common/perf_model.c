@@ -139,6 +139,8 @@ static int load_file(const char *path, spb_profile *p, char *err, size_t errlen,
         else if (!strcmp(key, "inter_alpha")) p->inter_alpha = d;
         else if (!strcmp(key, "kernel_gap")) p->kernel_gap = d, bad = d < 0;
         else if (!strcmp(key, "softmax_fused_max_len")) p->softmax_fused_max_len = d, bad = d < 0;
+        else if (!strcmp(key, "overlap_dp_min_stage")) p->overlap_dp_min_stage = (int)d, bad = d < 0 || d > 3;
+        else if (!strcmp(key, "fused_kernels")) p->fused_kernels = (int)d, bad = d != 0 && d != 1;
         else if (!strcmp(key, "attn_backend")) {
             int n = p->n_attn_sw;
             bad = n >= (int)(sizeof p->attn_sw / sizeof p->attn_sw[0]) ||
@@ -179,7 +181,17 @@ static int load_file(const char *path, spb_profile *p, char *err, size_t errlen,
                   (c.op = op_by_name(op)) < 0;
             if (!bad) p->comm[p->n_comm++] = c;
         } else if (!strncmp(key, "band_", 5)) {
-            /* the calibration's spread (scripts/validate-model-published reads it): not used here */
+            /* the calibration's spread: slow end, fast end (spb_profile_band) */
+            static const char *names[] = {"gemm_eff", "attn_scale", "mem_bw_frac", "intra_bw", "inter_bw",
+                                          "kernel_gap"};
+            double *slots[] = {p->band_gemm_eff, p->band_attn_scale, p->band_mem_bw_frac, p->band_intra_bw,
+                               p->band_inter_bw, p->band_kernel_gap};
+            int k;
+            for (k = 0; k < 6; k++)
+                if (!strcmp(key + 5, names[k])) break;
+            double lo, hi;
+            bad = k == 6 || sscanf(val, "%lf %lf", &lo, &hi) != 2 || lo < 0 || hi < 0;
+            if (!bad) slots[k][0] = lo, slots[k][1] = hi, p->has_band = 1;
         } else if (!strcmp(key, "source") || !strncmp(key, "source_", 7) || !strcmp(key, "description") ||
                    !strcmp(key, "measured") || !strcmp(key, "command") || !strcmp(key, "date")) {
             /* provenance: kept in the file, not used */
@@ -221,6 +233,27 @@ static int check_profile(const char *path, const spb_profile *p, char *err, size
             snprintf(err, errlen, "%s: no elem_%s and no mem_bw", path, elem_names[k]);
             return -1;
         }
+    return 0;
+}
+
+int spb_profile_band(const spb_profile *p, int fast, spb_profile *o)
+{
+    if (!p->has_band) return -1;
+    *o = *p;
+    const int e = fast ? 1 : 0;
+    if (p->band_gemm_eff[e] > 0) o->gemm_eff = p->band_gemm_eff[e];
+    if (p->band_attn_scale[e] > 0) {
+        double f = p->band_attn_scale[e];
+        o->attn_fwd_eff = fmin(1.0, p->attn_fwd_eff * f), o->attn_bwd_eff = fmin(1.0, p->attn_bwd_eff * f);
+        for (int i = 0; i < o->n_attn_sw; i++)
+            o->attn_sw[i].fwd_eff = fmin(1.0, p->attn_sw[i].fwd_eff * f),
+            o->attn_sw[i].bwd_eff = fmin(1.0, p->attn_sw[i].bwd_eff * f);
+        for (int i = 0; i < o->n_attn; i++) o->attn[i].fwd *= f, o->attn[i].bwd *= f;
+    }
+    if (p->band_mem_bw_frac[e] > 0) o->mem_bw = p->mem_bw * p->band_mem_bw_frac[e];
+    if (p->band_intra_bw[e] > 0) o->intra_bw = p->band_intra_bw[e];
+    if (p->band_inter_bw[e] > 0) o->inter_bw = p->band_inter_bw[e];
+    if (p->band_kernel_gap[e] > 0) o->kernel_gap = p->band_kernel_gap[e];
     return 0;
 }
 

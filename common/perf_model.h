@@ -100,11 +100,26 @@ typedef struct spb_profile {
     struct { char name[16]; double fwd_eff, bwd_eff; } attn_sw[16];
     double kernel_gap;     /* seconds between dependent kernels on the stream (0: not modelled) */
     double softmax_fused_max_len; /* unfused attention: longest key length of the fused softmax kernel (0: any) */
+    /* the framework's defaults (software profile): spbench-model applies them unless told otherwise */
+    int overlap_dp_min_stage; /* data-parallel traffic overlaps compute from this ZeRO stage up (0: never);
+                                 DeepSpeed: 3 (overlap_comm defaults to true for stage 3 only) */
+    int fused_kernels;        /* 1: the framework's fused kernels (spb_perf_options.fused) */
+    /* the calibration's spread, `band_<key> = slow fast` lines: [0] the slow end, [1] the fast end */
+    int has_band;
+    double band_gemm_eff[2], band_attn_scale[2], band_mem_bw_frac[2], band_intra_bw[2], band_inter_bw[2],
+        band_kernel_gap[2];
 } spb_profile;
 
 /* Reads a profile (key = value lines, '#' comments; docs/MODEL.md).
  * Returns 0, or -1 with a message. */
 int spb_profile_load(const char *path, spb_profile *p, char *err, size_t errlen);
+
+/* The profile at one end of its calibration's spread (fast = 0: the slow
+ * end, 1: the fast end): GEMM efficiency (formula profiles), every attention
+ * rate scaled, memory and link bandwidths, kernel gaps, from its band_*
+ * lines; a key without a band keeps its value.  Returns 0, or -1 when the
+ * profile has no band. */
+int spb_profile_band(const spb_profile *p, int fast, spb_profile *out);
 
 /* Communication of one iteration per rank, by operation and phase. */
 typedef struct spb_comm_plan {

@@ -208,6 +208,9 @@ int main(int argc, char **argv)
             return die(msg);
         }
     }
+    /* the profile's software defaults (its framework's overlap and fused kernels) */
+    if (prof->overlap_dp_min_stage > 0 && cfg.zero_stage >= prof->overlap_dp_min_stage) overlap_dp = 1;
+    if (prof->fused_kernels) fused = 1;
     spb_perf_options opt = {.precision = precision, .attn_density = attn_density, .pp = pp, .vpp = vpp,
                             .tp_no_sp = tp_no_sp, .selective_recompute = selective, .dropout = dropout,
                             .overlap_dp = overlap_dp, .fused = fused, .ablate = ablate};
@@ -238,6 +241,20 @@ int main(int argc, char **argv)
             return die(msg);
         }
     const int over90 = peak > 0 && pr.tflops_paper_per_rank * 1e12 > 0.9 * peak;
+    /* the band: the same prediction at the slow and the fast end of the profile's calibration spread */
+    double band_time[2] = {0, 0}, band_tflops[2] = {0, 0};
+    if (prof->has_band) {
+        spb_profile *bp = malloc(sizeof *bp);
+        if (!bp) return die("out of memory");
+        for (int e = 0; e < 2; e++) {
+            spb_perf_prediction bpr;
+            spb_profile_band(prof, e, bp);
+            if (spb_perf_predict(&cfg, world, bp, &opt, &bpr, err, sizeof err)) return die(err);
+            band_time[e] = bpr.iter_time;
+            band_tflops[e] = pr.tflops_paper_per_rank * pr.iter_time / bpr.iter_time;
+        }
+        free(bp);
+    }
     long seq_fit = -1;
     if (max_seq)
         seq_fit = prof->memory_bytes > 0
@@ -257,6 +274,9 @@ int main(int argc, char **argv)
            pr.tokens_per_s, pr.tflops_paper_per_rank, pr.tflops_counted_per_rank,
            pr.compute_scale < 1 ? " | ranks share cores" : "",
            over90 ? " | FLAG: paper-formula rate above 90% of the device's peak" : "");
+    if (prof->has_band)
+        printf("band (calibration spread): iteration %.6g - %.6g s, TFLOPs/rank paper %.4g - %.4g\n", band_time[1],
+               band_time[0], band_tflops[0], band_tflops[1]);
     if (pp > 1)
         printf("pipeline: %d stages x %d virtual, one stage priced (%d of %d layers, %d of %d ranks) + bubble + "
                "transfers\n", pp, vpp, cfg.num_layers, layers_total, world, world_total);
@@ -385,6 +405,10 @@ int main(int argc, char **argv)
         spb_row_add(&r, "softmax_s", "%.6g", pr.t_softmax);
         spb_row_add(&r, "dp_comm_hidden_s", "%.6g", pr.dp_comm_hidden);
         spb_row_add(&r, "paper_rate_over_90pct_peak", "%d", over90);
+        spb_row_add(&r, "iter_time_low_s", "%.6g", band_time[1]);   /* fast end: shortest time */
+        spb_row_add(&r, "iter_time_high_s", "%.6g", band_time[0]);
+        spb_row_add(&r, "tflops_paper_low", "%.6g", band_tflops[0]);
+        spb_row_add(&r, "tflops_paper_high", "%.6g", band_tflops[1]);
         if (spb_row_append_csv(&r, cfg.results, err, sizeof err)) rc = die(err);
     }
     free(prof);

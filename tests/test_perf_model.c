@@ -391,6 +391,26 @@ START_TEST(layout_terms_by_hand)
     double busy = exp.t_forward + exp.t_backward;
     CLOSE(ovl.dp_comm_hidden, dp_all - fmax(dp_all / 2, dp_all - busy));
     CLOSE(exp.iter_time - ovl.iter_time, ovl.dp_comm_hidden);
+
+    /* the band: the profile's slow and fast ends (A100-80GB-DGX: GEMM 0.70 / 0.85, attention x 0.80 / 1.12,
+     * HBM x 0.90 / 1.10, NVSwitch 200 / 260 GB/s, InfiniBand 18 / 24 GB/s, kernel gaps 4 / 1 us) */
+    spb_profile *slow = malloc(sizeof *slow), *fast = malloc(sizeof *fast);
+    ck_assert(spb_profile_band(p, 0, slow) == 0 && spb_profile_band(p, 1, fast) == 0);
+    CLOSE(slow->gemm_eff, 0.70);
+    CLOSE(fast->gemm_eff, 0.85);
+    CLOSE(slow->attn_fwd_eff, 0.65 * 0.80);
+    CLOSE(fast->attn_bwd_eff, 0.50 * 1.12);
+    CLOSE(slow->mem_bw, p->mem_bw * 0.90);
+    CLOSE(fast->inter_bw, 24e9);
+    CLOSE(slow->kernel_gap, 4e-6);
+    small(&c, "megatron", 8, 8, 2, 2048);
+    o = (spb_perf_options){.precision = SPB_BF16_MIXED, .attn_density = 1};
+    double ts = predict_with(&c, 8, slow, o).iter_time, tn = predict_with(&c, 8, p, o).iter_time,
+           tf = predict_with(&c, 8, fast, o).iter_time;
+    ck_assert_msg(ts > tn && tn > tf, "band %.6g > %.6g > %.6g", ts, tn, tf);
+    spb_profile_load("/dev/null", slow, err, sizeof err); /* a profile without bands has no band */
+    ck_assert(spb_profile_band(slow, 0, fast) == -1);
+    free(slow), free(fast);
     free(p);
 }
 END_TEST
