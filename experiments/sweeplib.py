@@ -362,7 +362,8 @@ predicted_zero_and_reduce_link_bytes
 machine machines sp_group_machines dp_group_machines blas commit date""".split()
 # Columns only the performance model writes (docs/MODEL.md).
 MODEL_COLUMNS = ["attn_density", "fits", "memory_needed_bytes", "memory_capacity_bytes",
-                 "max_seq_length_fits"]
+                 "max_seq_length_fits", "iter_time_low_s", "iter_time_high_s", "tflops_paper_low",
+                 "tflops_paper_high", "paper_rate_over_90pct_peak"]
 HEADER = RUNNER_COLUMNS + SPB_COLUMNS + MODEL_COLUMNS
 
 
