@@ -35,17 +35,24 @@ do for [e in "fig4 fig5 fig6 fig7"] {
   set output out.'/paper-'.e.'.png'
   model = (e eq 'fig4' || e eq 'fig6') ? '7B on 32 GPUs' : '30B on 64 GPUs'
   kind = (e eq 'fig6' || e eq 'fig7') ? 'blocked sparse attention (ASSUMED 4K-key window)' : 'dense causal attention'
-  set title sprintf("%s (MODELLED): %s, %s\nA100-80GB DGX profile; each system at its best SP degree / ZeRO stage; missing = does not fit", e, model, kind)
+  set title sprintf("%s (MODELLED): %s, %s\npaper-stack profile (A100 DGX, FlashAttention v1 era); shaded: calibration band; missing = does not fit", e, model, kind)
   set xlabel 'sequence length (K tokens)'
   set ylabel ((e eq 'fig6' || e eq 'fig7') ? 'counted TFLOPs per GPU (computed blocks only)' : 'TFLOPs per GPU (paper formula)')
   set yrange [0:*]
+  # shaded: the band of the profile's calibration spread (columns 5-10: each system's low, high)
+  set key bottom right opaque
   if (e eq 'fig4' || e eq 'fig5') {
-    plot data.'/'.e.'.dat' u 1:2 w lp lw 2 pt 7 t 'Ulysses + ZeRO-3', \
-         data.'/'.e.'.dat' u 1:3 w lp lw 2 pt 5 t 'Megatron-SP', \
-         data.'/'.e.'.dat' u 1:4 w lp lw 2 pt 9 t 'ring (ColAI-SP modern: zigzag, ZeRO-1/3)'
+    plot data.'/'.e.'.dat' u 1:5:6 w filledcurves fs transparent solid 0.15 lc 1 notitle, \
+         data.'/'.e.'.dat' u 1:7:8 w filledcurves fs transparent solid 0.15 lc 2 notitle, \
+         data.'/'.e.'.dat' u 1:9:10 w filledcurves fs transparent solid 0.15 lc 3 notitle, \
+         data.'/'.e.'.dat' u 1:2 w lp lw 2 pt 7 lc 1 t 'Ulysses + ZeRO-3', \
+         data.'/'.e.'.dat' u 1:3 w lp lw 2 pt 5 lc 2 t 'Megatron-SP', \
+         data.'/'.e.'.dat' u 1:4 w lp lw 2 pt 9 lc 3 t 'ring (ColAI-SP modern: zigzag, ZeRO-1/3)'
   } else {
-    plot data.'/'.e.'.dat' u 1:2 w lp lw 2 pt 7 t 'Ulysses + ZeRO-3', \
-         data.'/'.e.'.dat' u 1:3 w lp lw 2 pt 5 t 'Megatron-SP'
+    plot data.'/'.e.'.dat' u 1:5:6 w filledcurves fs transparent solid 0.15 lc 1 notitle, \
+         data.'/'.e.'.dat' u 1:7:8 w filledcurves fs transparent solid 0.15 lc 2 notitle, \
+         data.'/'.e.'.dat' u 1:2 w lp lw 2 pt 7 lc 1 t 'Ulysses + ZeRO-3', \
+         data.'/'.e.'.dat' u 1:3 w lp lw 2 pt 5 lc 2 t 'Megatron-SP'
   }
 }
 
