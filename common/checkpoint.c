@@ -1,13 +1,21 @@
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checks.h"
+#include "outputs.h"
 
 enum { HEADER_BYTES = 256, FORMAT_VERSION = 1, NUM_CKPT_FIELDS = 10 };
 
@@ -51,22 +59,93 @@ static int read_header(FILE *f, const char magic[8], unsigned char *h, const cha
     return 0;
 }
 
-/* Writes to path.tmp and renames, so a reader never sees half a file. */
-static FILE *open_tmp(const char *path, char *tmp, size_t tmplen)
+/* Writes go to PATH.tmp.<pid>.<rank> and are renamed into place, so a
+ * reader never sees half a file and two runs saving to one path never
+ * write into each other's temporary.  While one is open, SIGINT, SIGTERM
+ * and SIGHUP remove it before the process dies; a temporary left by a
+ * process killed outright (SIGKILL) is removed by the next save to that
+ * path once its pid is gone. */
+static char pending_tmp[SPB_PATH_MAX + 64];
+static struct sigaction saved_actions[3];
+static const int cleanup_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void remove_pending_and_die(int sig)
 {
-    snprintf(tmp, tmplen, "%s.tmp", path);
-    return fopen(tmp, "wb");
+    if (pending_tmp[0]) unlink(pending_tmp); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Temporaries PATH.tmp.<pid>.<rank> of processes that no longer exist. */
+static void remove_stale_tmps(const char *path)
+{
+    char dir[SPB_PATH_MAX], prefix[SPB_PATH_MAX + 8];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) + (slash == path), path);
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        char *end = NULL;
+        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+        if (pid <= 0 || *end != '.' || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+            char stale[SPB_PATH_MAX * 2 + 2];
+            snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
+            if (pid > 0) unlink(stale); /* only names of the form we write, of dead processes */
+        }
+    }
+    closedir(d);
+}
+
+static FILE *open_tmp(const char *path, int rank, char *tmp, size_t tmplen)
+{
+    remove_stale_tmps(path);
+    snprintf(tmp, tmplen, "%s.tmp.%ld.%d", path, (long)getpid(), rank);
+    snprintf(pending_tmp, sizeof pending_tmp, "%s", tmp);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = remove_pending_and_die;
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 3; k++) sigaction(cleanup_signals[k], &sa, &saved_actions[k]);
+    /* O_EXCL: never write through whatever else holds the name */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f && fd >= 0) close(fd);
+    if (!f) {
+        pending_tmp[0] = '\0';
+        for (int k = 0; k < 3; k++) sigaction(cleanup_signals[k], &saved_actions[k], NULL);
+    }
+    return f;
 }
 
 static int finish_tmp(FILE *f, const char *tmp, const char *path, int write_failed, char *err, size_t errlen)
 {
     errno = 0;
+    int rc = 0;
+    struct stat st;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) write_failed = 1;
     if (fclose(f) != 0 || write_failed) {
-        remove(tmp);
-        return failf(err, errlen, "cannot write", path);
+        rc = failf(err, errlen, "cannot write", path);
+    } else if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "'%s' is not a regular file: not replaced", path);
+        rc = -1;
+    } else if (rename(tmp, path) != 0) {
+        rc = failf(err, errlen, "cannot rename into", path);
     }
-    if (rename(tmp, path) != 0) return failf(err, errlen, "cannot rename into", path);
-    return 0;
+    if (rc) unlink(tmp);
+    pending_tmp[0] = '\0';
+    for (int k = 0; k < 3; k++) sigaction(cleanup_signals[k], &saved_actions[k], NULL);
+    return rc;
+}
+
+/* Whether all n values are finite (and >= 0 where nonneg). */
+static int all_finite(const float *x, size_t n, int nonneg)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (nonneg && x[i] < 0)) return 0;
+    return 1;
 }
 
 /* The training state at header bytes 104..135 (zero in files written
@@ -95,10 +174,12 @@ int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *
     const float *parts[3] = {params, m && v ? m : NULL, m && v ? v : NULL};
     int rc = 0, writer = g->grid->world_rank == 0;
     FILE *fp = NULL;
-    char tmp[SPB_PATH_MAX + 8];
+    /* checked again at the write: the path may have changed since the start */
+    if (writer && spb_output_check("save", path, SPB_OUT_CHECKPOINT, cfg->overwrite, err, errlen)) rc = -1, writer = 0;
+    char tmp[SPB_PATH_MAX + 64];
     if (writer) {
         errno = 0;
-        fp = open_tmp(path, tmp, sizeof tmp);
+        fp = open_tmp(path, g->grid->world_rank, tmp, sizeof tmp);
         if (!fp) rc = failf(err, errlen, "cannot create", tmp);
     }
     int bad = fp ? write_all(fp, h, sizeof h) : 0;
@@ -136,9 +217,39 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *
         }
     (void)cfg;
     size_t n = (size_t)g->num_global_params;
+    /* The header's counters and the file's length, before any tensor is read:
+     * a hand-edited or torn file is refused, not half loaded. */
+    if (f[7] < 0 || f[7] > INT_MAX || (f[9] != 0 && f[9] != 1)) {
+        snprintf(err, errlen, "checkpoint '%s': step %lld or optimizer flag %lld out of range", path, (long long)f[7],
+                 (long long)f[9]);
+        goto out;
+    }
+    {
+        struct stat st;
+        double want_bytes = HEADER_BYTES + (double)n * sizeof(float) * (f[9] ? 3 : 1);
+        if (fstat(fileno(fp), &st) != 0 || (double)st.st_size != want_bytes) {
+            snprintf(err, errlen, "checkpoint '%s' has %lld bytes, its header says %.0f (truncated or trailing bytes)",
+                     path, (long long)st.st_size, want_bytes);
+            goto out;
+        }
+        double scale = 0;
+        int64_t counts[3];
+        memcpy(&scale, h + STATE_AT, 8);
+        memcpy(counts, h + STATE_AT + 8, sizeof counts);
+        if (!isfinite(scale) || scale < 0 || counts[0] < 0 || counts[0] > f[7] || counts[1] < 0 || counts[2] < 0 ||
+            counts[2] > f[7]) {
+            snprintf(err, errlen, "checkpoint '%s': training state out of range (loss scale %g, steps %lld, %lld, %lld)",
+                     path, scale, (long long)counts[0], (long long)counts[1], (long long)counts[2]);
+            goto out;
+        }
+    }
     global = SPB_CHECK_PTR(malloc(n * sizeof(float)));
     if (read_all(fp, global, n * sizeof(float))) {
         snprintf(err, errlen, "checkpoint '%s' is truncated", path);
+        goto out;
+    }
+    if (!all_finite(global, n, 0)) {
+        snprintf(err, errlen, "checkpoint '%s' holds non-finite parameters", path);
         goto out;
     }
     spb_gpt_scatter_global(g, global, params);
@@ -148,6 +259,10 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *
         for (int k = 0; k < 2; k++) {
             if (read_all(fp, global, n * sizeof(float))) {
                 snprintf(err, errlen, "checkpoint '%s' is truncated in its optimizer state", path);
+                goto out;
+            }
+            if (!all_finite(global, n, k == 1)) {
+                snprintf(err, errlen, "checkpoint '%s' holds non-finite (or negative second) AdamW moments", path);
                 goto out;
             }
             spb_gpt_scatter_global(g, global, dst[k]);
@@ -177,9 +292,9 @@ int spb_dump_write(const char *path, int B, int T, int V, const int *inputs, con
     int64_t f[4] = {B, T, V, num_params};
     memcpy(h + 16, f, sizeof f);
     memcpy(h + 48, &loss, 8);
-    char tmp[SPB_PATH_MAX + 8];
+    char tmp[SPB_PATH_MAX + 64];
     errno = 0;
-    FILE *fp = open_tmp(path, tmp, sizeof tmp);
+    FILE *fp = open_tmp(path, 0, tmp, sizeof tmp); /* rank 0 writes the dump */
     if (!fp) return failf(err, errlen, "cannot create", tmp);
     size_t bt = (size_t)B * T;
     _Static_assert(sizeof(int) == 4, "int32 tokens");

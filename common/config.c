@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -14,9 +15,11 @@
 #include "attention.h"
 #include "backend.h"
 #include "bf16_direct.h"
+#include "memory_limit.h"
 #include "memory_model.h"
 
-typedef enum { OPT_INT, OPT_DOUBLE, OPT_U64, OPT_STRING, OPT_FLAG } opt_kind;
+/* OPT_SIZE: a string holding bytes ("80GiB"), checked when parsed. */
+typedef enum { OPT_INT, OPT_DOUBLE, OPT_U64, OPT_STRING, OPT_FLAG, OPT_SIZE } opt_kind;
 
 typedef struct option_spec {
     const char *name;
@@ -24,9 +27,13 @@ typedef struct option_spec {
     size_t offset;
     size_t size; /* strings: buffer size */
     const char *help;
+    const char *choices; /* the words a value may be, comma-separated (--list-options); NULL: any */
 } option_spec;
 
-#define OPT(name, kind, field, help) {name, kind, offsetof(spb_config, field), sizeof(((spb_config *)0)->field), help}
+#define OPT(name, kind, field, help) {name, kind, offsetof(spb_config, field), sizeof(((spb_config *)0)->field), help, NULL}
+/* an option whose value is one of a fixed list of words */
+#define OPTC(name, kind, field, choices, help)                                                                    \
+    {name, kind, offsetof(spb_config, field), sizeof(((spb_config *)0)->field), help, choices}
 
 static const option_spec options[] = {
     OPT("num-layers", OPT_INT, num_layers, "transformer layers L"),
@@ -43,7 +50,7 @@ static const option_spec options[] = {
     OPT("lr", OPT_DOUBLE, lr, "peak learning rate"),
     OPT("min-lr", OPT_DOUBLE, min_lr, "final learning rate of the decay"),
     OPT("lr-warmup-iters", OPT_INT, lr_warmup_iters, "linear warm-up iterations"),
-    OPT("lr-decay-style", OPT_STRING, lr_decay_style, "constant | linear | cosine"),
+    OPTC("lr-decay-style", OPT_STRING, lr_decay_style, "constant,linear,cosine", "constant | linear | cosine"),
     OPT("weight-decay", OPT_DOUBLE, weight_decay, "AdamW decoupled weight decay (matrices and embeddings only)"),
     OPT("adam-beta1", OPT_DOUBLE, adam_beta1, "AdamW beta1"),
     OPT("adam-beta2", OPT_DOUBLE, adam_beta2, "AdamW beta2"),
@@ -52,25 +59,25 @@ static const option_spec options[] = {
     OPT("seed", OPT_U64, seed, "seed of initialisation and synthetic data"),
     OPT("sp-degree", OPT_INT, sp_degree, "sequence-parallel degree P (world = D x P)"),
     OPT("strategy", OPT_STRING, strategy, "sequence-parallel strategy"),
-    OPT("zero-stage", OPT_INT, zero_stage, "ZeRO stage 0-3"),
+    OPTC("zero-stage", OPT_INT, zero_stage, "0,1,2,3", "ZeRO stage 0-3"),
     OPT("checkpoint-activations", OPT_FLAG, checkpoint_activations,
         "keep each layer's input only and recompute the layer in backward"),
     OPT("attention", OPT_STRING, attention, "attention backend: flash | naive | cudnn (--device cuda, bf16 or fp16)"),
-    OPT("attention-mask", OPT_STRING, attention_mask, "causal (GPT) | full (bidirectional, for ablations)"),
+    OPTC("attention-mask", OPT_STRING, attention_mask, "causal,full", "causal (GPT) | full (bidirectional, for ablations)"),
     OPT("sparse-block", OPT_INT, sparse_block,
         "blocked-sparse attention: tokens per block (0 = dense; must divide --seq-length; docs/SPARSE.md)"),
     OPT("sparse-local-blocks", OPT_INT, sparse_local_blocks,
         "blocked-sparse: window of key blocks around the query's, own block included (>= 1)"),
     OPT("sparse-global-blocks", OPT_INT, sparse_global_blocks,
         "blocked-sparse: leading key blocks every query sees (0 = none)"),
-    OPT("ulysses-comm", OPT_STRING, ulysses_comm,
+    OPTC("ulysses-comm", OPT_STRING, ulysses_comm, "alltoall,allgather",
         "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
-    OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
-    OPT("device", OPT_STRING, device,
+    OPTC("ring-layout", OPT_STRING, ring_layout, "contiguous,zigzag", "ring attention token layout: contiguous | zigzag"),
+    OPTC("device", OPT_STRING, device, "cpu,cuda",
         "cpu | cuda (fp32 CUDA table; ranks on one machine share its GPUs round-robin; docs/GPU.md)"),
-    OPT("comm", OPT_STRING, comm,
+    OPTC("comm", OPT_STRING, comm, "mpi,nccl",
         "collectives: mpi (device buffers staged through host memory) | nccl (--device cuda, NCCL on device buffers)"),
-    OPT("precision", OPT_STRING, precision,
+    OPTC("precision", OPT_STRING, precision, "fp32,bf16,fp16",
         "fp32 | bf16 | fp16 (mixed precision: 16-bit parameters, activations and gradients, fp32 arithmetic, "
         "masters and AdamW moments; fp16 with loss scaling; --device cpu emulates it)"),
     OPT("bf16-direct", OPT_STRING, bf16_direct,
@@ -80,13 +87,13 @@ static const option_spec options[] = {
     OPT("flash-block-rows", OPT_INT, flash_block_rows,
         "the CUDA flash attention kernels' query rows per block: 128 (8 warps, the default) | 64 (4 warps); "
         "--device cuda, bf16 or fp16, --bf16-kernels fast (docs/GPU.md)"),
-    OPT("flash-dq", OPT_STRING, flash_dq,
+    OPTC("flash-dq", OPT_STRING, flash_dq, "split,fused",
         "the CUDA flash backward's dQ: split (its own kernel, deterministic; the default) | fused (fp32 atomics in "
         "the dK/dV kernel, FlashAttention-2's way, last bits vary between runs)"),
-    OPT("flash-fwd", OPT_STRING, flash_fwd,
+    OPTC("flash-fwd", OPT_STRING, flash_fwd, "mma,wgmma",
         "the CUDA flash forward's tensor-core instruction: mma (mma.sync, any GPU from sm_80; the default) | wgmma "
         "(Hopper's warpgroup products: an H100/H200 and a build with sm_90a)"),
-    OPT("flash-bwd", OPT_STRING, flash_bwd,
+    OPTC("flash-bwd", OPT_STRING, flash_bwd, "mma,wgmma",
         "the CUDA flash backward's: mma (the default) | wgmma (Hopper; with --flash-dq fused one kernel of 128 "
         "keys per block, FlashAttention-3's products: not with --flash-block-rows 64)"),
     OPT("loss-scale", OPT_DOUBLE, loss_scale, "fp16: a static loss scale (0 = dynamic, the default)"),
@@ -94,7 +101,7 @@ static const option_spec options[] = {
     OPT("min-loss-scale", OPT_DOUBLE, min_loss_scale, "fp16, dynamic: the scale is never halved below this (1)"),
     OPT("loss-scale-window", OPT_INT, loss_scale_window,
         "fp16, dynamic: the scale doubles after this many steps without overflow (1000)"),
-    OPT("bf16-kernels", OPT_STRING, bf16_kernels,
+    OPTC("bf16-kernels", OPT_STRING, bf16_kernels, "fast,reference",
         "the 16-bit storage's kernels (bf16 and fp16): fast (products, and in bf16 flash attention, straight from "
         "the storage: cuBLASLt tensor cores on the GPU) | reference (every operation on fp32 copies through the "
         "fp32 table); default fast on cuda, reference on cpu (docs/BF16.md)"),
@@ -108,8 +115,12 @@ static const option_spec options[] = {
     OPT("log-interval", OPT_INT, log_interval, "print every this many iterations"),
     OPT("timing-warmup", OPT_INT, timing_warmup, "iterations excluded from timing statistics"),
     OPT("quiet", OPT_FLAG, quiet, "no per-iteration lines"),
-    OPT("memory-budget", OPT_STRING, memory_budget,
-        "bytes per rank (80GiB, 512MiB, ...): refuse a run whose predicted peak does not fit"),
+    OPT("memory-budget", OPT_SIZE, memory_budget,
+        "bytes per rank (80GiB, 512MiB, ...): refuse a run whose predicted peak does not fit; without it the "
+        "limit is the memory a rank can have (physical memory / ranks on the machine; the GPU's with --device "
+        "cuda), so a budget above that lets a run try anyway"),
+    OPT("overwrite", OPT_FLAG, overwrite,
+        "let --save, --dump and --loss-log replace a file that is not a spbench file of their kind"),
     OPT("compare-alltoall", OPT_FLAG, compare_alltoall,
         "at the end, time plain MPI_Alltoall of the run's all-to-all bytes (pack/unpack overhead)"),
 };
@@ -131,7 +142,7 @@ void spb_config_defaults(spb_config *c)
     c->num_layers = 2;
     c->hidden_size = 64;
     c->num_heads = 4;
-    c->vocab_size = 0; /* 256 unless set */
+    c->vocab_size = 256; /* bytes */
     c->seq_length = 64;
     c->init_std = 0.02;
     c->micro_batch_size = 4;
@@ -161,6 +172,41 @@ void spb_config_defaults(spb_config *c)
     c->timing_warmup = 1;
 }
 
+/* Decimal numbers only: optional '-', digits, for reals an optional
+ * fraction and exponent.  strtol/strtod alone take leading blanks, '+',
+ * hexadecimal (0x10), inf and nan, which a typo should not turn into a run. */
+static int is_decimal_integer(const char *t)
+{
+    if (*t == '-') t++;
+    if (!isdigit((unsigned char)*t)) return 0;
+    while (isdigit((unsigned char)*t)) t++;
+    return *t == '\0';
+}
+
+/* Length of the decimal real at the start of t (0 if none). */
+static size_t decimal_real_length(const char *t)
+{
+    const char *p = t;
+    int digits = 0;
+    if (*p == '-') p++;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) p++, digits++;
+    }
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        const char *e = p + 1;
+        if (*e == '-' || *e == '+') e++;
+        if (!isdigit((unsigned char)*e)) return (size_t)(p - t);
+        while (isdigit((unsigned char)*e)) e++;
+        p = e;
+    }
+    return (size_t)(p - t);
+}
+
+static int is_decimal_real(const char *t) { size_t n = decimal_real_length(t); return n && t[n] == '\0'; }
+
 static int parse_value(const option_spec *o, const char *text, spb_config *cfg, char *err, size_t errlen)
 {
     void *field = (char *)cfg + o->offset;
@@ -168,27 +214,32 @@ static int parse_value(const option_spec *o, const char *text, spb_config *cfg, 
     errno = 0;
     switch (o->kind) {
     case OPT_INT: {
-        long v = strtol(text, &end, 10);
-        if (*text == '\0' || *end != '\0' || errno || v < INT_MIN || v > INT_MAX)
+        long v = is_decimal_integer(text) ? strtol(text, &end, 10) : 0;
+        if (!is_decimal_integer(text) || errno || v < INT_MIN || v > INT_MAX)
             return fail(err, errlen, "--%s: '%s' is not an integer", o->name, text);
         *(int *)field = (int)v;
         return 0;
     }
     case OPT_U64: {
         if (text[0] == '-') return fail(err, errlen, "--%s: '%s' must be a non-negative integer", o->name, text);
-        unsigned long long v = strtoull(text, &end, 10);
-        if (*text == '\0' || *end != '\0' || errno)
+        unsigned long long v = is_decimal_integer(text) ? strtoull(text, &end, 10) : 0;
+        if (!is_decimal_integer(text) || errno)
             return fail(err, errlen, "--%s: '%s' is not a non-negative integer", o->name, text);
         *(uint64_t *)field = (uint64_t)v;
         return 0;
     }
     case OPT_DOUBLE: {
-        double v = strtod(text, &end);
-        if (*text == '\0' || *end != '\0' || errno || !isfinite(v))
-            return fail(err, errlen, "--%s: '%s' is not a finite number", o->name, text);
+        double v = is_decimal_real(text) ? strtod(text, &end) : NAN;
+        if (!is_decimal_real(text) || !isfinite(v))
+            return fail(err, errlen, "--%s: '%s' is not a finite decimal number", o->name, text);
         *(double *)field = v;
         return 0;
     }
+    case OPT_SIZE:
+        if (!(spb_parse_bytes(text) > 0))
+            return fail(err, errlen, "--%s: '%s' is not a size of bytes (e.g. 80GiB, 512MiB)", o->name, text);
+        /* kept as written */
+        /* fall through */
     case OPT_STRING:
         if (strlen(text) >= o->size) return fail(err, errlen, "--%s: value longer than %zu characters", o->name, o->size - 1);
         strcpy((char *)field, text);
@@ -202,6 +253,7 @@ static int parse_value(const option_spec *o, const char *text, spb_config *cfg, 
 
 int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t errlen)
 {
+    unsigned char given[NUM_OPTIONS] = {0}; /* an option twice is a mistake, not "the last wins" */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
@@ -209,10 +261,11 @@ int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t e
         const char *name = arg + 2;
         const char *eq = strchr(name, '=');
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
-        const option_spec *o = NULL;
-        for (int k = 0; k < NUM_OPTIONS; k++)
-            if (strlen(options[k].name) == name_len && !strncmp(options[k].name, name, name_len)) o = &options[k];
-        if (!o) return fail(err, errlen, "unknown option '--%.*s' (see --help)", (int)name_len, name);
+        int k = 0;
+        while (k < NUM_OPTIONS && !(strlen(options[k].name) == name_len && !strncmp(options[k].name, name, name_len))) k++;
+        if (k == NUM_OPTIONS) return fail(err, errlen, "unknown option '--%.*s' (see --help)", (int)name_len, name);
+        const option_spec *o = &options[k];
+        if (given[k]++) return fail(err, errlen, "--%s is given twice (give each option once)", o->name);
         const char *value;
         if (o->kind == OPT_FLAG) {
             if (eq) return fail(err, errlen, "--%s takes no value", o->name);
@@ -226,6 +279,56 @@ int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t e
         if (parse_value(o, value, cfg, err, errlen)) return -1;
     }
     return 0;
+}
+
+/* One JSON object per option, in a JSON array: name, kind (int, float, u64,
+ * str, flag, size), choices (the words a value may be, or null), default
+ * (as spb_config_defaults sets it; for int options 0 often means "derived").
+ * The runner reads this (experiments/sweeplib.py) instead of a copy. */
+void spb_config_list_options(FILE *out)
+{
+    static const char *kinds[] = {[OPT_INT] = "int", [OPT_DOUBLE] = "float", [OPT_U64] = "u64",
+                                  [OPT_STRING] = "str", [OPT_FLAG] = "flag", [OPT_SIZE] = "size"};
+    spb_config d;
+    spb_config_defaults(&d);
+    fprintf(out, "[\n");
+    for (int k = 0; k < NUM_OPTIONS; k++) {
+        const option_spec *o = &options[k];
+        const void *field = (const char *)&d + o->offset;
+        char strategies[256] = "";
+        const char *choices = o->choices;
+        if (!strcmp(o->name, "strategy")) { /* the strategies this build has */
+            spb_strategy_names(strategies, sizeof strategies);
+            char *w = strategies; /* "a, b" -> "a,b" */
+            for (const char *c = strategies; *c; c++)
+                if (*c != ' ') *w++ = *c;
+            *w = '\0';
+            choices = strategies;
+        }
+        fprintf(out, "  {\"name\": \"%s\", \"kind\": \"%s\", \"choices\": ", o->name, kinds[o->kind]);
+        if (choices) {
+            fputc('[', out);
+            for (const char *c = choices; *c;) {
+                size_t n = strcspn(c, ",");
+                fprintf(out, "%s\"%.*s\"", c == choices ? "" : ", ", (int)n, c);
+                c += n + (c[n] == ',');
+            }
+            fputc(']', out);
+        } else {
+            fputs("null", out);
+        }
+        fputs(", \"default\": ", out);
+        switch (o->kind) {
+        case OPT_INT: fprintf(out, "%d", *(const int *)field); break;
+        case OPT_FLAG: fputs(*(const int *)field ? "true" : "false", out); break;
+        case OPT_U64: fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+        case OPT_DOUBLE: fprintf(out, "%.17g", *(const double *)field); break;
+        case OPT_STRING:
+        case OPT_SIZE: fprintf(out, "\"%s\"", (const char *)field); break; /* defaults hold no quotes */
+        }
+        fprintf(out, "}%s\n", k + 1 < NUM_OPTIONS ? "," : "");
+    }
+    fprintf(out, "]\n");
 }
 
 void spb_config_usage(FILE *out)
@@ -257,6 +360,59 @@ int spb_config_accum_steps(const spb_config *cfg, int world_size)
     return cfg->global_batch_size / (cfg->micro_batch_size * spb_config_dp_degree(cfg, world_size));
 }
 
+/* Sizes: every product that sizes a buffer or indexes one, in 64-bit
+ * arithmetic with overflow checks, bounded so that bytes (4 or 8 per
+ * element) and int row/column counts stay representable.  Refused here,
+ * before the memory model or any allocation sees them. */
+#define SPB_MAX_ELEMENTS ((int64_t)1 << 40)
+
+/* *out = the product of n factors (each >= 0); -1 if it overflows or exceeds limit. */
+static int checked_product(int64_t *out, int64_t limit, int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    int64_t p = 1;
+    int bad = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t f = va_arg(ap, int64_t);
+        if (f < 0 || __builtin_mul_overflow(p, f, &p) || p > limit) bad = 1;
+        if (bad) break;
+    }
+    va_end(ap);
+    *out = p;
+    return bad ? -1 : 0;
+}
+
+static int check_sizes(const spb_config *c, char *err, size_t errlen)
+{
+    const int64_t L = c->num_layers, C = c->hidden_size, F = c->ffn_hidden_size, V = c->vocab_size,
+                  N = c->seq_length, B = c->micro_batch_size, Pmax = c->max_position_embeddings;
+    struct { const char *what; int64_t a, b, d; } tensors[] = {
+        {"the token embedding (--vocab-size x --hidden-size)", V, C, 1},
+        {"the position table (--max-position-embeddings x --hidden-size)", Pmax, C, 1},
+        {"the QKV weight (3 x --hidden-size^2)", 3, C, C},
+        {"the MLP weight (--hidden-size x --ffn-hidden-size)", C, F, 1},
+        {"the activations of a layer (--micro-batch-size x --seq-length x --ffn-hidden-size)", B, N, F},
+        {"the activations of a layer (--micro-batch-size x --seq-length x 4 x --hidden-size)", B, N, 4 * C},
+        {"the logits (--micro-batch-size x --seq-length x --vocab-size)", B, N, V},
+    };
+    int64_t elems = 0, total = 0;
+    for (size_t k = 0; k < sizeof tensors / sizeof tensors[0]; k++)
+        if (checked_product(&elems, SPB_MAX_ELEMENTS, 3, tensors[k].a, tensors[k].b, tensors[k].d))
+            return fail(err, errlen, "%s is beyond what spbench addresses (more than 2^40 elements)", tensors[k].what);
+    /* parameters: embeddings + L x (4h^2 + 2hF + small) */
+    int64_t per_layer = 0, embed = 0;
+    if (checked_product(&per_layer, SPB_MAX_ELEMENTS, 2, C, 4 * C + 2 * F + 16) ||
+        checked_product(&total, SPB_MAX_ELEMENTS, 2, L, per_layer) ||
+        checked_product(&embed, SPB_MAX_ELEMENTS, 2, V + Pmax, C) || total + embed > SPB_MAX_ELEMENTS)
+        return fail(err, errlen, "a model of --num-layers %d, --hidden-size %d, --ffn-hidden-size %d, --vocab-size %d "
+                                 "has more than 2^40 parameters: beyond what spbench addresses", c->num_layers,
+                    c->hidden_size, c->ffn_hidden_size, c->vocab_size);
+    if (L > (1 << 24)) /* the tensor table holds ~12 entries per layer, counted in ints */
+        return fail(err, errlen, "--num-layers %d is beyond what spbench addresses (at most %d)", c->num_layers, 1 << 24);
+    return 0;
+}
+
 static int check_positive(const char *name, long v, char *err, size_t errlen)
 {
     if (v <= 0) return fail(err, errlen, "--%s must be positive (got %ld)", name, v);
@@ -283,10 +439,12 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (c->hidden_size % c->num_heads)
         return fail(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d", c->hidden_size, c->num_heads);
 
+    if (c->hidden_size > INT_MAX / 4) /* 4h below, 3h in the QKV product: ints */
+        return fail(err, errlen, "--hidden-size %d is beyond what spbench addresses (at most %d)", c->hidden_size,
+                    INT_MAX / 4);
     if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
     if (c->ffn_hidden_size < 0) return fail(err, errlen, "--ffn-hidden-size must be positive (got %d)", c->ffn_hidden_size);
-    if (c->vocab_size == 0) c->vocab_size = 256;
-    if (c->vocab_size < 0) return fail(err, errlen, "--vocab-size must be positive (got %d)", c->vocab_size);
+    if (c->vocab_size <= 0) return fail(err, errlen, "--vocab-size must be positive (got %d)", c->vocab_size);
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     if (c->max_position_embeddings < 0) return fail(err, errlen, "--max-position-embeddings must be positive");
     if (c->seq_length > c->max_position_embeddings)
@@ -295,11 +453,7 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (c->data[0] && c->vocab_size < 256)
         return fail(err, errlen, "--data is read as bytes and needs --vocab-size >= 256 (got %d)", c->vocab_size);
 
-    /* Sizes whose products index memory must fit comfortably in 64 bits and
-     * the per-tensor int dimensions. */
-    double params = (double)c->vocab_size * c->hidden_size +
-                    (double)c->num_layers * (4.0 * c->hidden_size * c->hidden_size + 2.0 * c->hidden_size * c->ffn_hidden_size);
-    if (params > 1e12) return fail(err, errlen, "model of %.3g parameters is beyond what spbench addresses", params);
+    if (check_sizes(c, err, errlen)) return -1;
 
     if (c->lr < 0 || c->min_lr < 0) return fail(err, errlen, "--lr and --min-lr must be >= 0");
     if (c->min_lr > c->lr) return fail(err, errlen, "--min-lr %g exceeds --lr %g", c->min_lr, c->lr);
@@ -429,9 +583,17 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (s->validate && s->validate(c, world_size, err, errlen)) return -1;
 
     int dp = spb_config_dp_degree(c, world_size);
-    if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp;
+    int64_t step_batch; /* sequences of one micro-step over the data-parallel ranks */
+    if (checked_product(&step_batch, (int64_t)INT_MAX, 2, (int64_t)c->micro_batch_size, (int64_t)dp))
+        return fail(err, errlen, "--micro-batch-size %d x data-parallel %d sequences per micro-step is beyond what "
+                                 "spbench addresses (at most %d)", c->micro_batch_size, dp, INT_MAX);
+    if (c->global_batch_size == 0) c->global_batch_size = (int)step_batch;
     if (c->global_batch_size < 0) return fail(err, errlen, "--global-batch-size must be positive");
-    if (c->global_batch_size % (c->micro_batch_size * dp))
+    int64_t batch_tokens; /* the dump holds the whole global batch's tokens */
+    if (checked_product(&batch_tokens, SPB_MAX_ELEMENTS, 2, (int64_t)c->global_batch_size, (int64_t)c->seq_length + 1))
+        return fail(err, errlen, "--global-batch-size %d x --seq-length %d tokens per iteration is beyond what spbench "
+                                 "addresses", c->global_batch_size, c->seq_length);
+    if (c->global_batch_size % step_batch)
         return fail(err, errlen, "--global-batch-size %d is not a multiple of micro-batch %d x data-parallel %d",
                     c->global_batch_size, c->micro_batch_size, dp);
 
@@ -444,18 +606,17 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
             return fail(err, errlen, "--data '%s' has %lld bytes, fewer than --seq-length + 1 = %d",
                         c->data, (long long)st.st_size, c->seq_length + 1);
     }
-    if (c->memory_budget[0]) {
+    if (c->memory_budget[0]) { /* in place of the machine's memory (spbench.c checks that one) */
         double budget = spb_parse_bytes(c->memory_budget);
-        if (budget <= 0) return fail(err, errlen, "--memory-budget '%s' is not a size (e.g. 80GiB)", c->memory_budget);
-        spb_memory_prediction pred;
-        spb_memory_model(c, world_size, spb_memory_precision(c), &pred);
-        if (pred.total > budget)
-            return fail(err, errlen,
-                        "predicted %.3f GiB per rank (parameters, gradients, optimizer state, activations; %s) "
-                        "exceeds --memory-budget %s",
-                        pred.total / 1073741824.0, c->precision, c->memory_budget);
+        if (!(budget > 0)) return fail(err, errlen, "--memory-budget '%s' is not a size (e.g. 80GiB)", c->memory_budget);
+        char limit[SPB_NAME_MAX + 32];
+        snprintf(limit, sizeof limit, "--memory-budget %s", c->memory_budget);
+        if (spb_memory_check_capacity(c, world_size, budget, limit, err, errlen)) return -1;
     }
     if (c->load[0] && access(c->load, R_OK) != 0)
         return fail(err, errlen, "--load '%s': %s", c->load, strerror(errno));
+    struct stat load_st; /* a pipe or device would block or read forever */
+    if (c->load[0] && (stat(c->load, &load_st) != 0 || !S_ISREG(load_st.st_mode)))
+        return fail(err, errlen, "--load '%s' is not a regular file", c->load);
     return 0;
 }

@@ -76,8 +76,9 @@ typedef struct spb_config {
     int log_interval;
     int timing_warmup;          /* iterations excluded from timing statistics */
     int quiet;
-    int compare_alltoall;
-    char memory_budget[SPB_NAME_MAX]; /* e.g. 80GiB: refuse runs the memory model says cannot fit */       /* time plain MPI_Alltoall of the same bytes at the end */
+    int compare_alltoall;       /* time plain MPI_Alltoall of the same bytes at the end */
+    char memory_budget[SPB_NAME_MAX]; /* e.g. 80GiB: refuse runs the memory model says cannot fit */
+    int overwrite;              /* outputs may replace files that are not spbench files of their kind */
 } spb_config;
 
 /* Defaults for everything (a small model). */
@@ -93,6 +94,9 @@ int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t e
 int spb_config_finalize(spb_config *cfg, int world_size, char *err, size_t errlen);
 
 void spb_config_usage(FILE *out);
+/* Every option as JSON (name, kind, choices, default): spbench --list-options,
+ * which the sweep runner reads instead of keeping its own copy. */
+void spb_config_list_options(FILE *out);
 /* Whether the run's attention takes the CUDA flash kernels (--device cuda,
  * 16-bit, --bf16-kernels fast, --attention flash): where --flash-block-rows,
  * --flash-dq, --flash-fwd and --flash-bwd apply.  After finalize (bf16_kernels' default). */

@@ -3,6 +3,8 @@
 #include "gpt.h"
 #include "zero.h"
 
+#include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -79,9 +81,21 @@ spb_precision spb_memory_precision(const spb_config *c)
 
 double spb_parse_bytes(const char *text)
 {
+    /* A decimal number only: strtod alone would take blanks, hexadecimal,
+     * inf and nan ("--memory-budget nan" must not mean "no budget"). */
+    const char *p = text;
+    int digits = 0;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++) digits++;
+    if (!digits) return -1;
+    if ((*p == 'e' || *p == 'E') && isdigit((unsigned char)p[1 + (p[1] == '-' || p[1] == '+')])) {
+        p += 1 + (p[1] == '-' || p[1] == '+');
+        while (isdigit((unsigned char)*p)) p++;
+    }
     char *end = NULL;
     double v = strtod(text, &end);
-    if (end == text || v < 0) return -1;
+    if (end != p || !isfinite(v) || v < 0) return -1;
     static const struct { const char *suffix; double scale; } units[] = {
         {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
         {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};

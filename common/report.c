@@ -36,6 +36,26 @@ static size_t join(const spb_row *r, int keys, char *buf, size_t len)
     return used;
 }
 
+int spb_row_check_csv(const spb_row *r, const char *path, char *err, size_t errlen)
+{
+    enum { LINE_MAX_BYTES = SPB_ROW_MAX_COLUMNS * 200 };
+    char *header = SPB_CHECK_PTR(malloc(LINE_MAX_BYTES)), *existing = SPB_CHECK_PTR(calloc(1, LINE_MAX_BYTES + 1));
+    size_t hlen = join(r, 1, header, LINE_MAX_BYTES);
+    int rc = 0;
+    FILE *f = fopen(path, "rb");
+    if (f) { /* absent or empty: the header will be written */
+        size_t got = fread(existing, 1, hlen, f);
+        if (got > 0 && (got != hlen || memcmp(existing, header, hlen) != 0)) {
+            snprintf(err, errlen, "results file '%s' has other columns than this spbench writes; use a new file", path);
+            rc = -1;
+        }
+        fclose(f);
+    }
+    free(header);
+    free(existing);
+    return rc;
+}
+
 int spb_row_append_csv(const spb_row *r, const char *path, char *err, size_t errlen)
 {
     enum { LINE_MAX_BYTES = SPB_ROW_MAX_COLUMNS * 200 };
@@ -50,6 +70,17 @@ int spb_row_append_csv(const spb_row *r, const char *path, char *err, size_t err
     flock(fd, LOCK_EX);
     struct stat st;
     fstat(fd, &st);
+    char last = '\n';
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "results file '%s' is not a regular file", path);
+        goto unlock;
+    }
+    if (st.st_size > 0 && (pread(fd, &last, 1, st.st_size - 1) != 1 || last != '\n')) {
+        /* a row appended here would be glued to the torn last line */
+        snprintf(err, errlen, "results file '%s' does not end with a newline (a torn last row?): repair it or use "
+                 "a new file", path);
+        goto unlock;
+    }
     if (st.st_size == 0) {
         if (write(fd, header, hlen) != (ssize_t)hlen) goto io_error;
     } else {

@@ -19,5 +19,8 @@ void spb_row_add(spb_row *r, const char *key, const char *fmt, ...) __attribute_
 /* Appends r to path, writing the header first if the file is new or empty.
  * Fails (without writing) if the file's header has other columns. */
 int spb_row_append_csv(const spb_row *r, const char *path, char *err, size_t errlen);
+/* Whether r could be appended to path: 0 if the file is absent, empty or
+ * has r's header; -1 with a message otherwise.  Writes nothing. */
+int spb_row_check_csv(const spb_row *r, const char *path, char *err, size_t errlen);
 
 #endif

@@ -212,7 +212,9 @@ static void comm_sum(const spb_run_summary *s, int op, int phase, double *link, 
             *link += s->link[k], *sec += s->seconds[k];
 }
 
-int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char *err, size_t errlen)
+/* The row, appended to cfg->results, or (check_only) only compared with
+ * the file's header. */
+static int results_row(const spb_run_summary *s, const spb_trainer *tr, int check_only, char *err, size_t errlen)
 {
     const spb_config *c = &tr->cfg;
     const spb_grid *g = tr->grid;
@@ -337,5 +339,17 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
     spb_row_add(&r, "blas", "%s", spb_blas_description());
     spb_row_add(&r, "commit", "%s", SPB_VERSION_COMMIT);
     spb_row_add(&r, "date", "%s", date);
-    return spb_row_append_csv(&r, c->results, err, errlen);
+    return check_only ? spb_row_check_csv(&r, c->results, err, errlen) : spb_row_append_csv(&r, c->results, err, errlen);
+}
+
+int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char *err, size_t errlen)
+{
+    return results_row(s, tr, 0, err, errlen);
+}
+
+int spb_check_results_file(const spb_trainer *tr, char *err, size_t errlen)
+{
+    spb_run_summary zero;
+    memset(&zero, 0, sizeof zero); /* only the columns' names are compared */
+    return results_row(&zero, tr, 1, err, errlen);
 }

@@ -45,5 +45,8 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
 void spb_print_summary(const spb_run_summary *s, const spb_config *cfg);
 /* Appends the results row to cfg->results; 0 or -1 with a message. */
 int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char *err, size_t errlen);
+/* Before the first iteration: whether the row could be appended to
+ * cfg->results (its header, if the file has one, has the row's columns). */
+int spb_check_results_file(const spb_trainer *tr, char *err, size_t errlen);
 
 #endif

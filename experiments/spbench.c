@@ -1,6 +1,7 @@
 /* spbench: train a GPT with a sequence-parallel strategy on MPI ranks and
  * report Megatron-style iteration lines and one CSV summary row. */
 #define _DEFAULT_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include "../common/config.h"
 #include "../common/flops.h"
 #include "../common/grid.h"
+#include "../common/memory_limit.h"
+#include "../common/outputs.h"
 #include "../common/ops.h"
 #include "../common/timer.h"
 #include "../common/train.h"
@@ -78,8 +81,43 @@ static int write_dump(spb_trainer *t, double loss, char *err, size_t errlen)
     return rc;
 }
 
+/* The memory a rank can have: the GPU's (shared round-robin by the ranks on
+ * the machine) with --device cuda, else physical memory over the ranks on
+ * the machine.  Collective.  0 when unknown. */
+static double rank_capacity(const spb_config *cfg, char *limit, size_t len)
+{
+    MPI_Comm node;
+    int local_ranks = 1;
+    SPB_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_Comm_size(node, &local_ranks);
+    MPI_Comm_free(&node);
+    const double gib = 1073741824.0;
+#ifdef SPB_HAVE_CUDA
+    if (!strcmp(cfg->device, "cuda")) {
+        int gpus = spb_cuda_device_count();
+        int sharing = gpus > 0 ? (local_ranks + gpus - 1) / gpus : 1;
+        double bytes = spb_cuda_current_device_bytes();
+        snprintf(limit, len, "the memory a rank can have, %.3f GiB (the GPU's %.1f GiB shared by %d rank%s; "
+                 "--memory-budget sets another limit)", bytes / sharing / gib, bytes / gib, sharing,
+                 sharing > 1 ? "s" : "");
+        return bytes / sharing;
+    }
+#endif
+    (void)cfg;
+    double host = spb_host_memory_bytes();
+    snprintf(limit, len, "the memory a rank can have, %.3f GiB (%.1f GiB physical / %d rank%s on this machine; "
+             "--memory-budget sets another limit)", host / local_ranks / gib, host / gib, local_ranks,
+             local_ranks > 1 ? "s" : "");
+    return host / local_ranks;
+}
+
 int main(int argc, char **argv)
 {
+    /* Machine-readable option table for the sweep runner: no MPI needed. */
+    if (argc == 2 && !strcmp(argv[1], "--list-options")) {
+        spb_config_list_options(stdout);
+        return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank = 0, world = 1;
@@ -97,6 +135,11 @@ int main(int argc, char **argv)
     }
     int bad = prc != 0 || spb_config_finalize(&cfg, world, err, sizeof err) != 0;
     if (agree_on_error(bad, err, rank)) {
+        MPI_Finalize();
+        return 2;
+    }
+    /* Every output is checked before anything runs; rank 0 writes them. */
+    if (agree_on_error(rank == 0 && spb_outputs_check(&cfg, err, sizeof err) != 0, err, rank)) {
         MPI_Finalize();
         return 2;
     }
@@ -123,6 +166,17 @@ int main(int argc, char **argv)
         }
     }
 #endif
+    /* The memory model against what a rank can have (an explicit
+     * --memory-budget was checked instead, in finalize). */
+    if (!cfg.memory_budget[0]) {
+        char limit[256];
+        double capacity = rank_capacity(&cfg, limit, sizeof limit);
+        int mbad = spb_memory_check_capacity(&cfg, world, capacity, limit, err, sizeof err) != 0;
+        if (agree_on_error(mbad, err, rank)) {
+            MPI_Finalize();
+            return 2;
+        }
+    }
 #ifdef SPB_HAVE_NCCL
     /* Collectives on device buffers through NCCL, on the device just bound. */
     if (use_nccl) spb_comm_set_device_ops(spb_nccl_device_ops());
@@ -168,16 +222,28 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    FILE *loss_log = NULL;
-    if (rank == 0 && cfg.loss_log[0]) {
-        loss_log = fopen(cfg.loss_log, "w");
-        if (!loss_log) snprintf(err, sizeof err, "cannot create --loss-log '%s'", cfg.loss_log);
-    }
-    if (agree_on_error(rank == 0 && cfg.loss_log[0] && !loss_log, err, rank)) {
+    /* The results file's columns, before the first iteration. */
+    if (agree_on_error(rank == 0 && cfg.results[0] && spb_check_results_file(tr, err, sizeof err) != 0, err, rank)) {
         MPI_Finalize();
         return 2;
     }
-    if (loss_log) fprintf(loss_log, "iteration,loss,lr,grad_norm,time_ms,tokens,loss_scale,skipped\n");
+    FILE *loss_log = NULL;
+    int log_bad = 0;
+    if (rank == 0 && cfg.loss_log[0]) {
+        errno = 0;
+        loss_log = fopen(cfg.loss_log, "w");
+        /* the header flushed now: a full disk or /dev/full is found before training */
+        log_bad = !loss_log ||
+                  fprintf(loss_log, "iteration,loss,lr,grad_norm,time_ms,tokens,loss_scale,skipped\n") < 0 ||
+                  fflush(loss_log) != 0;
+        if (log_bad)
+            snprintf(err, sizeof err, "cannot write --loss-log '%s': %s", cfg.loss_log,
+                     errno ? strerror(errno) : "write error");
+    }
+    if (agree_on_error(log_bad, err, rank)) {
+        MPI_Finalize();
+        return 2;
+    }
 
     int iters = cfg.train_iters;
     double *times = SPB_CHECK_PTR(calloc((size_t)iters + 1, sizeof(double)));
@@ -213,9 +279,9 @@ int main(int argc, char **argv)
         if (i == 0) first_loss = loss;
         final_loss = loss;
         if (i >= cfg.timing_warmup) times[measured++] = dt;
-        if (loss_log)
-            fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f,%.9g,%d\n", tr->iteration, loss, tr->lr, tr->grad_norm,
-                    dt * 1e3, tokens_per_iter * tr->iteration, tr->scaler.loss_scale, tr->skipped);
+        if (loss_log && !log_bad)
+            log_bad = fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f,%.9g,%d\n", tr->iteration, loss, tr->lr, tr->grad_norm,
+                    dt * 1e3, tokens_per_iter * tr->iteration, tr->scaler.loss_scale, tr->skipped) < 0;
         if (!isfinite(loss) && rank == 0) fprintf(stderr, "spbench: warning: loss is %g at iteration %ld\n", loss, tr->iteration);
         if (rank == 0 && !cfg.quiet && (tr->iteration % cfg.log_interval == 0 || i == iters - 1)) {
             printf(" iteration %8ld/%8d | elapsed time per iteration (ms): %.1f | learning rate: %.3E | "
@@ -228,11 +294,19 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    if (loss_log) fclose(loss_log);
+    int rc = 0;
+    if (loss_log) {
+        errno = 0;
+        log_bad = fclose(loss_log) != 0 || log_bad;
+        if (log_bad) { /* rows lost: the run's record is incomplete */
+            fprintf(stderr, "spbench: error: cannot write --loss-log '%s': %s\n", cfg.loss_log,
+                    errno ? strerror(errno) : "write error");
+            rc = 2;
+        }
+    }
 
     spb_run_summary sum;
     spb_summarize_run(&sum, tr, times, measured, first_loss, final_loss, device_used_peak); /* collective */
-    int rc = 0;
     if (rank == 0) {
         if (!cfg.quiet) spb_print_summary(&sum, &cfg);
         if (cfg.results[0] && spb_append_results_row(&sum, tr, err, sizeof err)) {

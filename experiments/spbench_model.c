@@ -80,6 +80,10 @@ int main(int argc, char **argv)
     unsigned ablate = 0;
     double attn_density = 1.0;
     spb_precision precision = SPB_FP32;
+    if (argc == 2 && !strcmp(argv[1], "--list-options")) { /* spbench's table, which the model takes too */
+        spb_config_list_options(stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     /* Take the model's own options out; the rest is spbench's. */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;

@@ -6,6 +6,8 @@ Python 3 standard library only.  Format: docs/RUNNER.md; CSV: docs/FORMATS.md.
 import csv
 import io
 import itertools
+import json
+import math
 import os
 import re
 import shlex
@@ -55,7 +57,7 @@ SPB_OPTIONS = {
     "sparse-block": ("int", 0, None),           # blocked-sparse attention (docs/SPARSE.md)
     "sparse-local-blocks": ("int", 0, None),
     "sparse-global-blocks": ("int", 0, None),
-    "device": ("str", "cpu", "device"),
+    "device": (("cpu", "cuda"), "cpu", "device"),
     "comm": (("mpi", "nccl"), "mpi", "comm"),
     "precision": (("fp32", "bf16", "fp16"), "fp32", "precision"),  # at paper scale: the model's precision
     "data": ("str", None, None),
@@ -64,9 +66,20 @@ SPB_OPTIONS = {
     "memory-budget": ("size", None, "memory_budget"),
     "compare-alltoall": ("flag", "no", None),
     "quiet": ("flag", "yes", None),
+    # mixed precision, the CUDA flash kernels' variant, fp16 loss scaling
+    "bf16-kernels": (("fast", "reference"), None, None),
+    "bf16-direct": ("str", None, None),
+    "flash-block-rows": ("int", None, None),
+    "flash-dq": (("split", "fused"), None, None),
+    "flash-fwd": (("mma", "wgmma"), None, None),
+    "flash-bwd": (("mma", "wgmma"), None, None),
+    "loss-scale": ("float", 0.0, None),
+    "initial-loss-scale": ("float", 65536.0, None),
+    "min-loss-scale": ("float", 1.0, None),
+    "loss-scale-window": ("int", 1000, None),
 }
 # Options the runner sets itself, per point.
-RUNNER_OWNED = {"results", "loss-log", "run-name", "dump", "save", "load"}
+RUNNER_OWNED = {"results", "loss-log", "run-name", "dump", "save", "load", "overwrite"}
 
 # Keys of the runner in a scale or series section (not spbench options).
 RUNNER_KEYS = {
@@ -75,7 +88,7 @@ RUNNER_KEYS = {
     "peak-tflops": "float",   # per rank; rows above it are invalid-tflops
     "profile": "str",         # --scale paper: profiles/<name>.profile for the model
     "record-loss": "bool",    # pass --loss-log and keep the curve per point
-    "timeout": "float",       # seconds per point
+    "timeout": "seconds",     # seconds per point (positive, finite)
     "label": "str",           # series: legend text
 }
 # Options only the performance model takes (build/spbench-model; docs/MODEL.md),
@@ -118,11 +131,14 @@ def _check_value(where, key, value, kind):
     elif kind == "u64":
         if not re.fullmatch(r"[0-9]+", value):
             raise SweepError("%s: bad value '%s' for '%s' (a non-negative integer)" % (where, value, key))
-    elif kind == "float":
+    elif kind in ("float", "seconds"):
         try:
-            float(value)
+            v = float(value)
         except ValueError:
-            raise SweepError("%s: bad value '%s' for '%s' (a number)" % (where, value, key))
+            v = float("nan")
+        if not math.isfinite(v) or (kind == "seconds" and v <= 0):
+            raise SweepError("%s: bad value '%s' for '%s' (%s)" % (where, value, key, "a finite number" if kind ==
+                             "float" else "seconds, a positive finite number"))
     elif kind in ("flag", "bool"):
         if value not in ("yes", "no"):
             raise SweepError("%s: bad value '%s' for '%s' (yes or no)" % (where, value, key))
@@ -500,7 +516,7 @@ def classify(rc, stderr, timed_out):
     if rc == 0:
         return None, msg
     if msg:
-        if "exceeds --memory-budget" in msg:
+        if "exceeds --memory-budget" in msg or "exceeds the memory a rank can have" in msg:
             return "oom-predicted", msg
         if "not implemented" in msg or "no CUDA device" in msg:
             return "unsupported", msg
@@ -513,20 +529,17 @@ def classify(rc, stderr, timed_out):
 def run_process(cmd, timeout):
     """Run cmd in its own process group; kill the group on timeout or when
     the runner is interrupted."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
         return p.returncode, out, err, False
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
+        stop_point(p)
         out, err = p.communicate()
         return p.returncode, out, err, True
     except BaseException:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
+        stop_point(p)
         raise
 
 
@@ -581,7 +594,8 @@ def run_point(point, spbench, model, mpiexec, outdir, peak_override=None, tune=F
     fd, tmp = tempfile.mkstemp(prefix="point-", suffix=".csv")
     os.close(fd)
     os.unlink(tmp)
-    args = point.args() + ["--quiet", "--results", tmp, "--run-name", run_name_of(point.id)]
+    args = point.args()
+    args += ([] if "--quiet" in args else ["--quiet"]) + ["--results", tmp, "--run-name", run_name_of(point.id)]
     if point.runner.get("record-loss") == "yes":
         rel = os.path.join("loss", re.sub(r"[^A-Za-z0-9_.=-]+", "_", point.id) + ".csv")
         os.makedirs(os.path.join(outdir, "loss"), exist_ok=True)
@@ -699,3 +713,119 @@ def _run_tuned(point, spbench, model, mpiexec, outdir, peak_override, tune_space
     r["point"], r["run_name"] = point.id, point.id
     r["tune_tried"] = "; ".join(tried)
     return r
+
+
+# --------------------------------------------------------------------------
+# Robustness (issue 39): points die with the runner, one runner per results
+# directory, spbench's own option table
+# --------------------------------------------------------------------------
+GUARD = os.path.join(ROOT, "experiments", "point_guard.py")
+
+
+def guarded(cmd):
+    """cmd under experiments/point_guard.py: its process group is killed
+    when the runner dies, however it dies."""
+    return [sys.executable, GUARD, "--"] + list(cmd)
+
+
+def stop_point(p):
+    """End a point started under guarded(): SIGTERM makes the guard kill its
+    group and every process below it (the ranks, which mpiexec puts in groups
+    of their own); SIGKILL to the group if it has not ended in 10 s."""
+    try:
+        os.kill(p.pid, signal.SIGTERM)
+        p.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+
+
+_LOCKS = {}
+
+
+def lock_results_dir(outdir):
+    """Hold an exclusive flock on OUTDIR/.runner.lock for the life of this
+    process; a second runner on the same directory gets a SweepError naming
+    the pid that holds it.  The lock goes with the process, however it ends."""
+    import fcntl
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, ".runner.lock")
+    key = os.path.realpath(path)
+    if key in _LOCKS:
+        return path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split("\n")[0].strip()
+        os.close(fd)
+        raise SweepError("results directory %s is in use by another runner (%s); wait for it to finish or stop "
+                         "it" % (outdir, holder or "pid unknown"))
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, ("pid %d, started %s\n" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+              .encode(), 0)
+    _LOCKS[key] = fd
+    return path
+
+
+_LISTED = {}
+
+
+def spbench_options(binary):
+    """spbench's options as the binary lists them (spbench --list-options):
+    {name: (kind, choices tuple or None, default)}, read once per binary."""
+    key = os.path.realpath(binary)
+    if key not in _LISTED:
+        try:
+            r = subprocess.run([binary, "--list-options"], capture_output=True, text=True, timeout=60)
+            listed = json.loads(r.stdout) if r.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError, ValueError):
+            listed = None
+        if not isinstance(listed, list):
+            raise SweepError("%s --list-options did not list its options (an older build? scripts/build)" % binary)
+        _LISTED[key] = {o["name"]: (o["kind"], tuple(o["choices"]) if o.get("choices") else None, o.get("default"))
+                        for o in listed}
+    return _LISTED[key]
+
+
+def _listed_kind(kind, choices):
+    return choices if choices else kind
+
+
+def option_divergence(listed):
+    """How the built-in copy SPB_OPTIONS (+ RUNNER_OWNED) differs from the
+    binary's table: one line per difference, empty when they agree."""
+    out = []
+    for name, (kind, choices, _) in sorted(listed.items()):
+        want = _listed_kind(kind, choices)
+        if name in RUNNER_OWNED:
+            continue
+        if name not in SPB_OPTIONS:
+            out.append("spbench has --%s (%s), the runner's table does not" % (name, want))
+        elif SPB_OPTIONS[name][0] != want:
+            out.append("--%s: spbench takes %s, the runner's table says %s" % (name, want, SPB_OPTIONS[name][0]))
+    for name in sorted(set(SPB_OPTIONS) | RUNNER_OWNED):
+        if name not in listed:
+            out.append("the runner's table has --%s, spbench does not" % name)
+    return out
+
+
+def use_spbench_options(binary):
+    """Take the option table from the spbench binary (the one source of
+    truth, common/config.c): every option it lists becomes a key of the
+    sweep files with its kind and words; options it does not list are
+    dropped.  The built-in SPB_OPTIONS keeps the results columns and
+    defaults.  Returns option_divergence(), for a note."""
+    listed = spbench_options(binary)
+    diff = option_divergence(listed)
+    for name, (kind, choices, default) in listed.items():
+        if name in RUNNER_OWNED:
+            continue
+        _, default0, column = SPB_OPTIONS.get(name, (None, None, None))
+        SPB_OPTIONS[name] = (_listed_kind(kind, choices), default0, column)
+    for name in [n for n in SPB_OPTIONS if n not in listed]:
+        del SPB_OPTIONS[name]
+    return diff

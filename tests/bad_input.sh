@@ -2,10 +2,15 @@
 # Bad input: each invalid configuration must end every rank with a non-zero
 # exit and exactly one "spbench: error:" line, within seconds, single-rank and
 # under mpiexec -np 2.  A rank killed mid-run must not leave the others
-# waiting.  Usage: bad_input.sh SPBENCH MPIEXEC
+# waiting.  Usage: bad_input.sh SPBENCH MPIEXEC [SET]
+# SET: base (the first list and the killed rank; the default), issue39 (the
+# cases of issue 39: sizes, numbers, outputs, checkpoints; its own ctest
+# entry, so that the two run side by side), or all.
 set -u
 spbench=$1
 mpiexec=$2
+set_name=${3:-base}
+case "$set_name" in base | issue39 | all) ;; *) echo "bad_input.sh: unknown set '$set_name'"; exit 2 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'short' > "$tmp/short.txt"
@@ -65,6 +70,119 @@ cases=(
   "--device cuda --precision bf16 --flash-bwd wgmma --flash-dq fused --flash-block-rows 64"  # 128 keys per block
   "--device cuda --precision bf16 --bf16-kernels reference --flash-dq fused"  # the frames have no flash kernels
 )
+# Issue 39 (nothing lost, nothing clobbered): single-rank, and one in five also under
+# mpiexec -np 2 (the verdict is reached the same way on every rank; this keeps the test short).
+cases39=(
+  # Issue 39, class 1: size products overflow (checked in 64 bits, refused before allocation)
+  "--micro-batch-size 1073741824 --global-batch-size 8"
+  "--micro-batch-size 2147483647"
+  "--hidden-size 2147483640 --num-attention-heads 8"
+  "--num-layers 2147483647"
+  "--vocab-size 2147483647"
+  "--ffn-hidden-size 2147483647"
+  "--seq-length 2147483647 --max-position-embeddings 2147483647"
+  "--micro-batch-size 65536 --seq-length 65536"
+  # class 2: impossible sizes refused with the memory model's figure, not run until malloc fails
+  "--seq-length 100000000"
+  "--seq-length 2000000"
+  "--num-layers 10000000"
+  "--vocab-size 100000000"
+  "--max-position-embeddings 2000000000"
+  "--hidden-size 65536 --num-attention-heads 64"
+  "--zero-stage 3 --num-layers 1000000"
+  # class 3
+  "--vocab-size 0"
+  "--vocab-size -5"
+  # class 10: strict numbers, an option once
+  "--seq-length 0x10"
+  "--seq-length 64abc"
+  "--seq-length +64"
+  "--seq-length 6.4"
+  "--seq-length 99999999999999999999"
+  "--lr 0x10"
+  "--lr inf"
+  "--lr nan"
+  "--lr 1e400"
+  "--lr 1e-3x"
+  "--seed 0x10"
+  "--seed -1"
+  "--memory-budget nan"
+  "--memory-budget inf"
+  "--memory-budget 0x10GiB"
+  "--memory-budget -1GiB"
+  "--memory-budget 0"
+  "--memory-budget 1.5XB"
+  "--lr 1e-3 --lr 2e-3"
+  "--seq-length 64 --seq-length=64"
+  "--quiet --quiet"
+  "--quiet=yes"
+  "--seq-length="
+  # classes 4 and 5: outputs checked before the first iteration (a run of 10^6 iterations
+  # would time out if they were found after it); nothing that is not a spbench file replaced
+  "--train-iters 1000000 --save $tmp/precious.txt"
+  "--train-iters 1000000 --save /dev/null"
+  "--train-iters 1000000 --save $tmp"
+  "--train-iters 1000000 --save $tmp/fifo"
+  "--train-iters 1000000 --save $tmp/link.ckpt"
+  "--train-iters 1000000 --save $tmp/missing/dir/x.ckpt"
+  "--train-iters 1000000 --dump $tmp/precious.txt"
+  "--train-iters 1000000 --dump $tmp/missing/d.bin"
+  "--train-iters 1000000 --loss-log $tmp/precious.txt"
+  "--train-iters 1000000 --loss-log $tmp/missing/l.csv"
+  "--train-iters 1000000 --loss-log $tmp/fifo"
+  "--train-iters 1000000 --loss-log /dev/full"
+  "--train-iters 1000000 --results $tmp/missing/r.csv"
+  "--train-iters 1000000 --results $tmp/other-columns.csv"
+  "--train-iters 1000000 --results /dev/null"
+  "--train-iters 1000000 --results $tmp/torn.csv"       # class 6: last line without its newline
+  "--train-iters 1000000 --save $tmp/same.out --loss-log $tmp/same.out"
+  "--load $tmp/fifo"
+  # class 10: checkpoints validated (made below from a good one)
+  "--load $tmp/neg-step.ckpt"
+  "--load $tmp/huge-step.ckpt"
+  "--load $tmp/trailing.ckpt"
+  "--load $tmp/nan-param.ckpt"
+  "--load $tmp/inf-moment.ckpt"
+  "--load $tmp/truncated.ckpt"
+  "--load $tmp/bad-scale.ckpt"
+)
+# Values with blanks, separated by '|': a leading blank is not a number.
+exact_cases=(
+  "--seq-length| 64"
+  "--seq-length|64 "
+  "--lr| 1e-3"
+  "--memory-budget| 1GiB"
+  "--seq-length|"
+)
+
+# Files the cases above must refuse to touch, and damaged checkpoints.
+if [ "$set_name" != base ]; then
+printf 'not a checkpoint: must survive\n' > "$tmp/precious.txt"
+printf 'a,b\n1,2\n' > "$tmp/other-columns.csv"
+mkfifo "$tmp/fifo"
+ln -s "$tmp/precious.txt" "$tmp/link.ckpt"
+"$spbench" --train-iters 2 --quiet --results "$tmp/torn.csv" --save "$tmp/good.ckpt" > /dev/null 2>&1 ||
+  { echo "FAIL: cannot make the good checkpoint"; exit 1; }
+printf 'x,ok,none' >> "$tmp/torn.csv"
+python3 - "$tmp" <<'PY'
+import math, os, shutil, struct, sys
+d = sys.argv[1]
+good = open(os.path.join(d, "good.ckpt"), "rb").read()
+def put(name, data):
+    open(os.path.join(d, name), "wb").write(data)
+def patched(offset, fmt, value):
+    b = bytearray(good); struct.pack_into(fmt, b, offset, value); return bytes(b)
+put("neg-step.ckpt", patched(16 + 7 * 8, "<q", -5))           # header field 7: the step
+put("huge-step.ckpt", patched(16 + 7 * 8, "<q", 1 << 50))
+put("trailing.ckpt", good + b"junk")
+put("nan-param.ckpt", patched(256 + 4 * 10, "<f", math.nan))  # the 11th parameter
+n = struct.unpack_from("<q", good, 16 + 8 * 8)[0]
+put("inf-moment.ckpt", patched(256 + 4 * (2 * n + 3), "<f", math.inf))  # a second moment
+put("truncated.ckpt", good[: len(good) - 100])
+put("bad-scale.ckpt", patched(104, "<d", math.nan))            # the loss scale of the state
+PY
+precious_sum=$(cksum < "$tmp/precious.txt")
+fi
 
 passed=0
 failed=0
@@ -86,12 +204,43 @@ check_case() { # label, case text, command...
   fi
 }
 
+[ "$set_name" = issue39 ] && cases=()
 for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
   check_case "np1" "$c" "$spbench" $c
   # shellcheck disable=SC2086
   check_case "np2" "$c" "$mpiexec" -np 2 "$spbench" $c
 done
+if [ "$set_name" != base ]; then
+
+k=0
+for c in "${cases39[@]}"; do
+  # shellcheck disable=SC2086
+  check_case "np1" "$c" "$spbench" $c
+  # shellcheck disable=SC2086
+  if [ $((k % 5)) -eq 0 ]; then check_case "np2" "$c" "$mpiexec" -np 2 "$spbench" $c; fi
+  k=$((k + 1))
+done
+for c in "${exact_cases[@]}"; do
+  IFS='|' read -r -a words <<< "$c"
+  check_case "np1" "$c" "$spbench" "${words[@]}"
+done
+echo "issue 39 cases: ${#cases39[@]} + ${#exact_cases[@]}"
+
+# Nothing clobbered: the files the cases named are as they were.
+if [ "$(cksum < "$tmp/precious.txt")" = "$precious_sum" ] && [ -L "$tmp/link.ckpt" ] && [ -p "$tmp/fifo" ] &&
+   [ -c /dev/null ] && [ -z "$(find "$tmp" -name '*.tmp.*')" ]; then
+  passed=$((passed + 1)); echo "ok   nothing clobbered: the refused outputs' files are unchanged, no temporaries left"
+else
+  failed=$((failed + 1)); echo "FAIL a refused output changed a file or left a temporary"; ls -la "$tmp"
+fi
+fi
+
+if [ "$set_name" = issue39 ]; then
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+fi
 
 # A rank killed with SIGKILL mid-run: mpiexec must end the job, not hang.
 "$mpiexec" -np 2 "$spbench" --train-iters 100000 --quiet > "$tmp/kill.out" 2>&1 &

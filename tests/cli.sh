@@ -16,8 +16,10 @@ verdict() { # name, condition status
   if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi
 }
 text=/usr/share/common-licenses/GPL-3
-args=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 48 --micro-batch-size 2
+# (spbench refuses an option given twice: the micro-batch is added per run)
+base=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 48
       --global-batch-size 4 --data "$text" --lr 3e-3 --quiet)
+args=("${base[@]}" --micro-batch-size 2)
 
 # 1. Bit-identical losses across processes (2 ranks, data parallel).
 "$mpiexec" -np 2 "$spbench" "${args[@]}" --train-iters 6 --loss-log "$tmp/a.csv" &&
@@ -31,9 +33,9 @@ cut -d, -f1-2 "$tmp/c.csv" | cmp -s - <(cut -d, -f1-2 "$tmp/a.csv")
 verdict "another seed: another loss sequence" $?
 
 # 2. Resume: 3 steps + save, load + 3 steps == 6 steps straight.
-"$spbench" "${args[@]}" --micro-batch-size 4 --train-iters 6 --loss-log "$tmp/straight.csv" --save "$tmp/s.ckpt" &&
-"$spbench" "${args[@]}" --micro-batch-size 4 --train-iters 3 --save "$tmp/half.ckpt" &&
-"$spbench" "${args[@]}" --micro-batch-size 4 --train-iters 3 --load "$tmp/half.ckpt" --loss-log "$tmp/resumed.csv" \
+"$spbench" "${base[@]}" --micro-batch-size 4 --train-iters 6 --loss-log "$tmp/straight.csv" --save "$tmp/s.ckpt" &&
+"$spbench" "${base[@]}" --micro-batch-size 4 --train-iters 3 --save "$tmp/half.ckpt" &&
+"$spbench" "${base[@]}" --micro-batch-size 4 --train-iters 3 --load "$tmp/half.ckpt" --loss-log "$tmp/resumed.csv" \
     --save "$tmp/r.ckpt"
 tail -n 3 "$tmp/straight.csv" | cut -d, -f1-2 > "$tmp/s.tail"
 tail -n 3 "$tmp/resumed.csv" | cut -d, -f1-2 > "$tmp/r.tail"

@@ -32,7 +32,8 @@ run() { # label, launcher..., then spbench options
     cat "$tmp/$label.log" "$tmp/$label.check" 2>/dev/null | tail -n 40
   fi
 }
-small="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24 --micro-batch-size 3 --vocab-size 50"
+small_model="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24 --vocab-size 50"
+small="$small_model --micro-batch-size 3"  # spbench takes an option once: dp2-accum sets its own micro-batch
 # shellcheck disable=SC2086
 run synthetic-flash "$spbench" $small --attention flash
 # shellcheck disable=SC2086
@@ -46,7 +47,7 @@ run text-multitile "$spbench" --num-layers 3 --hidden-size 48 --num-attention-he
 # Data parallel over 2 ranks with gradient accumulation: the dump is the
 # gradient of the whole global batch.
 # shellcheck disable=SC2086
-run dp2-accum "$mpiexec" -np 2 "$spbench" $small --micro-batch-size 1 --global-batch-size 4
+run dp2-accum "$mpiexec" -np 2 "$spbench" $small_model --micro-batch-size 1 --global-batch-size 4
 # Ulysses over 2 ranks with ZeRO-3: the dump gathers the reduce-scattered
 # gradient slices and the checkpoint the partitioned parameters.
 # shellcheck disable=SC2086

@@ -33,3 +33,14 @@ extern "C" void spb_cuda_describe(char *buf, size_t len)
     snprintf(buf, len, "%d x %s (cc %d.%d, %.0f GiB), driver %d, runtime %d", n, p.name, p.major, p.minor,
              (double)p.totalGlobalMem / (1 << 30), driver, runtime);
 }
+
+extern "C" double spb_cuda_current_device_bytes(void)
+{
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0.0;
+    }
+    return (double)p.totalGlobalMem;
+}

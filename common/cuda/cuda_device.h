@@ -17,6 +17,8 @@ void spb_cuda_describe(char *buf, size_t len);
  * flash kernels' (compute capability 9.0 and sm_90a in the build; the
  * CPU emulation of a 9.0 device too); asks the device once. */
 int spb_cuda_attention_wgmma_available(void);
+/* Total memory of the device this rank is bound to, in bytes (0: unknown). */
+double spb_cuda_current_device_bytes(void);
 
 #ifdef __cplusplus
 }
