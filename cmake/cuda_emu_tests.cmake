@@ -88,6 +88,10 @@ if(SPB_EMU_NCCL)
   add_test(NAME emu_gpu_binding COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_binding.sh $<TARGET_FILE:spbench>
                                         ${MPIEXEC_EXECUTABLE})
   list(APPEND spb_emu_tests emu_gpu_binding)
+  # experiments/run fig4 --scale gpu end to end on two emulated GPUs, a tiny model (SPB_GPU_SCALE_TINY)
+  add_test(NAME emu_gpu_scale COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_scale.sh $<TARGET_FILE:spbench>
+                                      ${MPIEXEC_EXECUTABLE})
+  list(APPEND spb_emu_tests emu_gpu_scale)
 endif()
 # the check programs' watchdog: a unit slower than --watchdog ends the process (exit 5), rows kept
 add_test(NAME emu_gpu_watchdog COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_watchdog.sh ${CMAKE_BINARY_DIR}

@@ -10,7 +10,10 @@ if(Python3_Interpreter_FOUND AND BUILD_TESTING)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_runner.py $<TARGET_FILE:spbench>)
   add_test(NAME runner_render
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_render.py)
-  set_tests_properties(runner_sweep_parser runner_sweeps runner_render
+  # --scale gpu --list on a machine without GPUs (fig4 fitted to 8 and 32 GPUs)
+  add_test(NAME runner_gpu_scale_list
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_gpu_scale.py)
+  set_tests_properties(runner_sweep_parser runner_sweeps runner_render runner_gpu_scale_list
                        PROPERTIES ENVIRONMENT "${SPB_RUNNER_ENV}" TIMEOUT 600 LABELS runner)
 endif()
 # The check that the emulated GPU check's parts ran every check once

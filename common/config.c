@@ -62,7 +62,8 @@ static const option_spec options[] = {
     OPTC("zero-stage", OPT_INT, zero_stage, "0,1,2,3", "ZeRO stage 0-3"),
     OPT("checkpoint-activations", OPT_FLAG, checkpoint_activations,
         "keep each layer's input only and recompute the layer in backward"),
-    OPT("attention", OPT_STRING, attention, "attention backend: flash | naive | cudnn (--device cuda, bf16 or fp16)"),
+    OPT("attention", OPT_STRING, attention, "attention backend: auto (the default: cudnn on --device cuda where the "
+        "build has cuDNN 9 and the run is bf16/fp16, else flash) | flash | naive | cudnn (--device cuda, bf16 or fp16)"),
     OPTC("attention-mask", OPT_STRING, attention_mask, "causal,full", "causal (GPT) | full (bidirectional, for ablations)"),
     OPT("sparse-block", OPT_INT, sparse_block,
         "blocked-sparse attention: tokens per block (0 = dense; must divide --seq-length; docs/SPARSE.md)"),
@@ -254,6 +255,10 @@ static int parse_value(const option_spec *o, const char *text, spb_config *cfg, 
 int spb_config_parse(int argc, char **argv, spb_config *cfg, char *err, size_t errlen)
 {
     unsigned char given[NUM_OPTIONS] = {0}; /* an option twice is a mistake, not "the last wins" */
+    /* The command line's default attention is the fastest the build and
+     * the run allow (finalize resolves it); configurations built in code
+     * keep spb_config_defaults' flash. */
+    strcpy(cfg->attention, "auto");
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
@@ -353,6 +358,29 @@ int spb_config_flash_wgmma(const spb_config *cfg)
 {
     return spb_config_uses_cuda_flash(cfg) &&
            (!strcmp(spb_config_flash_fwd(cfg), "wgmma") || !strcmp(spb_config_flash_bwd(cfg), "wgmma"));
+}
+
+const char *spb_config_default_attention(const spb_config *c, int build_has_cudnn, const char **why)
+{
+    const char *reason = "the fastest this build has here";
+    const char *pick = "flash";
+    int head_dim = c->num_heads > 0 ? c->hidden_size / c->num_heads : 0;
+    if (strcmp(c->device, "cuda"))
+        reason = "not a CUDA device";
+    else if (!build_has_cudnn)
+        reason = "this build has no cuDNN 9";
+    else if (strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
+        reason = "cuDNN's fused attention takes bf16 or fp16 operands";
+    else if (c->sparse_block > 0)
+        reason = "blocked-sparse masks are not in the cuDNN graph";
+    else if (head_dim % 8 || head_dim > 128 || head_dim <= 0)
+        reason = "cuDNN's graph here takes head dims that are multiples of 8 up to 128";
+    else if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0])
+        reason = "a --flash-* variant was asked for";
+    else
+        pick = "cudnn", reason = "cuDNN 9's fused attention, the fastest this build has";
+    if (why) *why = reason;
+    return pick;
 }
 
 int spb_config_accum_steps(const spb_config *cfg, int world_size)
@@ -528,6 +556,12 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
     if (strcmp(c->ulysses_comm, "alltoall") && strcmp(c->ulysses_comm, "allgather"))
         return fail(err, errlen, "unknown --ulysses-comm '%s' (alltoall, allgather)", c->ulysses_comm);
+    if (!strcmp(c->attention, "auto")) {
+        const spb_backend *cuda = spb_backend_for("cuda", "fp32");
+        int build_has_cudnn = cuda && cuda->attention && cuda->attention("cudnn");
+        strcpy(c->attention, spb_config_default_attention(c, build_has_cudnn, &c->attention_why));
+        c->attention_auto = 1;
+    }
     if (!strcmp(c->attention, "cudnn")) {
         /* cuDNN's fused attention (common/cuda/cudnn_attention.h) */
         if (strcmp(c->device, "cuda"))
@@ -546,7 +580,7 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
             return fail(err, errlen, "--attention cudnn: head dim %d (hidden / heads) must be a multiple of 8 up to "
                                      "128", head_dim);
     } else if (!spb_attn_backend_by_name(c->attention))
-        return fail(err, errlen, "unknown --attention '%s' (flash, naive, cudnn)", c->attention);
+        return fail(err, errlen, "unknown --attention '%s' (auto, flash, naive, cudnn)", c->attention);
     if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0]) {
         /* only the CUDA 16-bit direct path has these kernels: elsewhere the
          * flags would change nothing, silently */

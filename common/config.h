@@ -38,7 +38,9 @@ typedef struct spb_config {
     char strategy[SPB_NAME_MAX];
     int zero_stage;
     int checkpoint_activations; /* keep each layer's input only, recompute in backward */
-    char attention[SPB_NAME_MAX]; /* attention backend */
+    char attention[SPB_NAME_MAX]; /* attention backend; "auto" (spbench's default) until finalize picks one */
+    int attention_auto;         /* finalize picked it (spb_config_default_attention): --attention not given */
+    const char *attention_why;  /* and why, in a few words (a string literal; NULL unless attention_auto) */
     char attention_mask[SPB_NAME_MAX]; /* causal | full */
     int causal;                 /* derived from attention_mask */
     /* blocked-sparse attention pattern (docs/SPARSE.md; 0 = dense) */
@@ -110,6 +112,15 @@ const char *spb_config_flash_fwd(const spb_config *cfg);
 const char *spb_config_flash_bwd(const spb_config *cfg);
 /* whether either asks for wgmma */
 int spb_config_flash_wgmma(const spb_config *cfg);
+
+/* The attention a run takes when --attention is not given (or is "auto"):
+ * cuDNN's fused attention on a CUDA device where the build has cuDNN 9
+ * (build_has_cudnn: SPB_HAVE_CUDNN at configure time, asked of the CUDA
+ * table) and the run is one its graph takes (bf16 or fp16, dense masks,
+ * head dim a multiple of 8 up to 128, no --flash-* variant asked for);
+ * otherwise the project's flash kernels.  why (may be NULL) gets the
+ * reason in a few words.  A function of its arguments only. */
+const char *spb_config_default_attention(const spb_config *cfg, int build_has_cudnn, const char **why);
 
 /* Derived quantities (valid after finalize). */
 int spb_config_dp_degree(const spb_config *cfg, int world_size);

@@ -5,9 +5,12 @@
  * CPU table, then layer timings at the paper's 7B shape (docs/GPU.md, "The
  * layer check", "The core step").
  *
- *   spbench-gpu-layer [--check-only] [--out DIR] [--reps N] [--tokens 4096,...]
+ *   spbench-gpu-layer [--check-only | --timings-only] [--out DIR] [--reps N] [--tokens 4096,...]
  *                     [--sp 8] [--peak-tflops X] [--watchdog SECONDS]
  *
+ * --check-only: no timings; layer_checks.csv only if --out is given.
+ * --timings-only: no checks (an earlier --check-only pass wrote
+ * layer_checks.csv, left as it is); the timings' CSVs.
  * --watchdog: end the process (exit 5) after SECONDS without a check
  * reported or a timing row written (gpu_watchdog.h; default 60, 0 off; off
  * on the emulated device).
@@ -871,23 +874,26 @@ static double measured_gemm_tflops(spb_cuda_gemm *g)
 /* ------------------------------------------------------------------ main -- */
 static void usage(void)
 {
-    fprintf(stderr, "usage: spbench-gpu-layer [--check-only] [--out DIR] [--reps N] [--tokens N,N,...] [--sp P] "
+    fprintf(stderr, "usage: spbench-gpu-layer [--check-only | --timings-only] [--out DIR] [--reps N] [--tokens N,N,...] [--sp P] "
                     "[--peak-tflops X] [--smoke] [--watchdog SECONDS]\n");
 }
 
 int main(int argc, char **argv)
 {
-    int check_only = 0, reps = 5, P = 8;
+    int check_only = 0, timings_only = 0, reps = 5, P = 8;
     double peak_arg = 0.0, watchdog = kGpuWatchdogDefault;
     const char *out = "results/gpu";
+    bool out_given = false;
     std::vector<long> tokens = {4096, 8192, 16384, 32768};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--check-only"))
             check_only = 1;
+        else if (!strcmp(argv[i], "--timings-only"))
+            timings_only = 1;
         else if (!strcmp(argv[i], "--smoke"))
             timing = kTimingSmoke;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            out = argv[++i];
+            out = argv[++i], out_given = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sp") && i + 1 < argc)
@@ -905,64 +911,74 @@ int main(int argc, char **argv)
     }
     if (reps < 1) reps = 1;
     if (P < 1) return usage(), 2;
+    if (check_only && timings_only) {
+        fprintf(stderr, "spbench-gpu-layer: --check-only and --timings-only exclude each other\n");
+        return usage(), 2;
+    }
     if (int skip = gpu_env_open(&envi, "spbench-gpu-layer", SPB_GIT_COMMIT)) return skip;
     gpu_watchdog_start("spbench-gpu-layer", watchdog);
 #ifdef SPB_GPU_CHECK_HAVE_CORE
     MPI_Init(&argc, &argv);
 #endif
-    check_csv = check_only ? NULL
-                           : spb_csv_open(out, "layer_checks.csv",
+    /* written unless --check-only without --out, or --timings-only (the
+     * checks' pass wrote it) */
+    check_csv = (check_only && !out_given) || timings_only
+                    ? NULL
+                    : spb_csv_open(out, "layer_checks.csv",
                                           "gpu,driver,cuda_runtime,git_commit,check,impl,shape,norm_rel_err,tolerance,"
                                           "result");
     spb_cuda_gemm *g = spb_cuda_gemm_create(32u << 20);
-    printf("\nmetric: ||gpu - cpu|| / ||cpu|| per tensor; tolerance 4u·sqrt(d), u = 2^-8, d = bf16 roundings in "
-           "series (layer fwd %d, layer %d, GPT step %d); loss: u\n",
-           DEPTH_LAYER_FWD, DEPTH_LAYER, DEPTH_GPT);
-    const spb_cuda_layer_shape shapes[] = {
-        {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_LOCAL, 1, 0},
-        {1, 256, 256, 4, 64, 1024, 1, SPB_LAYER_ATTN_LOCAL, 1, 0},
-        {2, 192, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_LOCAL, 1, 0},
-    };
-    for (int impl = 0; impl < 2; impl++)
-        for (const auto &s : shapes) check_layer(g, s, (spb_cuda_impl)impl);
-    /* the FAST kernels with a pass per bias and residual (the fusion's
-     * side-by-side timing row), on the first and the non-causal shape */
-    check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
-    check_layer(g, shapes[2], SPB_CUDA_FAST, 0, 0);
-    /* the timings' per-rank Ulysses and ring compute against the CPU layer
-     * on the same data (docs/GPU.md): Ulysses' head layout at P = 2 (two
-     * heads a rank, causal; one head of 128, full); ring with the keys
-     * laid out at the blocks' positions: the contiguous layout's busiest
-     * rank, zigzag on a middle rank and, not causal, on rank 0 of 3; both
-     * kernel sets */
-    const spb_cuda_layer_shape per_rank[] = {
-        {1, 128, 256, 4, 64, 1024, 1, SPB_LAYER_ATTN_ULYSSES, 2, 0},
-        {2, 64, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_ULYSSES, 2, 0},
-        {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING, 2, 1},
-        {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING_ZIGZAG, 2, 1},
-        {1, 96, 256, 2, 128, 512, 0, SPB_LAYER_ATTN_RING_ZIGZAG, 3, 0},
-    };
-    for (int impl = 0; impl < 2; impl++)
-        for (const auto &s : per_rank) check_layer(g, s, (spb_cuda_impl)impl);
-    /* the layer with cuDNN's attention (the timings' vendor reference row),
-     * where the build has cuDNN: the same bounds (cuDNN rounds dQ, dK, dV
-     * to bf16 once, as the flash path's conversion does) */
-    if (spb_cudnn_attention_built())
-        for (const auto &s : shapes) check_layer(g, s, SPB_CUDA_FAST, 1);
-    else
-        printf("layer (cudnn attention): skipped: %s\n", spb_cudnn_attention_version());
+    /* --timings-only: an earlier --check-only pass ran the checks */
+    if (!timings_only) {
+        printf("\nmetric: ||gpu - cpu|| / ||cpu|| per tensor; tolerance 4u·sqrt(d), u = 2^-8, d = bf16 roundings in "
+               "series (layer fwd %d, layer %d, GPT step %d); loss: u\n",
+               DEPTH_LAYER_FWD, DEPTH_LAYER, DEPTH_GPT);
+        const spb_cuda_layer_shape shapes[] = {
+            {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_LOCAL, 1, 0},
+            {1, 256, 256, 4, 64, 1024, 1, SPB_LAYER_ATTN_LOCAL, 1, 0},
+            {2, 192, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_LOCAL, 1, 0},
+        };
+        for (int impl = 0; impl < 2; impl++)
+            for (const auto &s : shapes) check_layer(g, s, (spb_cuda_impl)impl);
+        /* the FAST kernels with a pass per bias and residual (the fusion's
+         * side-by-side timing row), on the first and the non-causal shape */
+        check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
+        check_layer(g, shapes[2], SPB_CUDA_FAST, 0, 0);
+        /* the timings' per-rank Ulysses and ring compute against the CPU layer
+         * on the same data (docs/GPU.md): Ulysses' head layout at P = 2 (two
+         * heads a rank, causal; one head of 128, full); ring with the keys
+         * laid out at the blocks' positions: the contiguous layout's busiest
+         * rank, zigzag on a middle rank and, not causal, on rank 0 of 3; both
+         * kernel sets */
+        const spb_cuda_layer_shape per_rank[] = {
+            {1, 128, 256, 4, 64, 1024, 1, SPB_LAYER_ATTN_ULYSSES, 2, 0},
+            {2, 64, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_ULYSSES, 2, 0},
+            {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING, 2, 1},
+            {2, 64, 128, 2, 64, 512, 1, SPB_LAYER_ATTN_RING_ZIGZAG, 2, 1},
+            {1, 96, 256, 2, 128, 512, 0, SPB_LAYER_ATTN_RING_ZIGZAG, 3, 0},
+        };
+        for (int impl = 0; impl < 2; impl++)
+            for (const auto &s : per_rank) check_layer(g, s, (spb_cuda_impl)impl);
+        /* the layer with cuDNN's attention (the timings' vendor reference row),
+         * where the build has cuDNN: the same bounds (cuDNN rounds dQ, dK, dV
+         * to bf16 once, as the flash path's conversion does) */
+        if (spb_cudnn_attention_built())
+            for (const auto &s : shapes) check_layer(g, s, SPB_CUDA_FAST, 1);
+        else
+            printf("layer (cudnn attention): skipped: %s\n", spb_cudnn_attention_version());
 #ifdef SPB_GPU_CHECK_HAVE_CORE
-    for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
-    printf("\ncore-step: the GPT core (common/gpt.c) on the CUDA device table against the CPU table; metric as "
-           "above, tolerance %.0e per tensor, %.0e for the loss (fp32 both sides)\n",
-           kCoreTolGrad, kCoreTolLoss);
-    for (int ckpt = 0; ckpt < 2; ckpt++) check_core_step(ckpt);
+        for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
+        printf("\ncore-step: the GPT core (common/gpt.c) on the CUDA device table against the CPU table; metric as "
+               "above, tolerance %.0e per tensor, %.0e for the loss (fp32 both sides)\n",
+               kCoreTolGrad, kCoreTolLoss);
+        for (int ckpt = 0; ckpt < 2; ckpt++) check_core_step(ckpt);
 #else
-    printf("gpt-step, core-step: skipped (standalone build without the MPI GPT core; the CMake build runs them)\n");
+        printf("gpt-step, core-step: skipped (standalone build without the MPI GPT core; the CMake build runs them)\n");
 #endif
-    SPB_CUDA_CHECK(cudaDeviceSynchronize());
-    printf("\n%d layer checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
-    if (check_csv) fclose(check_csv);
+        SPB_CUDA_CHECK(cudaDeviceSynchronize());
+        printf("\n%d layer checks, %d failed: %s\n", checks_run, failures, failures ? "FAIL" : "PASS");
+        if (check_csv) fclose(check_csv);
+    }
 
     if (!check_only) {
         if (peak_arg > 0) {

@@ -31,7 +31,8 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
     MPI_Comm world_comm = tr->grid->world;
     const double per = measured ? 1.0 / measured : 0.0;
     *s = (spb_run_summary){.world = tr->grid->world_size, .measured = measured, .first_loss = first_loss,
-                           .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN};
+                           .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN,
+                           .t_mean = measured > 0 ? 0.0 : NAN};
     s->tokens_per_iter = (double)cfg->global_batch_size * cfg->seq_length;
     s->paper_flops = spb_paper_flops_per_iteration(cfg, cfg->checkpoint_activations);
     if (measured > 0) {
@@ -39,6 +40,7 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
         s->t_med = measured % 2 ? times[measured / 2] : 0.5 * (times[measured / 2 - 1] + times[measured / 2]);
         s->t_min = times[0];
         s->t_max = times[measured - 1];
+        for (int i = 0; i < measured; i++) s->t_mean += times[i] / measured;
     }
     double counted[2] = {spb_gemm_flops() * per, tr->gpt->attn_flops * per};
     spb_allreduce_sum_f64(counted, 2, world_comm, SPB_PHASE_OTHER);
@@ -100,6 +102,19 @@ static double other_compute(const spb_run_summary *s)
            s->timers[SPB_T_ATTENTION] - s->timers[SPB_T_LAYER_COMM];
 }
 
+/* The step's wall time outside every top-level phase's timed region, per
+ * iteration.  On a GPU the phases are regions of the device's timeline
+ * (events on its stream): this is where the GPU sat idle between them
+ * (waiting for the host to enqueue the next phase, or drained by a
+ * synchronisation at a phase boundary), plus the host's time before the
+ * step's first kernel.  Idle time between kernels inside a phase is not
+ * separated here.  On the CPU it is the step's untimed host code. */
+static double between_phases(const spb_run_summary *s)
+{
+    return s->t_mean - (s->timers[SPB_T_DATA] + s->timers[SPB_T_FORWARD] + s->timers[SPB_T_BACKWARD] +
+                        s->timers[SPB_T_GRAD_REDUCE] + s->timers[SPB_T_OPTIMIZER]);
+}
+
 /* Peak memory by category (measured) and the memory model's figures for both precisions. */
 static void print_memory(const spb_run_summary *s, const spb_config *cfg)
 {
@@ -144,9 +159,12 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
            t[SPB_T_GEMM] > 0 ? s->counted_gemm / s->world / t[SPB_T_GEMM] / 1e9 : NAN);
     printf("step breakdown of the slowest rank (ms/iteration): matrix products %.2f | attention %.2f | other compute "
            "%.2f | communication in layers %.2f | gradient reduction %.2f | optimizer %.2f | all communication "
-           "%.1f%% of the step\n",
+           "%.1f%% of the step | between phases %.2f (%.1f%% of the mean step: %s)\n",
            t[SPB_T_GEMM] * 1e3, t[SPB_T_ATTENTION] * 1e3, other_compute(s) * 1e3, t[SPB_T_LAYER_COMM] * 1e3,
-           t[SPB_T_GRAD_REDUCE] * 1e3, t[SPB_T_OPTIMIZER] * 1e3, 100 * t[SPB_T_COMM] / s->t_med);
+           t[SPB_T_GRAD_REDUCE] * 1e3, t[SPB_T_OPTIMIZER] * 1e3, 100 * t[SPB_T_COMM] / s->t_med,
+           between_phases(s) * 1e3, 100 * between_phases(s) / s->t_mean,
+           strcmp(cfg->device, "cpu") ? "the device idle between phases, host gaps and synchronisations"
+                                      : "untimed host code");
     if (s->link_total > 0 || t[SPB_T_COMM] > 0) {
         printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
                "MiB/link", "time ms", "algbw GB/s", "busbw GB/s");
@@ -296,6 +314,7 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
     spb_row_add(&r, "modelled_bf16_bytes", "%.0f", model.total);
     spb_row_add(&r, "layer_comm_s", "%.6g", s->timers[SPB_T_LAYER_COMM]);
     spb_row_add(&r, "other_compute_s", "%.6g", other_compute(s));
+    spb_row_add(&r, "time_between_phases_s", "%.6g", between_phases(s));
     spb_row_add(&r, "comm_time_s", "%.6g", s->timers[SPB_T_COMM]);
     spb_row_add(&r, "comm_fraction", "%.6g", s->timers[SPB_T_COMM] / s->t_med);
     spb_row_add(&r, "comm_link_bytes", "%.0f", s->link_total);

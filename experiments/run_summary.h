@@ -17,6 +17,7 @@ enum { SPB_COMM_SLOTS = SPB_NUM_OPS * SPB_NUM_PHASES, SPB_T_LAYER_COMM = SPB_NUM
 typedef struct spb_run_summary {
     int world, measured;
     double t_med, t_min, t_max;          /* iteration time, slowest rank, measured iterations */
+    double t_mean;                       /* their mean: what the per-iteration timers below average over */
     double tokens_per_iter, paper_flops; /* per iteration */
     double counted_gemm, counted_attn;   /* FLOPs per iteration, all ranks */
     double first_loss, final_loss;

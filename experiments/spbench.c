@@ -198,9 +198,10 @@ int main(int argc, char **argv)
     const double paper_flops = spb_paper_flops_per_iteration(&cfg, cfg.checkpoint_activations);
     const spb_placement placement = grid.placement;
     if (rank == 0 && !cfg.quiet) {
-        printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s | device %s | %s\n",
-               SPB_VERSION_COMMIT, cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention, cfg.device,
-               spb_blas_description());
+        printf("spbench %s | strategy %s | world %d = D %d x P %d | attention %s%s%s%s | device %s | %s\n",
+               SPB_VERSION_COMMIT, cfg.strategy, world, grid.dp_size, grid.sp_size, cfg.attention,
+               cfg.attention_auto ? " (default: " : "", cfg.attention_auto ? cfg.attention_why : "",
+               cfg.attention_auto ? ")" : "", cfg.device, spb_blas_description());
         printf("model: L %d h %d heads %d ffn %d vocab %d seq %d | %ld parameters | micro %d global %d "
                "(accumulation %d) | data %s\n",
                cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_hidden_size, cfg.vocab_size, cfg.seq_length,

@@ -218,7 +218,11 @@ int main(int argc, char **argv)
     spb_perf_options opt = {.precision = precision, .attn_density = attn_density, .pp = pp, .vpp = vpp,
                             .tp_no_sp = tp_no_sp, .selective_recompute = selective, .dropout = dropout,
                             .overlap_dp = overlap_dp, .fused = fused, .ablate = ablate};
-    snprintf(opt.backend, sizeof opt.backend, "%.15s", attn_backend[0] ? attn_backend : cfg.attention);
+    /* the model prices the profile's flash rates unless asked otherwise: the
+     * default the build would run (cfg.attention) says nothing of the
+     * machine the profile describes */
+    snprintf(opt.backend, sizeof opt.backend, "%.15s",
+             attn_backend[0] ? attn_backend : cfg.attention_auto ? "flash" : cfg.attention);
     spb_perf_prediction pr;
     if (spb_perf_predict(&cfg, world, prof, &opt, &pr, err, sizeof err)) return die(err);
     if (pp > 1) {

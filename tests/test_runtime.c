@@ -86,6 +86,58 @@ START_TEST(config_rejects_bad_values)
 }
 END_TEST
 
+/* The attention a run gets without --attention: cuDNN's on a CUDA device
+ * where the build has cuDNN 9 (the build's flag is the second argument, so
+ * both builds are checked here, on the CPU), the flash kernels wherever
+ * cuDNN's graph does not take the run; and on this build, through the
+ * command line, the CPU keeps flash and says it was the default. */
+START_TEST(default_attention_is_the_fastest_the_build_has)
+{
+    spb_config c;
+    spb_config_defaults(&c);
+    strcpy(c.device, "cuda"), strcpy(c.precision, "bf16");
+    c.hidden_size = 4096, c.num_heads = 32;
+    const char *why = NULL;
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, &why), "cudnn");
+    ck_assert_ptr_nonnull(why);
+    ck_assert_str_eq(spb_config_default_attention(&c, 0, &why), "flash"); /* no cuDNN in the build */
+    ck_assert_msg(strstr(why, "no cuDNN") != NULL, "%s", why);
+    strcpy(c.precision, "fp16");
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "cudnn");
+    strcpy(c.precision, "fp32"); /* cuDNN's graph takes 16-bit operands */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
+    strcpy(c.precision, "bf16");
+    c.sparse_block = 64; /* dense masks only */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
+    c.sparse_block = 0;
+    c.num_heads = 16; /* head dim 256 */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
+    c.hidden_size = 36, c.num_heads = 3; /* head dim 12, not a multiple of 8 */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
+    c.hidden_size = 4096, c.num_heads = 32;
+    strcpy(c.flash_fwd, "wgmma"); /* a flash variant asked for */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
+    c.flash_fwd[0] = 0;
+    strcpy(c.device, "cpu"), strcpy(c.precision, "bf16");
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
+
+    char err[256] = "";
+    ck_assert_msg(parse_and_finalize(2, err, sizeof err, &c, NULL) == 0, "%s", err);
+    ck_assert_str_eq(c.attention, "flash");
+    ck_assert_int_eq(c.attention_auto, 1);
+    ck_assert_ptr_nonnull(c.attention_why);
+    ck_assert_msg(parse_and_finalize(2, err, sizeof err, &c, "--attention", "auto", NULL) == 0, "%s", err);
+    ck_assert_str_eq(c.attention, "flash");
+    ck_assert_msg(parse_and_finalize(2, err, sizeof err, &c, "--attention", "naive", NULL) == 0, "%s", err);
+    ck_assert_str_eq(c.attention, "naive");
+    ck_assert_int_eq(c.attention_auto, 0);
+    spb_config_defaults(&c); /* a configuration built in code keeps flash */
+    ck_assert_msg(spb_config_finalize(&c, 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.attention, "flash");
+    ck_assert_int_eq(c.attention_auto, 0);
+}
+END_TEST
+
 START_TEST(allocator_tracks_current_and_peak)
 {
     const spb_mem_stats *s = spb_mem_get_stats();
@@ -319,6 +371,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("units");
     tcase_add_test(tc, config_parses_megatron_options);
     tcase_add_test(tc, config_rejects_bad_values);
+    tcase_add_test(tc, default_attention_is_the_fastest_the_build_has);
     tcase_add_test(tc, allocator_tracks_current_and_peak);
     tcase_add_test(tc, model_memory_is_accounted);
     tcase_add_test(tc, rng_is_counter_based);
