@@ -66,6 +66,8 @@ static const option_spec options[] = {
     OPT("ulysses-comm", OPT_STRING, ulysses_comm,
         "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
     OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
+    OPT("ulysses-degree", OPT_INT, ulysses_degree,
+        "hybrid: all-to-all degree U inside each SP group (contiguous ranks), ring across the P/U groups (0 = P)"),
     OPT("device", OPT_STRING, device,
         "cpu | cuda (fp32 CUDA table; ranks on one machine share its GPUs round-robin; docs/GPU.md)"),
     OPT("comm", OPT_STRING, comm,
@@ -374,6 +376,9 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
     if (strcmp(c->ulysses_comm, "alltoall") && strcmp(c->ulysses_comm, "allgather"))
         return fail(err, errlen, "unknown --ulysses-comm '%s' (alltoall, allgather)", c->ulysses_comm);
+    if (c->ulysses_degree < 0) return fail(err, errlen, "--ulysses-degree must be >= 0 (got %d; 0 = P)", c->ulysses_degree);
+    if (c->ulysses_degree && strcmp(c->strategy, "hybrid"))
+        return fail(err, errlen, "--ulysses-degree applies to --strategy hybrid only (this run is %s)", c->strategy);
     if (!strcmp(c->attention, "cudnn")) {
         /* cuDNN's fused attention (common/cuda/cudnn_attention.h) */
         if (strcmp(c->device, "cuda"))
