@@ -263,6 +263,44 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
     log_alltoall(count, comm);
 }
 
+/* One block of a shape as a datatype whose extent steps to the next rank's. */
+static MPI_Datatype block_type(spb_block_shape b)
+{
+    MPI_Datatype rows, block;
+    SPB_MPI_CHECK(MPI_Type_vector(count_as_int(b.rows), count_as_int(b.width), count_as_int(b.pitch), MPI_FLOAT,
+                                  &rows));
+    SPB_MPI_CHECK(MPI_Type_create_resized(rows, 0, (MPI_Aint)sizeof(float) * b.extent, &block));
+    SPB_MPI_CHECK(MPI_Type_commit(&block));
+    SPB_MPI_CHECK(MPI_Type_free(&rows));
+    return block;
+}
+
+void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block_shape send_shape, float *recv,
+                               spb_block_shape recv_shape, MPI_Comm comm, spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("shaped all-to-all: host fp32 buffers only (no staging, no device collectives)");
+    SPB_CHECK(send_shape.rows * send_shape.width == recv_shape.rows * recv_shape.width);
+    double t0 = spb_now();
+    r->count = send_shape.rows * send_shape.width;
+    r->comm = comm;
+    r->phase = phase;
+    r->send_type = block_type(send_shape);
+    r->recv_type = block_type(recv_shape);
+    SPB_MPI_CHECK(MPI_Ialltoall(send, 1, r->send_type, recv, 1, r->recv_type, comm, &r->req));
+    r->blocked = spb_now() - t0;
+}
+
+void spb_alltoall_shaped_wait(spb_alltoall_req *r)
+{
+    double t0 = spb_now();
+    SPB_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+    SPB_MPI_CHECK(MPI_Type_free(&r->send_type));
+    SPB_MPI_CHECK(MPI_Type_free(&r->recv_type));
+    r->blocked += spb_now() - t0;
+    record(SPB_OP_ALLTOALL, r->phase, r->comm, 4.0 * (double)r->count * group_size(r->comm), r->blocked);
+    log_alltoall(r->count, r->comm);
+}
+
 /* The replay through the device table: the calls' device seconds. */
 static double replay_on_device(long most)
 {

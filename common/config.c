@@ -66,6 +66,9 @@ static const option_spec options[] = {
     OPT("ulysses-comm", OPT_STRING, ulysses_comm,
         "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
     OPT("ring-layout", OPT_STRING, ring_layout, "ring attention token layout: contiguous | zigzag"),
+    OPT("ulysses-overlap", OPT_INT, ulysses_overlap,
+        "Ulysses, hybrid: split the all-to-alls into K head groups, each group's exchange overlapping the previous "
+        "group's attention (non-blocking MPI; --device cpu, fp32; 0 or 1 = off)"),
     OPT("ulysses-degree", OPT_INT, ulysses_degree,
         "hybrid: all-to-all degree U inside each SP group (contiguous ranks), ring across the P/U groups (0 = P)"),
     OPT("device", OPT_STRING, device,
@@ -376,6 +379,14 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --ring-layout '%s' (contiguous, zigzag)", c->ring_layout);
     if (strcmp(c->ulysses_comm, "alltoall") && strcmp(c->ulysses_comm, "allgather"))
         return fail(err, errlen, "unknown --ulysses-comm '%s' (alltoall, allgather)", c->ulysses_comm);
+    if (c->ulysses_overlap < 0) return fail(err, errlen, "--ulysses-overlap must be >= 0 (got %d)", c->ulysses_overlap);
+    if (c->ulysses_overlap > 1 && strcmp(c->strategy, "ulysses") && strcmp(c->strategy, "hybrid"))
+        return fail(err, errlen, "--ulysses-overlap applies to --strategy ulysses and hybrid only (this run is %s)",
+                    c->strategy);
+    if (c->ulysses_overlap > 1 && (strcmp(c->device, "cpu") || strcmp(c->precision, "fp32") ||
+                                   strcmp(c->ulysses_comm, "alltoall")))
+        return fail(err, errlen, "--ulysses-overlap runs non-blocking MPI all-to-alls on host fp32 buffers: it needs "
+                                 "--device cpu, --precision fp32 and --ulysses-comm alltoall");
     if (c->ulysses_degree < 0) return fail(err, errlen, "--ulysses-degree must be >= 0 (got %d; 0 = P)", c->ulysses_degree);
     if (c->ulysses_degree && strcmp(c->strategy, "hybrid"))
         return fail(err, errlen, "--ulysses-degree applies to --strategy hybrid only (this run is %s)", c->strategy);

@@ -52,7 +52,8 @@ SPB_OPTIONS = {
     "attention-mask": (("causal", "full"), "causal", "attention_mask"),
     "ulysses-comm": (("alltoall", "allgather"), "alltoall", "ulysses_comm"),
     "ring-layout": (("contiguous", "zigzag"), "contiguous", "ring_layout"),
-    "ulysses-degree": ("int", 0, "ulysses_degree"),  # hybrid: all-to-all degree U (0 = P), ring degree P/U
+    "ulysses-degree": ("int", 0, "ulysses_degree"),
+    "ulysses-overlap": ("int", 0, None),  # Ulysses/hybrid: all-to-alls in K head groups overlapping attention  # hybrid: all-to-all degree U (0 = P), ring degree P/U
     "sparse-block": ("int", 0, None),           # blocked-sparse attention (docs/SPARSE.md)
     "sparse-local-blocks": ("int", 0, None),
     "sparse-global-blocks": ("int", 0, None),

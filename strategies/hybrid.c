@@ -53,6 +53,7 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
                  cfg->num_heads, U);
         return -1;
     }
+    if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) return -1;
     int R = P / U;
     if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * R)) {
         /* chunks of N/(2R) tokens; a rank's T = N/P rows may straddle two */

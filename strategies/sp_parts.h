@@ -66,4 +66,8 @@ void spb_ulysses_forward(const spb_attn_ctx *c, spb_rank_group group, const spb_
 void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb_head_side *inner, const float *saved,
                           const float *dout, float *dqkv);
 
+/* --ulysses-overlap K against an exchange over group_size ranks: K must
+ * divide the H/group_size heads of a rank; 0 or -1 with a message. */
+int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *err, size_t errlen);
+
 #endif

@@ -208,10 +208,104 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to
     spb_timer_end(timed);
 }
 
+/* --ulysses-overlap K: the exchanges in K head groups of Hk = Hp/K heads,
+ * group k+1's all-to-all in flight while group k's attention runs, group
+ * k's output on its way back during group k+1's (DeepSpeed's sp_stream,
+ * yunchang's async all-to-all).  Non-blocking MPI all-to-alls move the
+ * group's slice straight between the core's head blocks (rows of Hk·D
+ * floats, Hp·D apart) and the group's own head layout [B][N][w][Hk][D]
+ * (rank i's T tokens of each sequence at i·T): no pack, no unpack, for any
+ * micro-batch.  The saved buffer holds the K groups' head layouts one
+ * after another (the same floats as without groups). */
+static int overlap_groups(const spb_attn_ctx *c)
+{
+    return c->cfg && c->cfg->ulysses_overlap > 1 ? c->cfg->ulysses_overlap : 1;
+}
+
+/* One rank's block of group k on the core side: B·T·w rows of Hk·D floats. */
+static spb_block_shape core_shape(const ulysses_dims *u, int w, long rowk)
+{
+    return (spb_block_shape){.rows = (long)u->B * u->T * w, .width = rowk, .pitch = u->row,
+                             .extent = (long)u->B * u->T * w * u->row};
+}
+
+/* Rank i's tokens in a group's head layout: B runs of T·w·Hk·D floats, N·w·Hk·D apart. */
+static spb_block_shape head_shape(const ulysses_dims *u, int w, long rowk)
+{
+    return (spb_block_shape){.rows = u->B, .width = (long)u->T * w * rowk, .pitch = u->N * w * rowk,
+                             .extent = (long)u->T * w * rowk};
+}
+
+static void start_timed(spb_alltoall_req *r, const float *send, spb_block_shape ss, float *recv, spb_block_shape rs,
+                        const ulysses_dims *u, spb_comm_phase phase)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_alltoall_shaped_start(r, send, ss, recv, rs, u->comm, phase);
+    spb_timer_end(timed);
+}
+
+static void wait_timed(spb_alltoall_req *r)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_alltoall_shaped_wait(r);
+    spb_timer_end(timed);
+}
+
+enum { ULYSSES_MAX_OVERLAP = 64 };
+
+static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
+                               const float *qkv, float *o, float *saved)
+{
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0);
+    long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
+    spb_attn_ctx h = head_ctx(c, u);
+    h.heads = (int)Hk;
+    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
+    start_timed(&in[0], qkv, core_shape(u, 3, rowk), qkv_g, head_shape(u, 3, rowk), u, c->phase);
+    for (int k = 0; k < K; k++) {
+        wait_timed(&in[k]);
+        if (k + 1 < K)
+            start_timed(&in[k + 1], qkv + (k + 1) * rowk, core_shape(u, 3, rowk), qkv_g + (k + 1) * BN * 3 * rowk,
+                        head_shape(u, 3, rowk), u, c->phase);
+        inner->forward(&h, qkv_g + k * BN * 3 * rowk, o_g + k * BN * rowk, lse_g + k * BN * Hk);
+        start_timed(&out[k], o_g + k * BN * rowk, head_shape(u, 1, rowk), o + k * rowk, core_shape(u, 1, rowk), u,
+                    c->phase);
+    }
+    for (int k = 0; k < K; k++) wait_timed(&out[k]);
+}
+
+static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
+                                const float *saved, const float *dout, float *dout_h, float *dqkv_h, float *dqkv)
+{
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0);
+    long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
+    spb_attn_ctx h = head_ctx(c, u);
+    h.heads = (int)Hk;
+    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    const float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
+    start_timed(&in[0], dout, core_shape(u, 1, rowk), dout_h, head_shape(u, 1, rowk), u, c->phase);
+    for (int k = 0; k < K; k++) {
+        wait_timed(&in[k]);
+        if (k + 1 < K)
+            start_timed(&in[k + 1], dout + (k + 1) * rowk, core_shape(u, 1, rowk), dout_h + (k + 1) * BN * rowk,
+                        head_shape(u, 1, rowk), u, c->phase);
+        inner->backward(&h, qkv_g + k * BN * 3 * rowk, o_g + k * BN * rowk, lse_g + k * BN * Hk,
+                        dout_h + k * BN * rowk, dqkv_h + k * BN * 3 * rowk);
+        start_timed(&out[k], dqkv_h + k * BN * 3 * rowk, head_shape(u, 3, rowk), dqkv + k * rowk,
+                    core_shape(u, 3, rowk), u, c->phase);
+    }
+    for (int k = 0; k < K; k++) wait_timed(&out[k]);
+}
+
 void spb_ulysses_forward(const spb_attn_ctx *c, spb_rank_group group, const spb_head_side *inner, const float *qkv,
                          float *o, float *saved)
 {
     ulysses_dims u = dims_of(c, group);
+    if (overlap_groups(c) > 1) {
+        overlapped_forward(c, &u, inner, overlap_groups(c), qkv, o, saved);
+        return;
+    }
     float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
     spb_attn_ctx h = head_ctx(c, &u);
 
@@ -228,6 +322,10 @@ void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb
     long head_floats = u.B * u.N * u.row; /* one of Q, K, V, O in head layout */
     float *dout_h = spb_dev_cached(c, &dout_head, SPB_MEM_WORKSPACE, head_floats);
     float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
+    if (overlap_groups(c) > 1) {
+        overlapped_backward(c, &u, inner, overlap_groups(c), saved, dout, dout_h, dqkv_h, dqkv);
+        return;
+    }
     spb_attn_ctx h = head_ctx(c, &u);
 
     exchange(c, &u, 1, 1, dout, dout_h);
@@ -259,6 +357,18 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
         snprintf(err, errlen,
                  "--num-attention-heads %d is not divisible by --sp-degree %d (Ulysses gives each rank H/P heads)",
                  cfg->num_heads, cfg->sp_degree);
+        return -1;
+    }
+    return spb_ulysses_validate_overlap(cfg, cfg->sp_degree, err, errlen);
+}
+
+int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *err, size_t errlen)
+{
+    int K = cfg->ulysses_overlap;
+    if (K > 1 && (K > ULYSSES_MAX_OVERLAP || group_size <= 0 || (cfg->num_heads / group_size) % K)) {
+        snprintf(err, errlen,
+                 "--ulysses-overlap %d must divide the %d heads each rank attends (H / %d) and be at most %d", K,
+                 group_size > 0 ? cfg->num_heads / group_size : 0, group_size, ULYSSES_MAX_OVERLAP);
         return -1;
     }
     return 0;

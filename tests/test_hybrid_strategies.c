@@ -6,7 +6,9 @@
  * and every gradient of one step equal one rank running `none` on the
  * whole global batch, and the link bytes the accounting layer records for a
  * layer equal the strategy's comm_volume; on 4 ranks, ZeRO stages 0-3 at
- * D x P = 2 x 2 give the reference's parameters after 2 steps.
+ * D x P = 2 x 2 give the reference's parameters after 2 steps; and
+ * --ulysses-overlap K gives Ulysses' (and the hybrid's) results bit for
+ * bit, with the same bytes in K times the all-to-alls.
  *
  * Shapes are tiny (12 heads of dimension 4 so that U in {1, 2, 3, 4, 6}
  * divides them; 24 tokens = 2 x 12 so that zigzag's 2P chunks are whole
@@ -31,6 +33,7 @@ enum { SEQ = 24, HEADS = 12, MAX_CASES = 128 };
 typedef struct hcase {
     const char *strategy, *layout, *comm;
     int P, U, causal, zero;
+    int overlap; /* --ulysses-overlap K (0: off) */
 } hcase;
 
 static hcase cases[MAX_CASES];
@@ -56,7 +59,7 @@ static void config(spb_config *c, const hcase *k, int P, int global)
     snprintf(c->ulysses_comm, sizeof c->ulysses_comm, "%s", k && k->comm ? k->comm : "alltoall");
     snprintf(c->attention_mask, sizeof c->attention_mask, "%s", !k || k->causal ? "causal" : "full");
     if (k && !strcmp(k->strategy, "hybrid")) c->ulysses_degree = k->U;
-    if (k) c->zero_stage = k->zero;
+    if (k) c->zero_stage = k->zero, c->ulysses_overlap = k->overlap;
 }
 
 /* Per-phase link bytes over every operation, per layer. */
@@ -95,9 +98,9 @@ START_TEST(equals_single_rank)
     float *global = global_grads(dist);
     const char *where = "";
     double gerr = worst_tensor_error(ref->gpt, global, ref->gpt->grads, &where);
-    say("%-12s U=%d %-10s %-9s P=%d D=%d %-6s ZeRO-%d loss %.9f vs %.9f | worst gradient %-10s %.2e | bytes/link/layer "
+    say("%-12s U=%d K=%d %-10s %-9s P=%d D=%d %-6s ZeRO-%d loss %.9f vs %.9f | worst gradient %-10s %.2e | bytes/link/layer "
         "fwd %.0f (formula %.0f) bwd %.0f (formula %.0f)\n",
-        k->strategy, k->U, k->layout, k->comm ? k->comm : "", k->P, D, k->causal ? "causal" : "full", k->zero, ld, lr,
+        k->strategy, k->U, k->overlap, k->layout, k->comm ? k->comm : "", k->P, D, k->causal ? "causal" : "full", k->zero, ld, lr,
         where, gerr, fwd, vol.forward_bytes, bwd, vol.backward_bytes);
     ck_assert_double_le(fabs(ld - lr) / lr, 1e-6);
     /* fp32 on both sides, sums in other orders: measured ~1e-7 (test_strategies.c) */
@@ -148,6 +151,50 @@ START_TEST(zero_after_two_steps)
 }
 END_TEST
 
+/* --ulysses-overlap K against the same strategy without it: the same
+ * arithmetic on the same values per head (the exchange only moves them
+ * in pieces), so the loss and every gradient are bit-identical; and the
+ * same bytes per link (K all-to-alls of 1/K each). */
+START_TEST(overlap_is_identical)
+{
+    const hcase *k = &cases[_i];
+    int world = world_size();
+    hcase plain = *k;
+    plain.overlap = 0;
+    spb_config oc, pc;
+    spb_grid og, pg;
+    config(&oc, k, k->P, world);
+    config(&pc, &plain, k->P, world);
+    spb_trainer *a = make(&oc, MPI_COMM_WORLD, &og);
+    spb_comm_reset();
+    double la = spb_trainer_gradients(a);
+    double fa = phase_bytes(SPB_PHASE_FORWARD, oc.num_layers), ba = phase_bytes(SPB_PHASE_BACKWARD, oc.num_layers);
+    long calls = spb_comm_record_get(SPB_OP_ALLTOALL, SPB_PHASE_FORWARD)->calls;
+    spb_trainer *b = make(&pc, MPI_COMM_WORLD, &pg);
+    spb_comm_reset();
+    double lb = spb_trainer_gradients(b);
+    double fb = phase_bytes(SPB_PHASE_FORWARD, pc.num_layers), bb = phase_bytes(SPB_PHASE_BACKWARD, pc.num_layers);
+    long plain_calls = spb_comm_record_get(SPB_OP_ALLTOALL, SPB_PHASE_FORWARD)->calls;
+    float *ga = global_grads(a), *gb = global_grads(b);
+    long n = a->gpt->num_global_params;
+    int same = memcmp(ga, gb, sizeof(float) * (size_t)n) == 0;
+    say("%-8s U=%d P=%d K=%d %-6s overlapped vs plain: loss %.9g vs %.9g, gradients %s | all-to-alls forward %ld vs "
+        "%ld, bytes/link/layer %.0f/%.0f vs %.0f/%.0f\n",
+        k->strategy, k->U, k->P, k->overlap, k->causal ? "causal" : "full", la, lb,
+        same ? "bit-identical" : "DIFFER", calls, plain_calls, fa, ba, fb, bb);
+    ck_assert(la == lb);
+    ck_assert_msg(same, "%s P=%d K=%d: gradients differ from plain", k->strategy, k->P, k->overlap);
+    ck_assert_int_eq(calls, k->overlap * plain_calls);
+    ck_assert(bytes_match(fa, fb) && bytes_match(ba, bb));
+    free(ga);
+    free(gb);
+    spb_trainer_destroy(a);
+    spb_trainer_destroy(b);
+    spb_grid_destroy(&og);
+    spb_grid_destroy(&pg);
+}
+END_TEST
+
 static void add(hcase k)
 {
     SPB_CHECK(num_cases < MAX_CASES);
@@ -164,27 +211,46 @@ int main(int argc, char **argv)
         for (int l = 0; l < 2; l++)
             for (int causal = 0; causal < 2; causal++) {
                 for (int U = 1; U <= P; U++)
-                    if (P % U == 0) add((hcase){"hybrid", layouts[l], NULL, P, U, causal, 0});
-                add((hcase){"allgather-kv", layouts[l], NULL, P, P, causal, 0});
+                    if (P % U == 0) add((hcase){"hybrid", layouts[l], NULL, P, U, causal, 0, 0});
+                add((hcase){"allgather-kv", layouts[l], NULL, P, P, causal, 0, 0});
             }
     }
     /* Ulysses' allgather ablation inside the hybrid's groups */
-    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", "allgather", 4, 2, 1, 0});
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", "allgather", 4, 2, 1, 0, 0});
+    /* --ulysses-overlap against the reference: Ulysses at every P (K = the
+     * heads per rank's smallest factor > 1), the hybrid's groups */
+    for (int P = 2; P <= world; P++)
+        if (world % P == 0 && (HEADS / P) > 1)
+            for (int causal = 0; causal < 2; causal++) {
+                int K = 2;
+                while ((HEADS / P) % K) K++;
+                add((hcase){"ulysses", "contiguous", NULL, P, P, causal, 0, K});
+            }
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 1, 0, 3});
+    if (world % 6 == 0) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, 0, 4});
     int n_equal = num_cases;
     if (world == 4)
         for (int zero = 0; zero <= 3; zero++) {
-            add((hcase){"hybrid", "zigzag", NULL, 2, 2, 1, zero}); /* U = 2 of P = 2: Ulysses groups, R = 1 */
-            add((hcase){"hybrid", "contiguous", NULL, 2, 1, 1, zero});
-            add((hcase){"allgather-kv", "zigzag", NULL, 2, 2, 1, zero});
+            add((hcase){"hybrid", "zigzag", NULL, 2, 2, 1, zero, 0}); /* U = 2 of P = 2: Ulysses groups, R = 1 */
+            add((hcase){"hybrid", "contiguous", NULL, 2, 1, 1, zero, 0});
+            add((hcase){"allgather-kv", "zigzag", NULL, 2, 2, 1, zero, 0});
         }
     if (world == 6)
-        for (int zero = 1; zero <= 3; zero += 2) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, zero});
+        for (int zero = 1; zero <= 3; zero += 2) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, zero, 0});
+    int n_zero = num_cases;
+    /* overlapped = plain, bit for bit: every K dividing the heads per rank */
+    for (int P = 2; P <= world; P++)
+        if (world % P == 0)
+            for (int K = 2; K <= HEADS / P; K++)
+                if ((HEADS / P) % K == 0) add((hcase){"ulysses", "contiguous", NULL, P, P, 1, 0, K});
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 0, 0, 2});
 
     Suite *s = suite_create("hybrid_strategies");
     TCase *tc = tcase_create("reproduce_single_rank");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, equals_single_rank, 0, n_equal);
-    tcase_add_loop_test(tc, zero_after_two_steps, n_equal, num_cases);
+    tcase_add_loop_test(tc, zero_after_two_steps, n_equal, n_zero);
+    tcase_add_loop_test(tc, overlap_is_identical, n_zero, num_cases);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }
