@@ -104,6 +104,14 @@ static struct alltoall_call {
     MPI_Comm comm;
 } alltoall_log[ALLTOALL_LOG_MAX];
 static int alltoall_logged;
+/* Log of host-path sendrecvs for spb_comm_replay_sendrecvs. */
+enum { SENDRECV_LOG_MAX = 1 << 16 };
+static struct sendrecv_call {
+    long count;
+    MPI_Comm comm;
+    int dest, src;
+} sendrecv_log[SENDRECV_LOG_MAX];
+static int sendrecv_logged;
 
 double spb_comm_bus_factor(spb_comm_op op, int n)
 {
@@ -340,6 +348,26 @@ double spb_comm_replay_alltoalls(void)
     return t;
 }
 
+double spb_comm_replay_sendrecvs(void)
+{
+    long most = 0;
+    for (int i = 0; i < sendrecv_logged; i++) most = sendrecv_log[i].count > most ? sendrecv_log[i].count : most;
+    float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = spb_now();
+    for (int i = 0; i < sendrecv_logged; i++) {
+        const struct sendrecv_call *k = &sendrecv_log[i];
+        int c = count_as_int(k->count);
+        SPB_MPI_CHECK(MPI_Sendrecv(send, c, MPI_FLOAT, k->dest, 0, recv, c, MPI_FLOAT, k->src, 0, k->comm,
+                                   MPI_STATUS_IGNORE));
+    }
+    double t = spb_now() - t0;
+    free(send);
+    free(recv);
+    return t;
+}
+
 void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
 {
     const void *ds;
@@ -406,6 +434,8 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
         staging->to_host(r->host_send, send, sizeof(float) * (size_t)count);
         send = r->host_send, recv = r->host_recv;
     }
+    if (sendrecv_logged < SENDRECV_LOG_MAX)
+        sendrecv_log[sendrecv_logged++] = (struct sendrecv_call){count, comm, dest, src};
     SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, src, 0, comm, &r->req[0]));
     SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, dest, 0, comm, &r->req[1]));
     r->blocked = spb_now() - t0;
@@ -441,6 +471,7 @@ const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase)
 void spb_comm_reset(void)
 {
     alltoall_logged = 0;
+    sendrecv_logged = 0;
     for (long t = first_open; t < next_ticket; t++) calls_out[t % calls_cap].use = TIME_DROP;
     for (int o = 0; o < SPB_NUM_OPS; o++)
         for (int p = 0; p < SPB_NUM_PHASES; p++) records[o][p] = (spb_comm_record){0};

@@ -107,6 +107,11 @@ void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase pha
  * the seconds are the sum of the calls' device times (what the in-run
  * records hold there too); 0 when the table has no scratch buffers. */
 double spb_comm_replay_alltoalls(void);
+/* The same for the ring's point-to-point exchanges since the last reset:
+ * MPI_Sendrecv of the same counts between the same ranks, in the same
+ * order, back to back after a barrier; host path only (0 when the
+ * exchanges went through a device table). */
+double spb_comm_replay_sendrecvs(void);
 
 /* Device buffers without a device-aware MPI: with a staging interface set,
  * every float collective copies what it sends to host memory, runs MPI on

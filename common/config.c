@@ -116,7 +116,8 @@ static const option_spec options[] = {
     OPT("memory-budget", OPT_STRING, memory_budget,
         "bytes per rank (80GiB, 512MiB, ...): refuse a run whose predicted peak does not fit"),
     OPT("compare-alltoall", OPT_FLAG, compare_alltoall,
-        "at the end, time plain MPI_Alltoall of the run's all-to-all bytes (pack/unpack overhead)"),
+        "at the end, replay the run's all-to-alls (plain MPI_Alltoall) and ring sendrecvs alone: pack/unpack "
+        "overhead, and layer communication exposed vs hidden behind compute"),
 };
 enum { NUM_OPTIONS = sizeof(options) / sizeof(options[0]) };
 
