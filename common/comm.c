@@ -104,6 +104,14 @@ static struct alltoall_call {
     MPI_Comm comm;
 } alltoall_log[ALLTOALL_LOG_MAX];
 static int alltoall_logged;
+/* Log of host-path sendrecvs for spb_comm_replay_sendrecvs. */
+enum { SENDRECV_LOG_MAX = 1 << 16 };
+static struct sendrecv_call {
+    long count;
+    MPI_Comm comm;
+    int dest, src;
+} sendrecv_log[SENDRECV_LOG_MAX];
+static int sendrecv_logged;
 
 double spb_comm_bus_factor(spb_comm_op op, int n)
 {
@@ -263,6 +271,44 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
     log_alltoall(count, comm);
 }
 
+/* One block of a shape as a datatype whose extent steps to the next rank's. */
+static MPI_Datatype block_type(spb_block_shape b)
+{
+    MPI_Datatype rows, block;
+    SPB_MPI_CHECK(MPI_Type_vector(count_as_int(b.rows), count_as_int(b.width), count_as_int(b.pitch), MPI_FLOAT,
+                                  &rows));
+    SPB_MPI_CHECK(MPI_Type_create_resized(rows, 0, (MPI_Aint)sizeof(float) * b.extent, &block));
+    SPB_MPI_CHECK(MPI_Type_commit(&block));
+    SPB_MPI_CHECK(MPI_Type_free(&rows));
+    return block;
+}
+
+void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block_shape send_shape, float *recv,
+                               spb_block_shape recv_shape, MPI_Comm comm, spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("shaped all-to-all: host fp32 buffers only (no staging, no device collectives)");
+    SPB_CHECK(send_shape.rows * send_shape.width == recv_shape.rows * recv_shape.width);
+    double t0 = spb_now();
+    r->count = send_shape.rows * send_shape.width;
+    r->comm = comm;
+    r->phase = phase;
+    r->send_type = block_type(send_shape);
+    r->recv_type = block_type(recv_shape);
+    SPB_MPI_CHECK(MPI_Ialltoall(send, 1, r->send_type, recv, 1, r->recv_type, comm, &r->req));
+    r->blocked = spb_now() - t0;
+}
+
+void spb_alltoall_shaped_wait(spb_alltoall_req *r)
+{
+    double t0 = spb_now();
+    SPB_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+    SPB_MPI_CHECK(MPI_Type_free(&r->send_type));
+    SPB_MPI_CHECK(MPI_Type_free(&r->recv_type));
+    r->blocked += spb_now() - t0;
+    record(SPB_OP_ALLTOALL, r->phase, r->comm, 4.0 * (double)r->count * group_size(r->comm), r->blocked);
+    log_alltoall(r->count, r->comm);
+}
+
 /* The replay through the device table: the calls' device seconds. */
 static double replay_on_device(long most)
 {
@@ -295,6 +341,26 @@ double spb_comm_replay_alltoalls(void)
     for (int i = 0; i < alltoall_logged; i++) {
         int c = count_as_int(alltoall_log[i].count);
         SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, alltoall_log[i].comm));
+    }
+    double t = spb_now() - t0;
+    free(send);
+    free(recv);
+    return t;
+}
+
+double spb_comm_replay_sendrecvs(void)
+{
+    long most = 0;
+    for (int i = 0; i < sendrecv_logged; i++) most = sendrecv_log[i].count > most ? sendrecv_log[i].count : most;
+    float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = spb_now();
+    for (int i = 0; i < sendrecv_logged; i++) {
+        const struct sendrecv_call *k = &sendrecv_log[i];
+        int c = count_as_int(k->count);
+        SPB_MPI_CHECK(MPI_Sendrecv(send, c, MPI_FLOAT, k->dest, 0, recv, c, MPI_FLOAT, k->src, 0, k->comm,
+                                   MPI_STATUS_IGNORE));
     }
     double t = spb_now() - t0;
     free(send);
@@ -368,6 +434,8 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
         staging->to_host(r->host_send, send, sizeof(float) * (size_t)count);
         send = r->host_send, recv = r->host_recv;
     }
+    if (sendrecv_logged < SENDRECV_LOG_MAX)
+        sendrecv_log[sendrecv_logged++] = (struct sendrecv_call){count, comm, dest, src};
     SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, src, 0, comm, &r->req[0]));
     SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, dest, 0, comm, &r->req[1]));
     r->blocked = spb_now() - t0;
@@ -403,6 +471,7 @@ const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase)
 void spb_comm_reset(void)
 {
     alltoall_logged = 0;
+    sendrecv_logged = 0;
     for (long t = first_open; t < next_ticket; t++) calls_out[t % calls_cap].use = TIME_DROP;
     for (int o = 0; o < SPB_NUM_OPS; o++)
         for (int p = 0; p < SPB_NUM_PHASES; p++) records[o][p] = (spb_comm_record){0};

@@ -70,6 +70,29 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
                         MPI_Comm comm, spb_comm_phase phase);
 void spb_sendrecv_wait(spb_sendrecv *r);
 
+/* Non-blocking all-to-all between blocks of any regular shape, for
+ * exchanges split into pieces that overlap compute (Ulysses'
+ * --ulysses-overlap): each rank's block is `rows` rows of `width` floats,
+ * `pitch` floats apart, and consecutive ranks' blocks start `extent`
+ * floats apart; send and receive shapes hold the same rows x width.
+ * Recorded as an all-to-all of rows x width floats per block; its time is
+ * what the caller is blocked (start + wait), the exposed part.  Host
+ * buffers only (fp32, no staging or device-collective table). */
+typedef struct spb_block_shape {
+    long rows, width, pitch, extent;
+} spb_block_shape;
+typedef struct spb_alltoall_req {
+    MPI_Request req;
+    MPI_Datatype send_type, recv_type;
+    long count; /* floats per block */
+    MPI_Comm comm;
+    spb_comm_phase phase;
+    double blocked;
+} spb_alltoall_req;
+void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block_shape send_shape, float *recv,
+                               spb_block_shape recv_shape, MPI_Comm comm, spb_comm_phase phase);
+void spb_alltoall_shaped_wait(spb_alltoall_req *r);
+
 /* In-place sum over comm; fp32 buffers may exceed INT_MAX elements. */
 void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase);
 void spb_allreduce_sum_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);
@@ -84,6 +107,11 @@ void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase pha
  * the seconds are the sum of the calls' device times (what the in-run
  * records hold there too); 0 when the table has no scratch buffers. */
 double spb_comm_replay_alltoalls(void);
+/* The same for the ring's point-to-point exchanges since the last reset:
+ * MPI_Sendrecv of the same counts between the same ranks, in the same
+ * order, back to back after a barrier; host path only (0 when the
+ * exchanges went through a device table). */
+double spb_comm_replay_sendrecvs(void);
 
 /* Device buffers without a device-aware MPI: with a staging interface set,
  * every float collective copies what it sends to host memory, runs MPI on

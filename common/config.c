@@ -74,6 +74,11 @@ static const option_spec options[] = {
     OPTC("ulysses-comm", OPT_STRING, ulysses_comm, "alltoall,allgather",
         "Ulysses' collective: alltoall (the paper's) | allgather (full sequence, then a local slice; ablation)"),
     OPTC("ring-layout", OPT_STRING, ring_layout, "contiguous,zigzag", "ring attention token layout: contiguous | zigzag"),
+    OPT("ulysses-overlap", OPT_INT, ulysses_overlap,
+        "Ulysses, hybrid: split the all-to-alls into K head groups, each group's exchange overlapping the previous "
+        "group's attention (non-blocking MPI; --device cpu, fp32; 0 or 1 = off)"),
+    OPT("ulysses-degree", OPT_INT, ulysses_degree,
+        "hybrid: all-to-all degree U inside each SP group (contiguous ranks), ring across the P/U groups (0 = P)"),
     OPTC("device", OPT_STRING, device, "cpu,cuda",
         "cpu | cuda (fp32 CUDA table; ranks on one machine share its GPUs round-robin; docs/GPU.md)"),
     OPTC("comm", OPT_STRING, comm, "mpi,nccl",
@@ -123,7 +128,8 @@ static const option_spec options[] = {
     OPT("overwrite", OPT_FLAG, overwrite,
         "let --save, --dump and --loss-log replace a file that is not a spbench file of their kind"),
     OPT("compare-alltoall", OPT_FLAG, compare_alltoall,
-        "at the end, time plain MPI_Alltoall of the run's all-to-all bytes (pack/unpack overhead)"),
+        "at the end, replay the run's all-to-alls (plain MPI_Alltoall) and ring sendrecvs alone: pack/unpack "
+        "overhead, and layer communication exposed vs hidden behind compute"),
 };
 enum { NUM_OPTIONS = sizeof(options) / sizeof(options[0]) };
 
@@ -562,6 +568,17 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         strcpy(c->attention, spb_config_default_attention(c, build_has_cudnn, &c->attention_why));
         c->attention_auto = 1;
     }
+    if (c->ulysses_overlap < 0) return fail(err, errlen, "--ulysses-overlap must be >= 0 (got %d)", c->ulysses_overlap);
+    if (c->ulysses_overlap > 1 && strcmp(c->strategy, "ulysses") && strcmp(c->strategy, "hybrid"))
+        return fail(err, errlen, "--ulysses-overlap applies to --strategy ulysses and hybrid only (this run is %s)",
+                    c->strategy);
+    if (c->ulysses_overlap > 1 && (strcmp(c->device, "cpu") || strcmp(c->precision, "fp32") ||
+                                   strcmp(c->ulysses_comm, "alltoall")))
+        return fail(err, errlen, "--ulysses-overlap runs non-blocking MPI all-to-alls on host fp32 buffers: it needs "
+                                 "--device cpu, --precision fp32 and --ulysses-comm alltoall");
+    if (c->ulysses_degree < 0) return fail(err, errlen, "--ulysses-degree must be >= 0 (got %d; 0 = P)", c->ulysses_degree);
+    if (c->ulysses_degree && strcmp(c->strategy, "hybrid"))
+        return fail(err, errlen, "--ulysses-degree applies to --strategy hybrid only (this run is %s)", c->strategy);
     if (!strcmp(c->attention, "cudnn")) {
         /* cuDNN's fused attention (common/cuda/cudnn_attention.h) */
         if (strcmp(c->device, "cuda"))

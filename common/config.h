@@ -49,6 +49,8 @@ typedef struct spb_config {
     int sparse_global_blocks;   /* leading key blocks every query sees */
     char ring_layout[SPB_NAME_MAX]; /* contiguous | zigzag */
     char ulysses_comm[SPB_NAME_MAX]; /* alltoall | allgather (ablation) */
+    int ulysses_overlap; /* Ulysses/hybrid: exchange in K head groups, each overlapping the previous group's attention (0, 1: off) */
+    int ulysses_degree; /* hybrid: all-to-all degree U inside an SP group, ring degree P/U (0 = P) */
     char device[SPB_NAME_MAX];  /* cpu | cuda */
     char comm[SPB_NAME_MAX];    /* mpi (host-staged for device buffers) | nccl (device buffers, --device cuda) */
     char precision[SPB_NAME_MAX]; /* fp32 | bf16 | fp16 (mixed: 16-bit storage, fp32 arithmetic, masters, moments) */

@@ -57,7 +57,9 @@ static void grid_placement(const spb_grid *g, spb_placement *pl)
     free(machine_of);
 }
 
-void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree)
+void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree) { spb_grid_create_nested(g, base, sp_degree, 0); }
+
+void spb_grid_create_nested(spb_grid *g, MPI_Comm base, int sp_degree, int ulysses_degree)
 {
     SPB_MPI_CHECK(MPI_Comm_rank(base, &g->world_rank));
     SPB_MPI_CHECK(MPI_Comm_size(base, &g->world_size));
@@ -70,6 +72,13 @@ void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree)
     SPB_MPI_CHECK(MPI_Comm_split(base, g->dp_rank, g->sp_rank, &g->sp_comm));
     SPB_MPI_CHECK(MPI_Comm_split(base, g->sp_rank, g->dp_rank, &g->dp_comm));
     SPB_MPI_CHECK(MPI_Comm_dup(base, &g->dpsp_comm));
+    g->ulysses_size = ulysses_degree > 0 ? ulysses_degree : sp_degree;
+    SPB_CHECK(sp_degree % g->ulysses_size == 0);
+    g->ring_size = sp_degree / g->ulysses_size;
+    g->ulysses_rank = g->sp_rank % g->ulysses_size;
+    g->ring_rank = g->sp_rank / g->ulysses_size;
+    SPB_MPI_CHECK(MPI_Comm_split(g->sp_comm, g->ring_rank, g->ulysses_rank, &g->ulysses_comm));
+    SPB_MPI_CHECK(MPI_Comm_split(g->sp_comm, g->ulysses_rank, g->ring_rank, &g->ring_comm));
     grid_placement(g, &g->placement);
 }
 
@@ -79,6 +88,10 @@ void spb_grid_destroy(spb_grid *g)
     spb_comm_forget(g->sp_comm);
     spb_comm_forget(g->dp_comm);
     spb_comm_forget(g->dpsp_comm);
+    spb_comm_forget(g->ulysses_comm);
+    spb_comm_forget(g->ring_comm);
+    MPI_Comm_free(&g->ulysses_comm);
+    MPI_Comm_free(&g->ring_comm);
     MPI_Comm_free(&g->sp_comm);
     MPI_Comm_free(&g->dp_comm);
     MPI_Comm_free(&g->dpsp_comm);

@@ -25,6 +25,14 @@ typedef struct spb_grid {
     MPI_Comm sp_comm;     /* ranks holding pieces of the same sequences */
     MPI_Comm dp_comm;     /* ranks at the same sequence position, other data */
     MPI_Comm dpsp_comm;   /* all D x P ranks (ZeRO over data x sequence) */
+    /* Two levels inside an SP group (the hybrid strategy): Ulysses groups
+     * of U contiguous SP ranks (one node's GPUs on a cluster), and ring
+     * groups of the R = P/U ranks at the same place in each Ulysses group.
+     * Without a nested split U = P and R = 1. */
+    int ulysses_rank, ulysses_size; /* U */
+    int ring_rank, ring_size;       /* R: which Ulysses group, how many */
+    MPI_Comm ulysses_comm;          /* sp ranks [ring_rank·U, (ring_rank+1)·U) */
+    MPI_Comm ring_comm;             /* sp ranks ulysses_rank + k·U, k < R */
     spb_placement placement; /* one machine = MPI_COMM_TYPE_SHARED */
 } spb_grid;
 
@@ -35,6 +43,9 @@ void spb_placement_count(const int *machine_of, int world_size, int sp_degree, s
 
 /* Collective over `base`; sp_degree must divide its size (validated before). */
 void spb_grid_create(spb_grid *g, MPI_Comm base, int sp_degree);
+/* The same with SP groups split U = ulysses_degree ways inside (0: U = P);
+ * U must divide sp_degree (validated before). */
+void spb_grid_create_nested(spb_grid *g, MPI_Comm base, int sp_degree, int ulysses_degree);
 void spb_grid_destroy(spb_grid *g);
 
 #endif

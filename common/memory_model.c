@@ -43,12 +43,18 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double Ttp = T * tp, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
     const double D_head = C / H, Hl = H / tp, BT = B * T, BR = B * Ttp;
     /* The strategy's attention state per layer: its log-sum-exp, and for
-     * Ulysses the head-layout QKV and O before it. */
+     * Ulysses the head-layout QKV and O before it: H/U heads of the U·T
+     * tokens of its all-to-all group (U = P: all N; the hybrid's groups of
+     * --ulysses-degree U hold N/R, R = P/U, and their ring keeps the
+     * log-sum-exp of those).  allgather-kv keeps the log-sum-exp of its
+     * own queries, as ring does. */
     double lse, head_copies = 0;
-    if (!strcmp(c->strategy, "ulysses")) {
-        double Hp = Hl / P;
-        head_copies = B * N * 4.0 * Hp * D_head;
-        lse = B * Hp * N;
+    const int hybrid = !strcmp(c->strategy, "hybrid");
+    if (!strcmp(c->strategy, "ulysses") || hybrid) {
+        double U = hybrid && c->ulysses_degree > 0 ? c->ulysses_degree : P;
+        double Hp = Hl / U, Ng = T * U;
+        head_copies = B * Ng * 4.0 * Hp * D_head;
+        lse = B * Hp * Ng;
     } else {
         lse = B * Hl * Ttp;
     }

@@ -526,6 +526,20 @@ static int strategy_layer_ops(const spb_config *c, layer_ops *o)
         o->calls_fwd[0] = P - 1, o->calls_bwd[0] = 2.0 * P - 1;
         return 0;
     }
+    if (!strcmp(c->strategy, "allgather-kv")) {
+        /* allgather of K/V forward; allgather again + reduce-scatter of
+         * dK/dV back, equal halves (strategies/allgather_kv.c) */
+        o->n = 2;
+        o->op[0] = SPB_OP_ALLGATHER, o->op[1] = SPB_OP_REDUCE_SCATTER;
+        o->share_fwd[0] = 1, o->share_fwd[1] = 0;
+        o->share_bwd[0] = o->share_bwd[1] = 0.5;
+        o->calls_fwd[0] = 1, o->calls_fwd[1] = 0;
+        o->calls_bwd[0] = o->calls_bwd[1] = 1;
+        return 0;
+    }
+    /* hybrid: its all-to-all runs over U contiguous ranks and its ring over
+     * R = P/U ranks strided by U, which this table's one group per
+     * strategy (P, stride 1) cannot price yet */
     return -1;
 }
 

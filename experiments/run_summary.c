@@ -89,12 +89,25 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
         const spb_comm_record *rec = spb_comm_record_get(SPB_OP_ALLTOALL, (spb_comm_phase)p);
         a2a_calls += (double)rec->calls, a2a_inside += rec->seconds * per;
     }
-    double local[2] = {spb_timer_get(SPB_T_EXCHANGE) * per - a2a_inside, 0.0};
+    double p2p_calls = 0;
+    for (int p = 0; p < SPB_NUM_PHASES; p++) p2p_calls += (double)spb_comm_record_get(SPB_OP_SENDRECV, (spb_comm_phase)p)->calls;
+    double local[3] = {spb_timer_get(SPB_T_EXCHANGE) * per - a2a_inside, 0.0, 0.0};
     if (cfg->compare_alltoall && a2a_calls > 0) local[1] = spb_comm_replay_alltoalls() * per;
-    spb_allreduce_max_f64(local, 2, world_comm, SPB_PHASE_OTHER);
-    s->pack_unpack = local[0], s->plain_alltoall = local[1];
+    if (cfg->compare_alltoall && p2p_calls > 0) local[2] = spb_comm_replay_sendrecvs() * per;
+    spb_allreduce_max_f64(local, 3, world_comm, SPB_PHASE_OTHER);
+    s->pack_unpack = local[0], s->plain_alltoall = local[1], s->plain_sendrecv = local[2];
+    /* exposed: the slowest rank's blocked time in the layers' exchanges */
+    s->exposed_alltoall = s->exposed_sendrecv = 0;
+    static const spb_comm_phase layer_phases[] = {SPB_PHASE_FORWARD, SPB_PHASE_BACKWARD, SPB_PHASE_RECOMPUTE};
+    for (int i = 0; i < 3; i++) {
+        s->exposed_alltoall += s->seconds[SPB_OP_ALLTOALL * SPB_NUM_PHASES + layer_phases[i]];
+        s->exposed_sendrecv += s->seconds[SPB_OP_SENDRECV * SPB_NUM_PHASES + layer_phases[i]];
+    }
     s->exchange = s->timers[SPB_T_EXCHANGE];
 }
+
+/* The part of the transfers' own time that did not block the rank. */
+static double hidden(double alone, double exposed) { return alone > exposed ? alone - exposed : 0.0; }
 
 static double other_compute(const spb_run_summary *s)
 {
@@ -184,6 +197,12 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
                "waiting for other ranks)\n",
                s->plain_alltoall * 1e3, s->pack_unpack * 1e3, (s->plain_alltoall + s->pack_unpack) / s->plain_alltoall,
                s->exchange * 1e3);
+    if (cfg->compare_alltoall && (s->plain_alltoall > 0 || s->plain_sendrecv > 0))
+        printf("layer communication exposed vs hidden behind compute (ms/iteration): all-to-all exposed %.3f of %.3f "
+               "alone, hidden %.3f | sendrecv exposed %.3f of %.3f alone, hidden %.3f (alone: the same transfers "
+               "replayed back to back; exposed includes waiting for slower ranks)\n",
+               s->exposed_alltoall * 1e3, s->plain_alltoall * 1e3, hidden(s->plain_alltoall, s->exposed_alltoall) * 1e3,
+               s->exposed_sendrecv * 1e3, s->plain_sendrecv * 1e3, hidden(s->plain_sendrecv, s->exposed_sendrecv) * 1e3);
 }
 
 /* Which path the 16-bit operations took (bf16_direct.h): under fast a call
@@ -322,6 +341,11 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
     spb_row_add(&r, "alltoall_plain_s", "%.6g", s->plain_alltoall > 0 ? s->plain_alltoall : NAN);
     spb_row_add(&r, "alltoall_overhead_ratio", "%.6g",
                 s->plain_alltoall > 0 ? (s->plain_alltoall + s->pack_unpack) / s->plain_alltoall : NAN);
+    spb_row_add(&r, "alltoall_exposed_s", "%.6g", s->exposed_alltoall);
+    spb_row_add(&r, "alltoall_hidden_s", "%.6g", s->plain_alltoall > 0 ? hidden(s->plain_alltoall, s->exposed_alltoall) : NAN);
+    spb_row_add(&r, "sendrecv_exposed_s", "%.6g", s->exposed_sendrecv);
+    spb_row_add(&r, "sendrecv_plain_s", "%.6g", s->plain_sendrecv > 0 ? s->plain_sendrecv : NAN);
+    spb_row_add(&r, "sendrecv_hidden_s", "%.6g", s->plain_sendrecv > 0 ? hidden(s->plain_sendrecv, s->exposed_sendrecv) : NAN);
     double link, sec;
     for (int o = 0; o < SPB_NUM_OPS; o++) {
         comm_sum(s, o, -1, &link, &sec);

@@ -36,6 +36,12 @@ typedef struct spb_run_summary {
     /* --compare-alltoall: plain MPI_Alltoall of the run's counts, replayed;
      * the strategy's own copies; its in-run exchanges (with waiting). */
     double plain_alltoall, pack_unpack, exchange;
+    /* Layer communication exposed vs hidden behind compute (with
+     * --compare-alltoall): the time ranks were blocked in the layers'
+     * all-to-alls and sendrecvs, against the same transfers replayed alone
+     * (plain_alltoall, plain_sendrecv); hidden = replayed − exposed, at
+     * least 0. */
+    double plain_sendrecv, exposed_alltoall, exposed_sendrecv;
 } spb_run_summary;
 
 /* Collective over the trainer's world: every rank calls, every rank gets

@@ -183,7 +183,7 @@ int main(int argc, char **argv)
 #endif
 
     spb_grid grid;
-    spb_grid_create(&grid, MPI_COMM_WORLD, cfg.sp_degree);
+    spb_grid_create_nested(&grid, MPI_COMM_WORLD, cfg.sp_degree, cfg.ulysses_degree);
     spb_trainer *tr = spb_trainer_create(&cfg, &grid);
     spb_gpt *g = tr->gpt;
     if (cfg.load[0]) {

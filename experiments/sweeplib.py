@@ -47,13 +47,15 @@ SPB_OPTIONS = {
     "clip-grad": ("float", 1.0, None),
     "seed": ("u64", 1234, None),
     "sp-degree": ("int", 1, "sp"),
-    "strategy": (("none", "ulysses", "megatron", "ring"), "none", "strategy"),
+    "strategy": (("none", "ulysses", "megatron", "ring", "hybrid", "allgather-kv"), "none", "strategy"),
     "zero-stage": (("0", "1", "2", "3"), "0", "zero_stage"),
     "checkpoint-activations": ("flag", "no", "checkpoint_activations"),
     "attention": ("str", "flash", "attention"),  # backends grow; spbench validates
     "attention-mask": (("causal", "full"), "causal", "attention_mask"),
     "ulysses-comm": (("alltoall", "allgather"), "alltoall", "ulysses_comm"),
     "ring-layout": (("contiguous", "zigzag"), "contiguous", "ring_layout"),
+    "ulysses-degree": ("int", 0, "ulysses_degree"),
+    "ulysses-overlap": ("int", 0, None),  # Ulysses/hybrid: all-to-alls in K head groups overlapping attention  # hybrid: all-to-all degree U (0 = P), ring degree P/U
     "sparse-block": ("int", 0, None),           # blocked-sparse attention (docs/SPARSE.md)
     "sparse-local-blocks": ("int", 0, None),
     "sparse-global-blocks": ("int", 0, None),
@@ -353,6 +355,7 @@ def expand(sw, scale, np_override=None):
 # The sweep CSV
 # --------------------------------------------------------------------------
 RUNNER_COLUMNS = ["sweep", "scale", "point", "series", "label", "status", "message", "np", "ulysses_comm",
+                  "ulysses_degree",
                   "memory_budget", "tune_choice", "tune_tried", "profile", "loss_log", "elapsed_s",
                   "layer_link_bytes_measured", "layer_link_bytes_predicted"]
 # spbench's results row (experiments/run_summary.c), in its order.
@@ -365,7 +368,8 @@ time_comm_s time_exchange_s peak_mem_params_bytes peak_mem_grads_bytes peak_mem_
 peak_mem_activations_bytes peak_mem_workspace_bytes peak_mem_comm_bytes peak_mem_total_bytes
 device_used_peak_bytes model_fp32_bytes
 modelled_bf16_bytes layer_comm_s other_compute_s time_between_phases_s comm_time_s comm_fraction comm_link_bytes alltoall_pack_unpack_s
-alltoall_plain_s alltoall_overhead_ratio allreduce_link_bytes allreduce_s allgather_link_bytes allgather_s
+alltoall_plain_s alltoall_overhead_ratio alltoall_exposed_s alltoall_hidden_s sendrecv_exposed_s sendrecv_plain_s
+sendrecv_hidden_s allreduce_link_bytes allreduce_s allgather_link_bytes allgather_s
 reduce_scatter_link_bytes reduce_scatter_s alltoall_link_bytes alltoall_s sendrecv_link_bytes sendrecv_s
 forward_link_bytes forward_comm_s backward_link_bytes backward_comm_s recompute_link_bytes recompute_comm_s
 zero_link_bytes zero_comm_s grad_reduce_link_bytes grad_reduce_comm_s other_link_bytes other_comm_s
@@ -482,20 +486,29 @@ def machine():
     return "%s/%dcores" % (socket.gethostname(), os.cpu_count() or 0)
 
 
-def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p, precision="fp32"):
+def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p, precision="fp32", ulysses_degree=0):
     """Bytes per link per layer per micro-step, forward + backward, of the
     layer collectives: the formulas of strategies/*.c comm_volume restated
     (4-byte floats; half that under bf16).  Ulysses 8bNh(P-1)/P^2 (all-to-all)
     or P times that (allgather); Megatron-SP 10·4bNh(P-1)/P; ring 3P-2 blocks
-    of 8bNh/P."""
+    of 8bNh/P; hybrid Ulysses' over U plus ring's over R = P/U on blocks of
+    8bNh/P; allgather-kv 3 collectives of 8bNh(P-1)/P."""
     if p <= 1 or strategy == "none":
         return 0.0
     scale = 0.5 if precision in ("bf16", "fp16") else 1.0
-    return scale * _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p)
+    return scale * _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p, ulysses_degree)
 
 
-def _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p):
+def _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p, ulysses_degree=0):
     local = b * (n / p) * h
+    if strategy == "hybrid":
+        u = ulysses_degree or p
+        r = p // u
+        f = (u - 1) / u
+        a2a = 2 * (4.0 * 4 * local) * f * (u if ulysses_comm == "allgather" else 1)
+        return a2a + (3 * r - 2) * 4.0 * 2 * local if r > 1 else a2a
+    if strategy == "allgather-kv":
+        return 3 * 4.0 * 2 * local * p * (p - 1) / p
     if strategy == "ulysses":
         f = (p - 1) / p
         base = 2 * (4.0 * 4 * local) * f
@@ -680,7 +693,7 @@ def _derive(row):
         else:
             pred = predicted_layer_bytes(row["strategy"], row.get("ulysses_comm") or "alltoall",
                                          int(row["seq_length"]), int(row["hidden_size"]), b, int(row["sp"]),
-                                         row.get("precision") or "fp32")
+                                         row.get("precision") or "fp32", int(row.get("ulysses_degree") or 0))
         if pred is not None:
             row["layer_link_bytes_predicted"] = "%.0f" % pred
     except (KeyError, ValueError, ZeroDivisionError):

@@ -9,6 +9,8 @@ static const spb_strategy *const registry[] = {
     &spb_strategy_ulysses,
     &spb_strategy_megatron,
     &spb_strategy_ring,
+    &spb_strategy_hybrid,
+    &spb_strategy_allgather_kv,
 };
 enum { NUM_STRATEGIES = sizeof(registry) / sizeof(registry[0]) };
 

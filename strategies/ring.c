@@ -27,18 +27,13 @@
 #include "../common/memory.h"
 #include "../common/timer.h"
 #include "device_mem.h"
+#include "sp_parts.h"
 #include "strategy.h"
 
-enum { RING_MAX_RUNS = 2 };
+enum { RING_MAX_RUNS = SPB_RING_MAX_RUNS };
+typedef spb_ring_run ring_run;
 
-/* Rows [row, row + len) of a block sit at global positions [pos, pos + len). */
-typedef struct ring_run {
-    int row, len;
-    long pos;
-} ring_run;
-
-/* The runs of `owner`'s tokens under a layout; returns how many. */
-static int layout_runs(int zigzag, long seq_length, int sp_size, int owner, ring_run runs[RING_MAX_RUNS])
+int spb_ring_layout_runs(int zigzag, long seq_length, int sp_size, int owner, ring_run runs[RING_MAX_RUNS])
 {
     if (!zigzag) {
         int T = (int)(seq_length / sp_size);
@@ -51,12 +46,12 @@ static int layout_runs(int zigzag, long seq_length, int sp_size, int owner, ring
     return 2;
 }
 
-static int is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout, "zigzag"); }
+int spb_ring_is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout, "zigzag"); }
 
 static int ring_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
 {
     (void)world_size;
-    if (is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
+    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
         snprintf(err, errlen, "--ring-layout zigzag needs --seq-length divisible by 2 x --sp-degree (got %d and %d)",
                  cfg->seq_length, cfg->sp_degree);
         return -1;
@@ -67,17 +62,17 @@ static int ring_validate(const spb_config *cfg, int world_size, char *err, size_
 static void ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
 {
     ring_run runs[RING_MAX_RUNS];
-    int n = layout_runs(is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank, runs);
+    int n = spb_ring_layout_runs(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank, runs);
     for (int k = 0; k < n; k++)
         for (int i = 0; i < runs[k].len; i++) positions[runs[k].row + i] = runs[k].pos + i;
 }
 
 /* The layout the run was configured with (local_positions laid the tokens
  * out by it; every owner uses the same one). */
-static int ctx_layout_is_zigzag(const spb_attn_ctx *c)
+static int ctx_layout_is_zigzag(const spb_attn_ctx *c, spb_rank_group group)
 {
-    SPB_CHECK(c->cfg && (long)c->tokens * c->grid->sp_size == c->seq_length);
-    return is_zigzag(c->cfg);
+    SPB_CHECK(c->cfg && (long)c->tokens * group.size == c->seq_length);
+    return spb_ring_is_zigzag(c->cfg);
 }
 
 /* Causal and every key of the pair after every query of it: nothing visible. */
@@ -118,15 +113,14 @@ static size_t ring_saved_floats(const spb_attn_ctx *c)
     return (size_t)c->batch * c->heads * c->tokens; /* final log-sum-exp [B][H][T] */
 }
 
-static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, const float *qkv, float *o, float *saved)
 {
-    const spb_grid *g = c->grid;
-    int P = g->sp_size, r = g->sp_rank, next = (r + 1) % P, prev = (r + P - 1) % P;
+    int P = group.size, r = group.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
     long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
     long block_floats = BT * 2 * W, lse_floats = BT * c->heads;
-    int zigzag = ctx_layout_is_zigzag(c);
+    int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
-    int n_q = layout_runs(zigzag, c->seq_length, P, r, q_runs);
+    int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
 
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
                     P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
@@ -144,10 +138,10 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
         /* Post the next block's transfer first so it overlaps this step's compute. */
         spb_sendrecv xfer;
         int more = step < P - 1;
-        if (more) spb_sendrecv_start(&xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, g->sp_comm, c->phase);
+        if (more) spb_sendrecv_start(&xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, group.comm, c->phase);
 
         ring_run k_runs[RING_MAX_RUNS];
-        int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
+        int n_k = spb_ring_layout_runs(zigzag, c->seq_length, P, owner, k_runs);
         spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
         for (int qi = 0; qi < n_q; qi++)
             for (int ki = 0; ki < n_k; ki++) {
@@ -183,17 +177,16 @@ static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
  * more transfer, and r receives its own complete dK/dV from r-1.
  * Both transfers of a step go r-1 -> r on the same communicator and tag, and
  * every rank posts K/V before dK/dV: MPI's non-overtaking order matches them. */
-static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
-                          const float *dout, float *dqkv)
+void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, const float *qkv, const float *o,
+                                 const float *saved, const float *dout, float *dqkv)
 {
-    const spb_grid *g = c->grid;
-    int P = g->sp_size, r = g->sp_rank, next = (r + 1) % P, prev = (r + P - 1) % P;
+    int P = group.size, r = group.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
     int H = c->heads, T = c->tokens;
     long W = (long)H * c->head_dim, BT = (long)c->batch * T;
     long block_floats = BT * 2 * W;
-    int zigzag = ctx_layout_is_zigzag(c);
+    int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
-    int n_q = layout_runs(zigzag, c->seq_length, P, r, q_runs);
+    int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
 
     spb_dev_zero(c, dqkv, BT * 3 * W);
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
@@ -220,12 +213,12 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
         spb_sendrecv kv_xfer, grad_xfer;
         int more_kv = step < P - 1, grad_arrives = step > 0;
         if (more_kv)
-            spb_sendrecv_start(&kv_xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, g->sp_comm, c->phase);
+            spb_sendrecv_start(&kv_xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, group.comm, c->phase);
         if (grad_arrives)
-            spb_sendrecv_start(&grad_xfer, grad_out, next, grad_in, prev, block_floats, g->sp_comm, c->phase);
+            spb_sendrecv_start(&grad_xfer, grad_out, next, grad_in, prev, block_floats, group.comm, c->phase);
 
         ring_run k_runs[RING_MAX_RUNS];
-        int n_k = layout_runs(zigzag, c->seq_length, P, owner, k_runs);
+        int n_k = spb_ring_layout_runs(zigzag, c->seq_length, P, owner, k_runs);
         spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
         spb_dev_zero(c, grad_work, block_floats);
         for (int qi = 0; qi < n_q; qi++)
@@ -257,7 +250,7 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
     const float *own_grad = grad_work;
     if (P > 1) {
         spb_sendrecv home;
-        spb_sendrecv_start(&home, grad_out, next, grad_in, prev, block_floats, g->sp_comm, c->phase);
+        spb_sendrecv_start(&home, grad_out, next, grad_in, prev, block_floats, group.comm, c->phase);
         spb_sendrecv_wait(&home);
         own_grad = grad_in;
     }
@@ -269,6 +262,17 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
     spb_dev_free(c, grad_work);
     spb_dev_free(c, grad_out);
     spb_dev_free(c, grad_in);
+}
+
+static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+{
+    spb_ring_attention_forward(c, spb_sp_group(c->grid), qkv, o, saved);
+}
+
+static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
+                          const float *dout, float *dqkv)
+{
+    spb_ring_attention_backward(c, spb_sp_group(c->grid), qkv, o, saved, dout, dqkv);
 }
 
 /* Bytes per link, one layer, one micro-batch of b sequences, hidden h,

@@ -107,5 +107,7 @@ extern const spb_strategy spb_strategy_none;
 extern const spb_strategy spb_strategy_megatron;
 extern const spb_strategy spb_strategy_ulysses;
 extern const spb_strategy spb_strategy_ring;
+extern const spb_strategy spb_strategy_hybrid;
+extern const spb_strategy spb_strategy_allgather_kv;
 
 #endif

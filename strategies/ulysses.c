@@ -23,20 +23,25 @@
 #include "../common/memory.h"
 #include "../common/timer.h"
 #include "device_mem.h"
+#include "sp_parts.h"
 #include "strategy.h"
 
 typedef struct ulysses_dims {
-    int P;     /* SP group size */
+    int P;     /* ranks of the exchange (the SP group; a Ulysses group in hybrid) */
+    int rank;  /* this rank's place among them */
+    MPI_Comm comm;
     int B, T;  /* sequences, local tokens per sequence */
-    long N;    /* whole sequence: P·T */
+    long N;    /* the group's tokens per sequence: P·T (the whole sequence for plain Ulysses) */
     int Hp, D; /* heads per rank, head dim */
     long row;  /* floats of one token's Hp heads: Hp·D */
 } ulysses_dims;
 
-static ulysses_dims dims_of(const spb_attn_ctx *c)
+static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
 {
     ulysses_dims u;
-    u.P = c->grid->sp_size;
+    u.P = group.size;
+    u.rank = group.rank;
+    u.comm = group.comm;
     SPB_CHECK(c->heads % u.P == 0);
     u.B = c->batch;
     u.T = c->tokens;
@@ -47,36 +52,74 @@ static ulysses_dims dims_of(const spb_attn_ctx *c)
     return u;
 }
 
+/* The head side as a context of its own: N tokens, Hp heads. */
+static spb_attn_ctx head_ctx(const spb_attn_ctx *c, const ulysses_dims *u)
+{
+    spb_attn_ctx h = *c;
+    h.heads = u->Hp;
+    h.tokens = (int)u->N;
+    h.positions = NULL;
+    return h;
+}
+
 /* Per-layer saved storage, lse last so that the big arrays keep the
  * buffer's alignment (whenever Hp·D is a multiple of 16):
  * head-layout QKV [B][N][3][Hp][D], head-layout O [B][N][Hp][D], lse [B][Hp][N]. */
 static long saved_o_offset(const ulysses_dims *u) { return u->B * u->N * 3 * u->row; }
 static long saved_lse_offset(const ulysses_dims *u) { return u->B * u->N * 4 * u->row; }
 
-static size_t ulysses_saved_floats(const spb_attn_ctx *c)
+size_t spb_ulysses_saved_floats(const spb_attn_ctx *c, spb_rank_group group)
 {
-    ulysses_dims u = dims_of(c);
+    ulysses_dims u = dims_of(c, group);
     return (size_t)u.B * u.N * 4 * u.row + (size_t)u.B * u.Hp * u.N;
 }
 
-/* Attention of all N tokens among themselves for this rank's Hp heads, Q/K/V
- * read from the fused head layout. */
-static spb_attn_desc head_desc(const ulysses_dims *u, const spb_attn_ctx *c)
+static size_t ulysses_saved_floats(const spb_attn_ctx *c) { return spb_ulysses_saved_floats(c, spb_sp_group(c->grid)); }
+
+/* Plain Ulysses' head side: attention of all N tokens among themselves for
+ * this rank's Hp heads, Q/K/V read from the fused head layout. */
+static spb_attn_desc head_desc(const spb_attn_ctx *h)
 {
+    long row = (long)h->heads * h->head_dim, N = h->tokens;
     spb_attn_desc d = {
-        .batch = u->B, .heads = u->Hp, .head_dim = u->D,
-        .q_len = (int)u->N, .k_len = (int)u->N,
+        .batch = h->batch, .heads = h->heads, .head_dim = h->head_dim,
+        .q_len = h->tokens, .k_len = h->tokens,
         .q_offset = 0, .k_offset = 0,
-        .causal = c->causal, .scale = 1.0f / sqrtf((float)u->D),
-        .q_token_stride = 3 * u->row, .q_batch_stride = 3 * u->row * u->N,
-        .k_token_stride = 3 * u->row, .k_batch_stride = 3 * u->row * u->N,
-        .o_token_stride = u->row, .o_batch_stride = u->row * u->N,
+        .causal = h->causal, .scale = 1.0f / sqrtf((float)h->head_dim),
+        .q_token_stride = 3 * row, .q_batch_stride = 3 * row * N,
+        .k_token_stride = 3 * row, .k_batch_stride = 3 * row * N,
+        .o_token_stride = row, .o_batch_stride = row * N,
         /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
-        .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
-        .sparse_global = c->cfg ? c->cfg->sparse_global_blocks : 0,
+        .sparse_block = h->cfg ? h->cfg->sparse_block : 0, .sparse_local = h->cfg ? h->cfg->sparse_local_blocks : 0,
+        .sparse_global = h->cfg ? h->cfg->sparse_global_blocks : 0,
     };
     return d;
 }
+
+static void whole_sequence_forward(const spb_attn_ctx *h, const float *qkv_h, float *o_h, float *lse)
+{
+    long row = (long)h->heads * h->head_dim;
+    spb_attn_desc d = head_desc(h);
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
+    h->backend->forward(&d, qkv_h, qkv_h + row, qkv_h + 2 * row, o_h, lse);
+    spb_timer_end(timed);
+    *h->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
+}
+
+static void whole_sequence_backward(const spb_attn_ctx *h, const float *qkv_h, const float *o_h, const float *lse,
+                                    const float *dout_h, float *dqkv_h)
+{
+    long row = (long)h->heads * h->head_dim;
+    spb_attn_desc d = head_desc(h);
+    spb_dev_zero(h, dqkv_h, (long)h->batch * h->tokens * 3 * row); /* the backend accumulates */
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
+    h->backend->backward(&d, qkv_h, qkv_h + row, qkv_h + 2 * row, o_h, lse, dout_h, dqkv_h, dqkv_h + row,
+                         dqkv_h + 2 * row);
+    spb_timer_end(timed);
+    *h->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
+}
+
+static const spb_head_side whole_sequence = {whole_sequence_forward, whole_sequence_backward};
 
 /* blocks (block i = rank i's T tokens) -> head layout [B][N][w][Hp][D]. */
 static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, int w)
@@ -128,8 +171,8 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int
 {
     long count = (long)u->B * u->T * w * u->row, whole = count * u->P; /* floats per block, per rank */
     float *all = spb_dev_cached(c, &gather_buf, SPB_MEM_COMM, whole * u->P);
-    spb_allgather_f32(in, all, whole, c->grid->sp_comm, c->phase);
-    int me = c->grid->sp_rank;
+    spb_allgather_f32(in, all, whole, u->comm, c->phase);
+    int me = u->rank;
     long seq_chunk = (long)u->T * w * u->row;
     for (int i = 0; i < u->P; i++) {
         if (to_head) { /* rank i's local blocks: keep block `me` (my heads of its tokens) */
@@ -152,60 +195,159 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to
         if (uses_allgather(c))
             allgather_exchange(c, u, w, 1, in, blocks);
         else
-            spb_alltoall_f32(in, blocks, count, c->grid->sp_comm, c->phase);
+            spb_alltoall_f32(in, blocks, count, u->comm, c->phase);
         if (staging) blocks_to_head(c, staging, out, u, w);
     } else {
         if (uses_allgather(c)) /* gathers the head layout itself: no regrouping first */
             allgather_exchange(c, u, w, 0, in, out);
         else {
             if (staging) head_to_blocks(c, in, staging, u, w);
-            spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
+            spb_alltoall_f32(staging ? staging : in, out, count, u->comm, c->phase);
         }
     }
     spb_timer_end(timed);
 }
 
-static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+/* --ulysses-overlap K: the exchanges in K head groups of Hk = Hp/K heads,
+ * group k+1's all-to-all in flight while group k's attention runs, group
+ * k's output on its way back during group k+1's (DeepSpeed's sp_stream,
+ * yunchang's async all-to-all).  Non-blocking MPI all-to-alls move the
+ * group's slice straight between the core's head blocks (rows of Hk·D
+ * floats, Hp·D apart) and the group's own head layout [B][N][w][Hk][D]
+ * (rank i's T tokens of each sequence at i·T): no pack, no unpack, for any
+ * micro-batch.  The saved buffer holds the K groups' head layouts one
+ * after another (the same floats as without groups). */
+static int overlap_groups(const spb_attn_ctx *c)
 {
-    ulysses_dims u = dims_of(c);
-    /* The all-to-all stitches rank i's block in at i·T: tokens must be contiguous. */
-    SPB_CHECK(u.N == c->seq_length && (!c->positions || c->positions[0] == (long)c->grid->sp_rank * u.T));
+    return c->cfg && c->cfg->ulysses_overlap > 1 ? c->cfg->ulysses_overlap : 1;
+}
+
+/* One rank's block of group k on the core side: B·T·w rows of Hk·D floats. */
+static spb_block_shape core_shape(const ulysses_dims *u, int w, long rowk)
+{
+    return (spb_block_shape){.rows = (long)u->B * u->T * w, .width = rowk, .pitch = u->row,
+                             .extent = (long)u->B * u->T * w * u->row};
+}
+
+/* Rank i's tokens in a group's head layout: B runs of T·w·Hk·D floats, N·w·Hk·D apart. */
+static spb_block_shape head_shape(const ulysses_dims *u, int w, long rowk)
+{
+    return (spb_block_shape){.rows = u->B, .width = (long)u->T * w * rowk, .pitch = u->N * w * rowk,
+                             .extent = (long)u->T * w * rowk};
+}
+
+static void start_timed(spb_alltoall_req *r, const float *send, spb_block_shape ss, float *recv, spb_block_shape rs,
+                        const ulysses_dims *u, spb_comm_phase phase)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_alltoall_shaped_start(r, send, ss, recv, rs, u->comm, phase);
+    spb_timer_end(timed);
+}
+
+static void wait_timed(spb_alltoall_req *r)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_alltoall_shaped_wait(r);
+    spb_timer_end(timed);
+}
+
+enum { ULYSSES_MAX_OVERLAP = 64 };
+
+static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
+                               const float *qkv, float *o, float *saved)
+{
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0);
+    long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
+    spb_attn_ctx h = head_ctx(c, u);
+    h.heads = (int)Hk;
+    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
+    start_timed(&in[0], qkv, core_shape(u, 3, rowk), qkv_g, head_shape(u, 3, rowk), u, c->phase);
+    for (int k = 0; k < K; k++) {
+        wait_timed(&in[k]);
+        if (k + 1 < K)
+            start_timed(&in[k + 1], qkv + (k + 1) * rowk, core_shape(u, 3, rowk), qkv_g + (k + 1) * BN * 3 * rowk,
+                        head_shape(u, 3, rowk), u, c->phase);
+        inner->forward(&h, qkv_g + k * BN * 3 * rowk, o_g + k * BN * rowk, lse_g + k * BN * Hk);
+        start_timed(&out[k], o_g + k * BN * rowk, head_shape(u, 1, rowk), o + k * rowk, core_shape(u, 1, rowk), u,
+                    c->phase);
+    }
+    for (int k = 0; k < K; k++) wait_timed(&out[k]);
+}
+
+static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
+                                const float *saved, const float *dout, float *dout_h, float *dqkv_h, float *dqkv)
+{
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0);
+    long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
+    spb_attn_ctx h = head_ctx(c, u);
+    h.heads = (int)Hk;
+    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    const float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
+    start_timed(&in[0], dout, core_shape(u, 1, rowk), dout_h, head_shape(u, 1, rowk), u, c->phase);
+    for (int k = 0; k < K; k++) {
+        wait_timed(&in[k]);
+        if (k + 1 < K)
+            start_timed(&in[k + 1], dout + (k + 1) * rowk, core_shape(u, 1, rowk), dout_h + (k + 1) * BN * rowk,
+                        head_shape(u, 1, rowk), u, c->phase);
+        inner->backward(&h, qkv_g + k * BN * 3 * rowk, o_g + k * BN * rowk, lse_g + k * BN * Hk,
+                        dout_h + k * BN * rowk, dqkv_h + k * BN * 3 * rowk);
+        start_timed(&out[k], dqkv_h + k * BN * 3 * rowk, head_shape(u, 3, rowk), dqkv + k * rowk,
+                    core_shape(u, 3, rowk), u, c->phase);
+    }
+    for (int k = 0; k < K; k++) wait_timed(&out[k]);
+}
+
+void spb_ulysses_forward(const spb_attn_ctx *c, spb_rank_group group, const spb_head_side *inner, const float *qkv,
+                         float *o, float *saved)
+{
+    ulysses_dims u = dims_of(c, group);
+    if (overlap_groups(c) > 1) {
+        overlapped_forward(c, &u, inner, overlap_groups(c), qkv, o, saved);
+        return;
+    }
     float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
+    spb_attn_ctx h = head_ctx(c, &u);
 
     exchange(c, &u, 3, 1, qkv, qkv_h);
-
-    spb_attn_desc d = head_desc(&u, c);
-    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-    c->backend->forward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse);
-    spb_timer_end(timed);
-    *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
-
+    inner->forward(&h, qkv_h, o_h, lse);
     exchange(c, &u, 1, 0, o_h, o);
+}
+
+void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb_head_side *inner, const float *saved,
+                          const float *dout, float *dqkv)
+{
+    ulysses_dims u = dims_of(c, group);
+    const float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
+    long head_floats = u.B * u.N * u.row; /* one of Q, K, V, O in head layout */
+    float *dout_h = spb_dev_cached(c, &dout_head, SPB_MEM_WORKSPACE, head_floats);
+    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
+    if (overlap_groups(c) > 1) {
+        overlapped_backward(c, &u, inner, overlap_groups(c), saved, dout, dout_h, dqkv_h, dqkv);
+        return;
+    }
+    spb_attn_ctx h = head_ctx(c, &u);
+
+    exchange(c, &u, 1, 1, dout, dout_h);
+    inner->backward(&h, qkv_h, o_h, lse, dout_h, dqkv_h);
+    /* dQ, dK, dV go back together: every head block of every local token
+     * arrives, so dqkv is overwritten in full. */
+    exchange(c, &u, 3, 0, dqkv_h, dqkv);
+}
+
+static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+{
+    /* The all-to-all stitches rank i's block in at i·T: tokens must be contiguous. */
+    SPB_CHECK((long)c->grid->sp_size * c->tokens == c->seq_length &&
+              (!c->positions || c->positions[0] == (long)c->grid->sp_rank * c->tokens));
+    spb_ulysses_forward(c, spb_sp_group(c->grid), &whole_sequence, qkv, o, saved);
 }
 
 static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
                              const float *dout, float *dqkv)
 {
     (void)qkv, (void)o; /* the head-layout copies in `saved` are what attention saw */
-    ulysses_dims u = dims_of(c);
-    const float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
-    long head_floats = u.B * u.N * u.row; /* one of Q, K, V, O in head layout */
-    float *dout_h = spb_dev_cached(c, &dout_head, SPB_MEM_WORKSPACE, head_floats);
-    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
-
-    exchange(c, &u, 1, 1, dout, dout_h);
-
-    spb_attn_desc d = head_desc(&u, c);
-    spb_dev_zero(c, dqkv_h, 3 * head_floats); /* the backend accumulates */
-    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-    c->backend->backward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse, dout_h, dqkv_h, dqkv_h + u.row,
-                         dqkv_h + 2 * u.row);
-    spb_timer_end(timed);
-    *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
-
-    /* dQ, dK, dV go back together: every head block of every local token
-     * arrives, so dqkv is overwritten in full. */
-    exchange(c, &u, 3, 0, dqkv_h, dqkv);
+    spb_ulysses_backward(c, spb_sp_group(c->grid), &whole_sequence, saved, dout, dqkv);
 }
 
 static int ulysses_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
@@ -215,6 +357,18 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
         snprintf(err, errlen,
                  "--num-attention-heads %d is not divisible by --sp-degree %d (Ulysses gives each rank H/P heads)",
                  cfg->num_heads, cfg->sp_degree);
+        return -1;
+    }
+    return spb_ulysses_validate_overlap(cfg, cfg->sp_degree, err, errlen);
+}
+
+int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *err, size_t errlen)
+{
+    int K = cfg->ulysses_overlap;
+    if (K > 1 && (K > ULYSSES_MAX_OVERLAP || group_size <= 0 || (cfg->num_heads / group_size) % K)) {
+        snprintf(err, errlen,
+                 "--ulysses-overlap %d must divide the %d heads each rank attends (H / %d) and be at most %d", K,
+                 group_size > 0 ? cfg->num_heads / group_size : 0, group_size, ULYSSES_MAX_OVERLAP);
         return -1;
     }
     return 0;

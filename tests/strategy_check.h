@@ -20,7 +20,7 @@ static inline spb_trainer *make(spb_config *c, MPI_Comm comm, spb_grid *grid)
     MPI_Comm_size(comm, &size);
     char err[256];
     ck_assert_msg(spb_config_finalize(c, size, err, sizeof err) == 0, "%s", err);
-    spb_grid_create(grid, comm, c->sp_degree);
+    spb_grid_create_nested(grid, comm, c->sp_degree, c->ulysses_degree);
     return spb_trainer_create(c, grid);
 }
 

@@ -21,7 +21,7 @@ static const spb_mem_category predicted[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_
  * the peak bytes per category over it (the measured side; ZeRO-2/3's
  * gradient and gathered buffers live only inside the step) and the
  * model's prediction. */
-static void measure_on(int world, const char *strategy, int P, int zero, int N, int ckpt, double measured[4],
+static void measure_u_on(int world, const char *strategy, int U, int P, int zero, int N, int ckpt, double measured[4],
                        double model[4])
 {
     spb_config c;
@@ -29,6 +29,7 @@ static void measure_on(int world, const char *strategy, int P, int zero, int N, 
     c.num_layers = 2, c.hidden_size = 32, c.num_heads = 4, c.vocab_size = 64, c.seq_length = N;
     c.micro_batch_size = 2, c.sp_degree = P, c.zero_stage = zero, c.checkpoint_activations = ckpt;
     snprintf(c.strategy, sizeof c.strategy, "%s", strategy);
+    c.ulysses_degree = U; /* hybrid only; 0: P */
     char err[256];
     ck_assert_msg(spb_config_finalize(&c, world, err, sizeof err) == 0, "%s", err);
     MPI_Comm comm;
@@ -37,7 +38,7 @@ static void measure_on(int world, const char *strategy, int P, int zero, int N, 
     memcpy(before, spb_mem_get_stats()->current, sizeof before);
     spb_mem_reset_peaks();
     spb_grid g;
-    spb_grid_create(&g, comm, P);
+    spb_grid_create_nested(&g, comm, P, U);
     spb_trainer *t = spb_trainer_create(&c, &g);
     spb_trainer_step(t);
     spb_memory_prediction pred;
@@ -49,6 +50,12 @@ static void measure_on(int world, const char *strategy, int P, int zero, int N, 
     spb_trainer_destroy(t);
     spb_grid_destroy(&g);
     MPI_Comm_free(&comm);
+}
+
+static void measure_on(int world, const char *strategy, int P, int zero, int N, int ckpt, double measured[4],
+                       double model[4])
+{
+    measure_u_on(world, strategy, 0, P, zero, N, ckpt, measured, model);
 }
 
 static void measure(const char *strategy, int P, int zero, int N, int ckpt, double measured[4], double model[4])
@@ -77,6 +84,28 @@ START_TEST(model_equals_allocator)
         }
     say("memory model = allocator (params, grads, optimizer, activations) in %d configurations\n", cases);
     ck_assert_int_ge(cases, 20);
+}
+END_TEST
+
+/* The hybrid (every U dividing P = 4) and all-gather-KV: their attention
+ * state (head-side copies and log-sum-exp of the Ulysses groups' N/R
+ * tokens; the log-sum-exp of local queries) is modelled exactly too. */
+START_TEST(new_strategies_modelled)
+{
+    static const struct { const char *strategy; int U; } runs[] = {
+        {"hybrid", 1}, {"hybrid", 2}, {"hybrid", 4}, {"allgather-kv", 0}};
+    for (int k = 0; k < 4; k++)
+        for (int zero = 0; zero <= 3; zero += 3)
+            for (int ckpt = 0; ckpt <= 1; ckpt++) {
+                double m[4], p[4];
+                measure_u_on(4, runs[k].strategy, runs[k].U, 4, zero, 96, ckpt, m, p);
+                for (int i = 0; i < 4; i++)
+                    ck_assert_msg(m[i] == p[i], "%s U=%d ZeRO-%d ckpt=%d: %s measured %.0f, model %.0f",
+                                  runs[k].strategy, runs[k].U, zero, ckpt, spb_mem_category_name(predicted[i]), m[i],
+                                  p[i]);
+                say("%s U=%d ZeRO-%d ckpt=%d: activations/rank %.0f = model\n", runs[k].strategy, runs[k].U, zero,
+                    ckpt, m[3]);
+            }
 }
 END_TEST
 
@@ -150,6 +179,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("model");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, model_equals_allocator);
+    tcase_add_test(tc, new_strategies_modelled);
     tcase_add_test(tc, scaling);
     tcase_add_test(tc, mixed_precision_is_modelled);
     suite_add_tcase(s, tc);

@@ -1,0 +1,210 @@
+/* `allgather-kv`: context parallelism as Llama 3 was trained with it
+ * (Llama Team, "The Llama 3 Herd of Models", arXiv 2407.21783, §3.3.2).
+ *
+ * Queries stay on their rank; K and V of the SP group are all-gathered, so
+ * each rank attends its own T = N/P queries to all N keys in one call per
+ * query run, and the backward reduce-scatters dK and dV to the ranks that
+ * own those tokens.  The token layout is ring attention's (--ring-layout):
+ * zigzag pairs chunks r and 2P−1−r of N/(2P) tokens on rank r, which
+ * balances the causal work (Llama 3's "2·CP chunks" split); contiguous
+ * leaves rank P−1 with the most.
+ *
+ * Unlike ring attention the exchange is one collective, not overlapped
+ * with compute, and every rank holds all of K and V while it attends
+ * (B·N·2h floats of workspace per layer); Llama 3 chose it because GQA's
+ * few K/V heads make that small and because it takes any mask.  The K/V
+ * gather is repeated in backward rather than kept (memory over bytes; the
+ * formula below counts it).  With grouped-query attention (G K/V heads)
+ * both collectives would shrink by G/H; today query heads = K/V heads.
+ *
+ * Layouts (W = H·D): the local K/V block [B][T][2][H][D] packed from qkv;
+ * the gathered blocks [P][B][T][2][H][D] (owner-major: the collectives'
+ * order); the sequence [B][N][2][H][D] at global positions (what attention
+ * reads, and dK/dV accumulate into before going back to owner order). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/checks.h"
+#include "../common/memory.h"
+#include "../common/timer.h"
+#include "device_mem.h"
+#include "sp_parts.h"
+#include "strategy.h"
+
+static int agkv_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
+{
+    (void)world_size;
+    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
+        snprintf(err, errlen, "--ring-layout zigzag needs --seq-length divisible by 2 x --sp-degree (got %d and %d)",
+                 cfg->seq_length, cfg->sp_degree);
+        return -1;
+    }
+    return 0;
+}
+
+static void agkv_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
+{
+    spb_ring_run runs[SPB_RING_MAX_RUNS];
+    int n = spb_ring_layout_runs(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank, runs);
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < runs[k].len; i++) positions[runs[k].row + i] = runs[k].pos + i;
+}
+
+static size_t agkv_saved_floats(const spb_attn_ctx *c)
+{
+    return (size_t)c->batch * c->heads * c->tokens; /* log-sum-exp [B][H][T] */
+}
+
+/* Owner-major blocks <-> the sequence at global positions. */
+static void owners_to_sequence(const spb_attn_ctx *c, int zigzag, const float *blocks, float *seq, int to_seq)
+{
+    int P = c->grid->sp_size, T = c->tokens;
+    long W = (long)c->heads * c->head_dim, N = c->seq_length, BT = (long)c->batch * T;
+    for (int owner = 0; owner < P; owner++) {
+        spb_ring_run runs[SPB_RING_MAX_RUNS];
+        int n = spb_ring_layout_runs(zigzag, N, P, owner, runs);
+        for (int k = 0; k < n; k++)
+            for (int b = 0; b < c->batch; b++) {
+                float *in_seq = seq + ((long)b * N + runs[k].pos) * 2 * W;
+                float *in_blocks = (float *)blocks + ((long)owner * BT + (long)b * T + runs[k].row) * 2 * W;
+                if (to_seq)
+                    spb_dev_copy(c, in_seq, in_blocks, runs[k].len * 2 * W);
+                else
+                    spb_dev_copy(c, in_blocks, in_seq, runs[k].len * 2 * W);
+            }
+    }
+}
+
+/* Every rank's K and V at their global positions, [B][N][2][H][D]. */
+static float *gather_kv(const spb_attn_ctx *c, int zigzag, const float *qkv)
+{
+    int P = c->grid->sp_size;
+    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
+    float *local = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * W);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * W);
+    float *seq = spb_dev_alloc(c, SPB_MEM_WORKSPACE, (long)c->batch * c->seq_length * 2 * W);
+    spb_dev_copy_rows(c, local, 2 * W, qkv + W, 3 * W, BT, 2 * W);
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_allgather_f32(local, blocks, BT * 2 * W, c->grid->sp_comm, c->phase);
+    spb_timer_end(timed);
+    owners_to_sequence(c, zigzag, blocks, seq, 1);
+    spb_dev_free(c, local);
+    spb_dev_free(c, blocks);
+    return seq;
+}
+
+/* One query run against the keys it can see: all N, or under a causal
+ * mask those up to its last position (the rest would be masked whole). */
+static spb_attn_desc run_desc(const spb_attn_ctx *c, const spb_ring_run *q)
+{
+    long W = (long)c->heads * c->head_dim, T = c->tokens, N = c->seq_length;
+    spb_attn_desc d = {
+        .batch = c->batch, .heads = c->heads, .head_dim = c->head_dim,
+        .q_len = q->len, .k_len = (int)(c->causal ? q->pos + q->len : N),
+        .q_offset = q->pos, .k_offset = 0,
+        .causal = c->causal, .scale = 1.0f / sqrtf((float)c->head_dim),
+        .q_token_stride = 3 * W, .q_batch_stride = 3 * W * T,
+        .k_token_stride = 2 * W, .k_batch_stride = 2 * W * N,
+        .o_token_stride = W, .o_batch_stride = W * T,
+        /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
+        .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
+        .sparse_global = c->cfg ? c->cfg->sparse_global_blocks : 0,
+    };
+    return d;
+}
+
+static void agkv_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+{
+    SPB_CHECK(c->cfg && (long)c->tokens * c->grid->sp_size == c->seq_length);
+    int zigzag = spb_ring_is_zigzag(c->cfg), T = c->tokens;
+    long W = (long)c->heads * c->head_dim, BH = (long)c->batch * c->heads;
+    spb_ring_run q_runs[SPB_RING_MAX_RUNS];
+    int n_q = spb_ring_layout_runs(zigzag, c->seq_length, c->grid->sp_size, c->grid->sp_rank, q_runs);
+    float *kv = gather_kv(c, zigzag, qkv);
+    for (int qi = 0; qi < n_q; qi++) {
+        const spb_ring_run *q = &q_runs[qi];
+        spb_attn_desc d = run_desc(c, q);
+        /* the backend writes a run's lse as [B][H][len]; saved is [B][H][T] */
+        float *lse = n_q == 1 ? saved : spb_dev_alloc_role(c, SPB_MEM_WORKSPACE, BH * q->len, SPB_BUF_FP32);
+        spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
+        c->backend->forward(&d, qkv + (long)q->row * 3 * W, kv, kv + W, o + (long)q->row * W, lse);
+        spb_timer_end(timed);
+        *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
+        if (lse != saved) {
+            spb_dev_copy_rows(c, saved + q->row, T, lse, q->len, BH, q->len);
+            spb_dev_free(c, lse);
+        }
+    }
+    spb_dev_free(c, kv);
+}
+
+static void agkv_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
+                          const float *dout, float *dqkv)
+{
+    int P = c->grid->sp_size, zigzag = spb_ring_is_zigzag(c->cfg), T = c->tokens;
+    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * T, BH = (long)c->batch * c->heads;
+    long seq_floats = (long)c->batch * c->seq_length * 2 * W;
+    spb_ring_run q_runs[SPB_RING_MAX_RUNS];
+    int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, c->grid->sp_rank, q_runs);
+    float *kv = gather_kv(c, zigzag, qkv);
+    float *dkv = spb_dev_alloc(c, SPB_MEM_WORKSPACE, seq_floats);
+    spb_dev_zero(c, dkv, seq_floats); /* the backend accumulates */
+    spb_dev_zero(c, dqkv, BT * 3 * W);
+    for (int qi = 0; qi < n_q; qi++) {
+        const spb_ring_run *q = &q_runs[qi];
+        spb_attn_desc d = run_desc(c, q);
+        float *lse = spb_dev_alloc_role(c, SPB_MEM_WORKSPACE, BH * q->len, SPB_BUF_FP32);
+        spb_dev_copy_rows(c, lse, q->len, saved + q->row, T, BH, q->len);
+        long q_at = (long)q->row * 3 * W, o_at = (long)q->row * W;
+        spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
+        c->backend->backward(&d, qkv + q_at, kv, kv + W, o + o_at, lse, dout + o_at, dqkv + q_at, dkv, dkv + W);
+        spb_timer_end(timed);
+        *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
+        spb_dev_free(c, lse);
+    }
+    spb_dev_free(c, kv);
+    /* Every rank's contribution to every token's dK/dV, summed at the owner. */
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * W);
+    float *own = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * W);
+    owners_to_sequence(c, zigzag, blocks, dkv, 0);
+    spb_dev_free(c, dkv);
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_reduce_scatter_f32(blocks, own, BT * 2 * W, c->grid->sp_comm, c->phase);
+    spb_timer_end(timed);
+    spb_dev_copy_rows(c, dqkv + W, 3 * W, own, 2 * W, BT, 2 * W);
+    spb_dev_free(c, blocks);
+    spb_dev_free(c, own);
+}
+
+/* Bytes per link of one layer, micro-batch of b sequences of N tokens,
+ * hidden h, T = N/P tokens per rank.  A rank's K/V block holds
+ * 2·b·T·h floats; the allgather of it records payload P·4·2·b·T·h =
+ * 8·b·N·h bytes and link bytes (P−1)/P of that, and the reduce-scatter of
+ * the P blocks of dK/dV the same:
+ *   forward:  allgather of K, V                     8·b·N·h·(P−1)/P
+ *   backward: allgather again + reduce-scatter     16·b·N·h·(P−1)/P
+ * Ring attention's forward moves the same bytes (P−1 hops of a
+ * 2·b·T·h block = 8·b·N·h·(P−1)/P) spread over P steps behind compute;
+ * here they are one collective that nothing overlaps.  Its backward moves
+ * 8·b·T·h·(2P−1), about as much as this one's 16·b·N·h·(P−1)/P. */
+static spb_comm_volume agkv_comm_volume(const spb_config *cfg, int sp_degree)
+{
+    double block_floats = 2.0 * cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
+    double payload = 4.0 * block_floats * sp_degree;
+    double gather = payload * spb_comm_bus_factor(SPB_OP_ALLGATHER, sp_degree);
+    double scatter = payload * spb_comm_bus_factor(SPB_OP_REDUCE_SCATTER, sp_degree);
+    return (spb_comm_volume){.forward_bytes = gather, .backward_bytes = gather + scatter};
+}
+
+const spb_strategy spb_strategy_allgather_kv = {
+    .name = "allgather-kv",
+    .summary = "Llama 3 context parallelism: K/V all-gathered, queries local, dK/dV reduce-scattered (layout "
+               "contiguous or zigzag)",
+    .validate = agkv_validate,
+    .local_positions = agkv_local_positions,
+    .attn_saved_floats = agkv_saved_floats,
+    .attention_forward = agkv_forward,
+    .attention_backward = agkv_backward,
+    .comm_volume = agkv_comm_volume,
+};

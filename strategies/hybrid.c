@@ -1,0 +1,164 @@
+/* `hybrid`: Ulysses inside groups, ring attention across them (yunchang's
+ * USP, Fang and Zhao 2024, arXiv 2405.07719; Megatron-LM's hierarchical
+ * a2a+p2p context parallelism).
+ *
+ * The SP group of P ranks is split by the grid into R = P/U Ulysses groups
+ * of U contiguous ranks (one node's GPUs on a cluster: the all-to-all stays
+ * on the fast links) and U ring groups of the R ranks at the same place in
+ * each Ulysses group (the ring's point-to-point crosses nodes).  Ulysses
+ * group g holds ring block g of N/R tokens, laid out over the R blocks as
+ * ring attention lays them out (contiguous, or zigzag: chunks g and 2R−1−g
+ * of N/(2R)); inside the group, rank u holds rows [u·T, (u+1)·T) of that
+ * block, T = N/P.
+ *
+ * A layer's attention is Ulysses' exchange over the Ulysses group (U head
+ * blocks of all H heads of T tokens -> H/U heads of the group's N/R
+ * tokens) with ring attention over the ring group on its head side: ranks
+ * with the same u hold the same H/U heads, so their ring is plain ring
+ * attention on blocks of N/R tokens.  Both pieces are the ones `ulysses`
+ * and `ring` run (strategies/sp_parts.h).  U = P is Ulysses (R = 1: no ring
+ * step), U = 1 is ring (the all-to-all over one rank moves nothing).
+ * Heads must divide by U only, not by P: the point of the hybrid.
+ *
+ * With grouped-query attention (K/V heads G < H) the exchange would move
+ * G/U K/V heads per rank and need U | G; the ring blocks would shrink by
+ * H/G.  Today query heads = K/V heads. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/checks.h"
+#include "sp_parts.h"
+#include "strategy.h"
+
+static int ulysses_degree(const spb_config *cfg) { return cfg->ulysses_degree > 0 ? cfg->ulysses_degree : cfg->sp_degree; }
+
+static spb_rank_group ulysses_group(const spb_grid *g)
+{
+    return (spb_rank_group){g->ulysses_comm, g->ulysses_size, g->ulysses_rank};
+}
+
+static spb_rank_group ring_group(const spb_grid *g) { return (spb_rank_group){g->ring_comm, g->ring_size, g->ring_rank}; }
+
+static int hybrid_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
+{
+    (void)world_size;
+    int P = cfg->sp_degree, U = ulysses_degree(cfg);
+    if (P % U) {
+        snprintf(err, errlen, "--ulysses-degree %d does not divide --sp-degree %d (hybrid: P = U x R)", U, P);
+        return -1;
+    }
+    if (cfg->num_heads % U) {
+        snprintf(err, errlen,
+                 "--num-attention-heads %d is not divisible by --ulysses-degree %d (hybrid gives each rank H/U heads)",
+                 cfg->num_heads, U);
+        return -1;
+    }
+    if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) return -1;
+    int R = P / U;
+    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * R)) {
+        /* chunks of N/(2R) tokens; a rank's T = N/P rows may straddle two */
+        snprintf(err, errlen,
+                 "--ring-layout zigzag with hybrid needs --seq-length divisible by 2 x the ring degree P/U (got %d "
+                 "and %d)",
+                 cfg->seq_length, R);
+        return -1;
+    }
+    return 0;
+}
+
+/* Rows [u·T, (u+1)·T) of ring block g under the ring layout over R blocks. */
+static void hybrid_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
+{
+    SPB_CHECK(grid->ulysses_size == ulysses_degree(cfg));
+    spb_ring_run runs[SPB_RING_MAX_RUNS];
+    int n = spb_ring_layout_runs(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->ring_size, grid->ring_rank, runs);
+    int T = cfg->seq_length / grid->sp_size;
+    for (int t = 0; t < T; t++) {
+        int row = grid->ulysses_rank * T + t, k = 0;
+        while (k < n - 1 && row >= runs[k].row + runs[k].len) k++;
+        positions[t] = runs[k].pos + (row - runs[k].row);
+    }
+}
+
+static int hybrid_head_blocks(const spb_grid *grid) { return grid->ulysses_size; }
+
+static size_t hybrid_saved_floats(const spb_attn_ctx *c)
+{
+    /* Ulysses' head-side Q, K, V, O and the log-sum-exp [B][H/U][N/R],
+     * which is what ring attention keeps on that side. */
+    return spb_ulysses_saved_floats(c, ulysses_group(c->grid));
+}
+
+/* The head side: ring attention over the ring group. */
+static void ring_side_forward(const spb_attn_ctx *h, const float *qkv, float *o, float *lse)
+{
+    spb_ring_attention_forward(h, ring_group(h->grid), qkv, o, lse);
+}
+
+static void ring_side_backward(const spb_attn_ctx *h, const float *qkv, const float *o, const float *lse,
+                               const float *dout, float *dqkv)
+{
+    spb_ring_attention_backward(h, ring_group(h->grid), qkv, o, lse, dout, dqkv);
+}
+
+static const spb_head_side ring_side = {ring_side_forward, ring_side_backward};
+
+static void hybrid_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
+{
+    /* the grid was built with this run's U (spb_grid_create_nested) */
+    SPB_CHECK(c->cfg && c->grid->ulysses_size == ulysses_degree(c->cfg));
+    spb_ulysses_forward(c, ulysses_group(c->grid), &ring_side, qkv, o, saved);
+}
+
+static void hybrid_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
+                            const float *dout, float *dqkv)
+{
+    (void)qkv, (void)o; /* the head-side copies in `saved` are what attention saw */
+    spb_ulysses_backward(c, ulysses_group(c->grid), &ring_side, saved, dout, dqkv);
+}
+
+/* Bytes per link of one layer, micro-batch of b sequences of N tokens,
+ * hidden h, P = U·R ranks, T = N/P tokens per rank.
+ *   Ulysses part, over U ranks: an all-to-all whose per-rank buffer holds
+ *     S floats records payload 4·S and link bytes 4·S·(U−1)/U;
+ *     forward  QKV (S = 3·b·T·h) then O (S = b·T·h),
+ *     backward dO  (S = b·T·h)   then dQKV (S = 3·b·T·h):
+ *     each direction 16·b·T·h·(U−1)/U = 16·b·N·h·(U−1)/(U·P) bytes.
+ *     (--ulysses-comm allgather: payload U·4·S each, U times that.)
+ *   Ring part, over R ranks on the head side: a block is K and V of the
+ *     group's N/R tokens for H/U heads, 2·b·(N/R)·(h/U) = 2·b·T·h floats,
+ *     the size of plain ring's block at degree P; forward R−1 hops,
+ *     backward R−1 K/V hops, R−1 dK/dV hops and the home run:
+ *     forward 8·b·T·h·(R−1), backward 8·b·T·h·(2R−1) bytes (R = 1: 0).
+ * U = P gives Ulysses' formula, U = 1 ring's.  Summed here in the order
+ * the accounting layer's tests add them (all-to-alls, then sendrecvs). */
+static spb_comm_volume hybrid_comm_volume(const spb_config *cfg, int sp_degree)
+{
+    int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree, R = sp_degree / U;
+    double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
+    int gather = !strcmp(cfg->ulysses_comm, "allgather");
+    double share = spb_comm_bus_factor(gather ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL, U);
+    double qkv_payload = 4.0 * 3.0 * local_floats * (gather ? U : 1), o_payload = 4.0 * local_floats * (gather ? U : 1);
+    double block_bytes = 4.0 * 2.0 * local_floats;
+    spb_comm_volume v;
+    v.forward_bytes = qkv_payload * share + o_payload * share;
+    v.backward_bytes = o_payload * share + qkv_payload * share;
+    if (R > 1) {
+        v.forward_bytes += (R - 1) * block_bytes;
+        v.backward_bytes += (2.0 * R - 1) * block_bytes;
+    }
+    return v;
+}
+
+const spb_strategy spb_strategy_hybrid = {
+    .name = "hybrid",
+    .summary = "Ulysses x ring (USP): all-to-all inside groups of --ulysses-degree U ranks, ring attention across the "
+               "P/U groups",
+    .validate = hybrid_validate,
+    .head_blocks = hybrid_head_blocks,
+    .local_positions = hybrid_local_positions,
+    .attn_saved_floats = hybrid_saved_floats,
+    .attention_forward = hybrid_forward,
+    .attention_backward = hybrid_backward,
+    .comm_volume = hybrid_comm_volume,
+};
