@@ -366,9 +366,18 @@ MODEL_COLUMNS = ["attn_density", "fits", "memory_needed_bytes", "memory_capacity
 HEADER = RUNNER_COLUMNS + SPB_COLUMNS + MODEL_COLUMNS
 
 
+def portable(value):
+    """A path inside the repository as written to a CSV: relative to the
+    repository's root (profiles/a100.profile), so that committed results
+    name no directory of the machine that made them."""
+    if isinstance(value, str) and value.startswith(ROOT + os.sep):
+        return os.path.relpath(value, ROOT)
+    return value
+
+
 def _line(row, header=HEADER):
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(["" if row.get(c) is None else row.get(c) for c in header])
+    csv.writer(buf, lineterminator="\n").writerow(["" if row.get(c) is None else portable(row.get(c)) for c in header])
     return buf.getvalue()
 
 
