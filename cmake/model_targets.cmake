@@ -23,5 +23,5 @@ elseif(BUILD_TESTING)
                    ${CMAKE_SOURCE_DIR}/profiles)
   set_tests_properties(perf_model_mpi4 PROPERTIES
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OPENBLAS_NUM_THREADS=1"
-    TIMEOUT 300)
+    TIMEOUT 300 PROCESSORS 4) # 4 ranks: alone under scripts/test's ctest -j (tests/CMakeLists.txt)
 endif()
