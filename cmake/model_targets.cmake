@@ -1,6 +1,6 @@
 # The performance model (docs/MODEL.md): spbench-model, spbench-calibrate and
 # the model's test.  Included from the top-level CMakeLists.txt.
-add_library(spbmodel STATIC ${CMAKE_SOURCE_DIR}/common/perf_model.c)
+add_library(spbmodel STATIC ${CMAKE_SOURCE_DIR}/common/model/perf_model.c)
 target_link_libraries(spbmodel PUBLIC spbcore)
 
 add_executable(spbench-model ${CMAKE_SOURCE_DIR}/experiments/spbench_model.c)

@@ -8,14 +8,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/backend.h"
-#include "../common/bf16_direct.h"
-#include "../common/flops.h"
-#include "../common/memory_model.h"
-#include "../common/ops.h"
-#include "../common/predicted_bytes.h"
-#include "../common/report.h"
-#include "../common/zero.h"
+#include "backend.h"
+#include "bf16_direct.h"
+#include "flops.h"
+#include "memory_model.h"
+#include "ops.h"
+#include "predicted_bytes.h"
+#include "report.h"
+#include "zero.h"
 #include "spb_version.h"
 
 static int cmp_double(const void *a, const void *b)

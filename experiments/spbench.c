@@ -7,16 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/checks.h"
-#include "../common/backend.h"
-#include "../common/checkpoint.h"
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/flops.h"
-#include "../common/grid.h"
-#include "../common/ops.h"
-#include "../common/timer.h"
-#include "../common/train.h"
+#include "checks.h"
+#include "backend.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "config.h"
+#include "flops.h"
+#include "grid.h"
+#include "ops.h"
+#include "timer.h"
+#include "train.h"
 #include "run_summary.h"
 #include "spb_version.h"
 #ifdef SPB_HAVE_CUDA

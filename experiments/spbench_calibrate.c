@@ -25,13 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/attention.h"
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/ops.h"
-#include "../common/optimizer.h"
-#include "../common/perf_model.h"
-#include "../common/timer.h"
+#include "attention.h"
+#include "comm.h"
+#include "config.h"
+#include "ops.h"
+#include "optimizer.h"
+#include "perf_model.h"
+#include "timer.h"
 #include "spb_version.h"
 
 static int quick;

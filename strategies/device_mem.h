@@ -6,8 +6,8 @@
 
 #include <string.h>
 
-#include "../common/backend.h"
-#include "../common/memory.h"
+#include "backend.h"
+#include "memory.h"
 #include "strategy.h"
 
 static inline float *spb_dev_alloc(const spb_attn_ctx *c, spb_mem_category cat, long n)

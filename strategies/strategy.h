@@ -22,10 +22,10 @@
 
 #include <stddef.h>
 
-#include "../common/attention.h"
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/grid.h"
+#include "attention.h"
+#include "comm.h"
+#include "config.h"
+#include "grid.h"
 
 /* What a strategy's hooks see of one layer's call. */
 typedef struct spb_attn_ctx {

@@ -30,7 +30,7 @@
 #include "spb_cuda.h"
 
 extern "C" {
-#include "../ops.h" /* spb_gemm_flops_add: C headers without their own extern "C" */
+#include "ops.h" /* spb_gemm_flops_add: C headers without their own extern "C" */
 }
 
 #define SPB_CUBLAS_CHECK(call)                                                                                         \

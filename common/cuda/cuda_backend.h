@@ -26,7 +26,7 @@ extern "C" {
 
 #include <stdint.h>
 
-#include "../backend.h" /* C header without its own extern "C" */
+#include "backend.h" /* C header without its own extern "C" */
 
 extern const spb_backend spb_backend_cuda;
 /* bf16 storage on the device over this table (backend_bf16_cuda.c). */

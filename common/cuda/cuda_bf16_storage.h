@@ -14,8 +14,8 @@
 extern "C" {
 #endif
 
-#include "../bf16_direct.h" /* C headers without their own extern "C" */
-#include "../device_handles.h"
+#include "bf16_direct.h" /* C headers without their own extern "C" */
+#include "device_handles.h"
 
 const spb_handle_storage *spb_cuda_bf16_storage(void);
 /* Its direct kernels (--bf16-kernels fast): cuda_bf16_direct.cu. */

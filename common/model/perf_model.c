@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../strategies/strategy.h"
+#include "strategy.h"
 #include "flops.h"
 #include "zero.h"
 
