@@ -146,7 +146,7 @@ static void report(const char *check, spb_cuda_impl impl, const char *shape, con
 }
 
 /* ---------------------------------------------- the CPU reference layer -- */
-/* common/gpt.c's layer_forward and the layer loop of spb_gpt_backward at
+/* common/core/gpt.c's layer_forward and the layer loop of spb_gpt_backward at
  * TP = 1, one head block, on ops_cpu.c and the naive attention backend. */
 static const char *tensor_names[SPB_CUDA_LAYER_TENSORS] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
                                                            "ln2_w", "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"};
@@ -532,7 +532,7 @@ static void fill_f32(float *d, long n, float scale)
 
 /* ------------------------------------------ the core through the device -- */
 #ifdef SPB_GPU_CHECK_HAVE_CORE
-/* core-step: the project's own GPT core (common/gpt.c) run twice, once on
+/* core-step: the project's own GPT core (common/core/gpt.c) run twice, once on
  * the CPU table and once on the CUDA device table (spb_backend_cuda, fp32
  * storage, cuBLAS fp32 products: common/cuda/cuda_backend.cu), same config,
  * same parameters, same tokens; the loss and every tensor's gradient
@@ -964,7 +964,7 @@ int main(int argc, char **argv)
     } /* !lean */
 #ifdef SPB_GPU_CHECK_HAVE_CORE
     for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
-    printf("\ncore-step: the GPT core (common/gpt.c) on the CUDA device table against the CPU table; metric as "
+    printf("\ncore-step: the GPT core (common/core/gpt.c) on the CUDA device table against the CPU table; metric as "
            "above, tolerance %.0e per tensor, %.0e for the loss (fp32 both sides)\n",
            kCoreTolGrad, kCoreTolLoss);
     for (int ckpt = 0; ckpt < (lean ? 1 : 2); ckpt++) check_core_step(ckpt);

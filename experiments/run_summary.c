@@ -326,7 +326,7 @@ int spb_append_results_row(const spb_run_summary *s, const spb_trainer *tr, char
                      spb_comm_phase_name(layer_phases[p]));
             spb_row_add(&r, key, "%.0f", link);
         }
-    /* The formulas beside the measurement (common/zero.h). */
+    /* The formulas beside the measurement (common/core/zero.h). */
     spb_predicted_bytes predicted;
     spb_predicted_link_bytes(c, g->world_size, &predicted);
     spb_row_add_predicted_bytes(&r, &predicted);

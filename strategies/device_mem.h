@@ -1,5 +1,5 @@
 /* Memory operations of the strategies on the buffers the core hands them:
- * through the core's device table (common/backend.h) when the context
+ * through the core's device table (common/core/backend.h) when the context
  * names one, else on host memory (unit tests build contexts by hand). */
 #ifndef SPB_STRATEGIES_DEVICE_MEM_H
 #define SPB_STRATEGIES_DEVICE_MEM_H

@@ -32,7 +32,7 @@ typedef struct spb_attn_ctx {
     const spb_config *cfg; /* the run's configuration (strategy options) */
     const spb_grid *grid;
     const spb_attn_backend *backend;
-    const struct spb_backend *device; /* where the buffers live (common/backend.h); NULL: host */
+    const struct spb_backend *device; /* where the buffers live (common/core/backend.h); NULL: host */
     int batch;           /* sequences in the micro-batch */
     int heads;           /* heads this rank computes QKV for (H / TP degree) */
     int head_dim;

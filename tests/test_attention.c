@@ -1,4 +1,4 @@
-/* Tests for the attention backends (common/attention.h): the tiled "flash"
+/* Tests for the attention backends (common/attention/attention.h): the tiled "flash"
  * kernel against the "naive" reference, forward (O, lse) and backward
  * (dQ, dK, dV), in strided layouts, with offsets, masks, merged blocks; and
  * the naive backward against central finite differences of a

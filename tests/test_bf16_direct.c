@@ -1,4 +1,4 @@
-/* The bf16 tables' direct path (common/bf16_direct.h, --bf16-kernels fast)
+/* The bf16 tables' direct path (common/bf16/bf16_direct.h, --bf16-kernels fast)
  * on the CPU emulation of the device's direct kernels, under mpiexec -np 4:
  *   - each product (forward with and without bias, accumulating, strided
  *     column blocks, backward with dinp, dW and db, fp32 outputs), GELU

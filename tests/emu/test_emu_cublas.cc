@@ -131,7 +131,7 @@ static float ref_colmajor(bool ta, bool tb, int i, int j, int k, float alpha, co
     return (float)v;
 }
 
-/* Row-major, as common/ops_cpu.c / cuda_gemm.cu's k_sgemm_simple read it:
+/* Row-major, as common/core/ops_cpu.c / cuda_gemm.cu's k_sgemm_simple read it:
  * C[i][j] = alpha sum_l op(A)[i][l] op(B)[l][j] + beta C[i][j]. */
 static float ref_rowmajor(bool ta, bool tb, int i, int j, int k, float alpha, const Buf &A, long lda, const Buf &B,
                           long ldb, float beta, float c_old)
