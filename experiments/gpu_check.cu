@@ -1,3 +1,4 @@
+/* Over 700 lines: one program: every kernel's checks and timings on a GPU run (one device lease). */
 /* spbench-gpu-check: the CUDA kernels against the CPU fp32 reference, then
  * timings at the paper's 7B shape (docs/GPU.md).
  *

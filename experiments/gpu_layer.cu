@@ -1,3 +1,4 @@
+/* Over 700 lines: one program: the device layer's and GPT step's checks and timings on a GPU run (one device lease). */
 /* spbench-gpu-layer: the device transformer layer (common/cuda/cuda_layer.h)
  * against the CPU fp32 reference, a 2-layer GPT step against the GPT core
  * itself, the GPT core itself run through the CUDA device table

@@ -1,3 +1,4 @@
+/* Over 700 lines: one test program: every attention case (grids of shapes, offsets, masks, sparsity, finite differences). */
 /* Tests for the attention backends (common/attention/attention.h): the tiled "flash"
  * kernel against the "naive" reference, forward (O, lse) and backward
  * (dQ, dK, dV), in strided layouts, with offsets, masks, merged blocks; and

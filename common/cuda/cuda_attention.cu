@@ -1,3 +1,4 @@
+/* Over 700 lines: the switches, launchers and dispatch of every kernel family, which share its statics; the kernels are in its cuda_attention_*.cuh parts. */
 /* Flash attention on the GPU (spb_cuda.h): attention.h's descriptor, strides,
  * position offsets and log-sum-exp, bf16 (or fp16) Q/K/V/O/dO, fp32
  * accumulation.  Every kernel is a template on the element type T: the

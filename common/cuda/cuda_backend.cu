@@ -1,3 +1,4 @@
+/* Over 700 lines: the whole fp32 CUDA device table, one entry per operation of backend.h. */
 /* The CUDA device table of the GPT core: fp32 on the device, every entry
  * written to do exactly what common/core/ops_cpu.c (and attention_naive.c) does,
  * in the same order where the order is cheap to keep:

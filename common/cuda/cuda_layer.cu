@@ -1,3 +1,4 @@
+/* Over 700 lines: one device transformer layer, forward and backward, whose passes share its plan and buffers. */
 /* The device transformer layer and the small device GPT (cuda_layer.h): the
  * CPU core's layer_forward and the layer loop of spb_gpt_backward
  * (common/core/gpt.c, TP = 1, one head block) call for call, on the kernels of

@@ -1,3 +1,4 @@
+/* Over 700 lines: one test program: every cuBLAS/cuBLASLt stand-in call against hand-checked products. */
 /* Checks of the CPU stand-in for cuBLAS / cuBLASLt (common/cuda/emu/emu_cublas.cc)
  * on small matrices with integer entries, so that every expected value is
  * exact: against naive references written here, column-major (the library's
