@@ -38,10 +38,13 @@ endif()
 # .cu -> .cc (translate.py), then one C++ source each
 function(spb_emu_translate cu out_var)
   get_filename_component(name ${cu} NAME_WE)
+  get_filename_component(dir ${cu} DIRECTORY)
   set(out ${CMAKE_BINARY_DIR}/emu/${name}.cc)
+  # the .cuh beside it: translate.py inlines those that hold kernels
+  file(GLOB parts CONFIGURE_DEPENDS ${dir}/*.cuh)
   add_custom_command(OUTPUT ${out}
     COMMAND ${Python3_EXECUTABLE} ${spb_emu_dir}/translate.py ${cu} ${out}
-    DEPENDS ${cu} ${spb_emu_dir}/translate.py
+    DEPENDS ${cu} ${parts} ${spb_emu_dir}/translate.py
     COMMENT "CUDA emulation: translating ${name}.cu")
   set_source_files_properties(${out} PROPERTIES
     COMPILE_OPTIONS "-include;${spb_emu_dir}/spb_emu.h;-fno-strict-aliasing;-Wno-subobject-linkage;-Wno-unused-parameter;${spb_emu_race_flags}")
@@ -91,7 +94,7 @@ if(SPB_EMU_ASAN AND NOT SPB_EMU_RACECHECK)
     message(STATUS "spbench CUDA emulation: no AddressSanitizer in this compiler (SPB_EMU_ASAN left off)")
   endif()
 endif()
-target_include_directories(spbcuda PUBLIC ${CMAKE_SOURCE_DIR}/common/cuda ${spb_emu_dir} ${SPB_EMU_CUDA_INCLUDE})
+target_include_directories(spbcuda PUBLIC ${CMAKE_SOURCE_DIR}/common/cuda ${SPB_COMMON_INCLUDE_DIRS} ${spb_emu_dir} ${SPB_EMU_CUDA_INCLUDE})
 target_compile_definitions(spbcuda PUBLIC SPB_CUDA_EMU=1)
 if(SPB_EMU_RACECHECK)
   target_compile_definitions(spbcuda PUBLIC SPB_EMU_RACECHECK=1)

@@ -111,6 +111,35 @@ else()
   set_tests_properties(emu_gpu_check PROPERTIES COST 1100 TIMEOUT 2400)
 endif()
 
+# The smoke (scripts/test's default mode; label emu_smoke, not emu): reduced
+# runs of the tests above, so that a contributor sees the CUDA sources
+# compile and run against the CPU reference in minutes.  scripts/test --full
+# runs every one of them whole (label emu), so nothing here is tested only
+# here.  The kernels: every 40th unit of spbench-gpu-check's checks (its
+# --part shares go round-robin over the units, so the share reaches
+# several kernel families); the device layer at its first shape with both
+# kernel sets, the GPT step and the core step (--lean-checks); one strategy
+# (Ulysses, P = 2, bf16 on the device's fast kernels) against the CPU
+# reference through experiments/gpu-strategies; and the cuBLAS stand-in
+# (emu_cublas, also in the full suite).
+add_test(NAME emu_smoke_kernels
+         COMMAND $<TARGET_FILE:spbench-gpu-check> --check-only --part 1/40 --lean-fp16
+                 --out ${CMAKE_BINARY_DIR}/emu-smoke-kernels
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME emu_smoke_layer COMMAND $<TARGET_FILE:spbench-gpu-layer> --check-only --lean-checks
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME emu_smoke_strategy
+         COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-smoke-strategy)
+set_tests_properties(emu_smoke_kernels emu_smoke_layer emu_smoke_strategy PROPERTIES
+                     LABELS emu_smoke ENVIRONMENT "${spb_emu_env}" TIMEOUT 900)
+set_tests_properties(emu_smoke_strategy PROPERTIES ENVIRONMENT "${spb_emu_env};SPB_GPU_STRATEGIES_ONLY=bf16:ulysses-P2"
+                     PROCESSORS 2)
+set_tests_properties(emu_cublas PROPERTIES LABELS "emu;emu_smoke")
+# the longest first
+set_tests_properties(emu_smoke_kernels PROPERTIES COST 100)
+add_custom_target(spb_emu_smoke DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer
+                                        test_emu_cublas)
+
 # What those tests need, and nothing else of the build (scripts/test builds this target only).
 add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer spbrun
                                         test_emu_device test_emu_cublas)

@@ -89,7 +89,7 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
       # Host arithmetic of the layer timings (no GPU needed): FLOP counts,
       # strategy shapes at P, attention pairs, the peak table.
       add_executable(test_layer_plan ${CMAKE_SOURCE_DIR}/tests/gpu/test_layer_plan.c)
-      target_include_directories(test_layer_plan PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${CMAKE_SOURCE_DIR}/common)
+      target_include_directories(test_layer_plan PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${SPB_COMMON_INCLUDE_DIRS})
       target_link_libraries(test_layer_plan PRIVATE PkgConfig::CHECK ${MATH_LIBRARY})
       add_test(NAME gpu_layer_plan COMMAND test_layer_plan)
       set_tests_properties(gpu_layer_plan PROPERTIES ENVIRONMENT "CK_FORK=no" TIMEOUT 120)
@@ -103,7 +103,7 @@ if(SPB_HAVE_CUDA AND TARGET spbcuda)
         # cuDNN attention's graphs: every descriptor finalizes in cuDNN (no GPU needed).
         add_executable(test_cudnn_graph ${CMAKE_SOURCE_DIR}/tests/gpu/test_cudnn_graph.c
                                         ${CMAKE_SOURCE_DIR}/common/cuda/cudnn_attention.c)
-        target_include_directories(test_cudnn_graph PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${CMAKE_SOURCE_DIR}/common
+        target_include_directories(test_cudnn_graph PRIVATE ${CMAKE_SOURCE_DIR}/common/cuda ${SPB_COMMON_INCLUDE_DIRS}
                                                             ${SPB_CUDNN_INCLUDE_DIR})
         target_compile_definitions(test_cudnn_graph PRIVATE SPB_HAVE_CUDNN=1)
         target_link_libraries(test_cudnn_graph PRIVATE PkgConfig::CHECK ${SPB_CUDNN_LIBRARY} CUDA::cudart ${MATH_LIBRARY})

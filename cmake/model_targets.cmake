@@ -1,6 +1,6 @@
 # The performance model (docs/MODEL.md): spbench-model, spbench-calibrate and
 # the model's test.  Included from the top-level CMakeLists.txt.
-add_library(spbmodel STATIC ${CMAKE_SOURCE_DIR}/common/perf_model.c)
+add_library(spbmodel STATIC ${CMAKE_SOURCE_DIR}/common/model/perf_model.c)
 target_link_libraries(spbmodel PUBLIC spbcore)
 
 add_executable(spbench-model ${CMAKE_SOURCE_DIR}/experiments/spbench_model.c)
@@ -23,7 +23,7 @@ elseif(BUILD_TESTING)
                    ${CMAKE_SOURCE_DIR}/profiles)
   set_tests_properties(perf_model_mpi4 PROPERTIES
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OPENBLAS_NUM_THREADS=1"
-    TIMEOUT 300)
+    TIMEOUT 300 PROCESSORS 4) # 4 ranks: alone under scripts/test's ctest -j (tests/CMakeLists.txt)
 endif()
 # the model against published multi-GPU training measurements (median |error| <= 15%), and its refusal of
 # rates above the peak

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/checkpoint.h"
-#include "../common/config.h"
-#include "../common/gpt.h"
+#include "checkpoint.h"
+#include "config.h"
+#include "gpt.h"
 
 static double rel_err(double diff2, double ref2) { return sqrt(diff2) / fmax(sqrt(ref2), 1e-30); }
 

@@ -1,3 +1,4 @@
+/* Over 700 lines: one program: every kernel's checks and timings on a GPU run (one device lease). */
 /* spbench-gpu-check: the CUDA kernels against the CPU fp32 reference, then
  * timings at the paper's 7B shape (docs/GPU.md).
  *
@@ -29,7 +30,7 @@
  * --profile).  experiments/gpu-check reruns with --no-wgmma then too.
  * Exit codes: 0 all checks passed, 1 a check failed, 2 usage, 5 the
  * watchdog, 77 no CUDA device (ctest's skip code).  Each check runs the GPU kernel and the CPU
- * reference (common/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
+ * reference (common/core/ops_cpu.c, attention_naive.c, optimizer.c's AdamW) on the
  * same inputs, those the GPU sees in bf16 rounded to bf16 for the CPU too, so
  * the difference is the GPU's own rounding and summation order; it is held
  * against a bound from gpu_util.h (stated there and in docs/GPU.md). */

@@ -1,7 +1,7 @@
 /* What spbench-gpu-check needs from the rest of the runtime when it is built
  * without MPI (experiments/gpu-check on a GPU machine with no MPI, OpenBLAS or
- * Check): the abort path and the category names that common/checks.c and
- * common/memory.c provide in the full build, and, with
+ * Check): the abort path and the category names that common/runtime/checks.c and
+ * common/runtime/memory.c provide in the full build, and, with
  * SPB_STANDALONE_CBLAS, a loop GEMM in place of OpenBLAS. */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* Over 700 lines: one program: the device layer's and GPT step's checks and timings on a GPU run (one device lease). */
 /* spbench-gpu-layer: the device transformer layer (common/cuda/cuda_layer.h)
  * against the CPU fp32 reference, a 2-layer GPT step against the GPT core
  * itself, the GPT core itself run through the CUDA device table
@@ -149,7 +150,7 @@ static void report(const char *check, spb_cuda_impl impl, const char *shape, con
 }
 
 /* ---------------------------------------------- the CPU reference layer -- */
-/* common/gpt.c's layer_forward and the layer loop of spb_gpt_backward at
+/* common/core/gpt.c's layer_forward and the layer loop of spb_gpt_backward at
  * TP = 1, one head block, on ops_cpu.c and the naive attention backend. */
 static const char *tensor_names[SPB_CUDA_LAYER_TENSORS] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
                                                            "ln2_w", "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"};
@@ -535,7 +536,7 @@ static void fill_f32(float *d, long n, float scale)
 
 /* ------------------------------------------ the core through the device -- */
 #ifdef SPB_GPU_CHECK_HAVE_CORE
-/* core-step: the project's own GPT core (common/gpt.c) run twice, once on
+/* core-step: the project's own GPT core (common/core/gpt.c) run twice, once on
  * the CPU table and once on the CUDA device table (spb_backend_cuda, fp32
  * storage, cuBLAS fp32 products: common/cuda/cuda_backend.cu), same config,
  * same parameters, same tokens; the loss and every tensor's gradient
@@ -875,12 +876,16 @@ static double measured_gemm_tflops(spb_cuda_gemm *g)
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-layer [--check-only | --timings-only] [--out DIR] [--reps N] [--tokens N,N,...] [--sp P] "
-                    "[--peak-tflops X] [--smoke] [--watchdog SECONDS]\n");
+                    "[--peak-tflops X] [--smoke] [--lean-checks] [--watchdog SECONDS]\n");
 }
 
 int main(int argc, char **argv)
 {
     int check_only = 0, timings_only = 0, reps = 5, P = 8;
+    /* --lean-checks: the CUDA emulation's smoke test (scripts/test): the
+     * layer at its first shape with both kernel sets, the GPT step, the core
+     * step without checkpointing; every other shape only without it */
+    bool lean = false;
     double peak_arg = 0.0, watchdog = kGpuWatchdogDefault;
     const char *out = "results/gpu";
     bool out_given = false;
@@ -892,6 +897,8 @@ int main(int argc, char **argv)
             timings_only = 1;
         else if (!strcmp(argv[i], "--smoke"))
             timing = kTimingSmoke;
+        else if (!strcmp(argv[i], "--lean-checks"))
+            lean = true;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i], out_given = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -939,7 +946,11 @@ int main(int argc, char **argv)
             {2, 192, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_LOCAL, 1, 0},
         };
         for (int impl = 0; impl < 2; impl++)
-            for (const auto &s : shapes) check_layer(g, s, (spb_cuda_impl)impl);
+            for (const auto &s : shapes) {
+                check_layer(g, s, (spb_cuda_impl)impl);
+                if (lean) break;
+            }
+        if (!lean) {
         /* the FAST kernels with a pass per bias and residual (the fusion's
          * side-by-side timing row), on the first and the non-causal shape */
         check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
@@ -966,12 +977,13 @@ int main(int argc, char **argv)
             for (const auto &s : shapes) check_layer(g, s, SPB_CUDA_FAST, 1);
         else
             printf("layer (cudnn attention): skipped: %s\n", spb_cudnn_attention_version());
+        } /* !lean */
 #ifdef SPB_GPU_CHECK_HAVE_CORE
         for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
-        printf("\ncore-step: the GPT core (common/gpt.c) on the CUDA device table against the CPU table; metric as "
+        printf("\ncore-step: the GPT core (common/core/gpt.c) on the CUDA device table against the CPU table; metric as "
                "above, tolerance %.0e per tensor, %.0e for the loss (fp32 both sides)\n",
                kCoreTolGrad, kCoreTolLoss);
-        for (int ckpt = 0; ckpt < 2; ckpt++) check_core_step(ckpt);
+        for (int ckpt = 0; ckpt < (lean ? 1 : 2); ckpt++) check_core_step(ckpt);
 #else
         printf("gpt-step, core-step: skipped (standalone build without the MPI GPT core; the CMake build runs them)\n");
 #endif

@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/config.h"
-#include "../common/memory_model.h"
+#include "config.h"
+#include "memory_model.h"
 
 static int configure(spb_config *c, int L, int h, int heads, int world, const char *strategy, int P, int zero,
                      long N)

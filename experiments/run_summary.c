@@ -8,14 +8,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/backend.h"
-#include "../common/bf16_direct.h"
-#include "../common/flops.h"
-#include "../common/memory_model.h"
-#include "../common/ops.h"
-#include "../common/predicted_bytes.h"
-#include "../common/report.h"
-#include "../common/zero.h"
+#include "backend.h"
+#include "bf16_direct.h"
+#include "flops.h"
+#include "memory_model.h"
+#include "ops.h"
+#include "predicted_bytes.h"
+#include "report.h"
+#include "zero.h"
 #include "spb_version.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -371,7 +371,7 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
                      spb_comm_phase_name(layer_phases[p]));
             spb_row_add(&r, key, "%.0f", link);
         }
-    /* The formulas beside the measurement (common/zero.h). */
+    /* The formulas beside the measurement (common/core/zero.h). */
     spb_predicted_bytes predicted;
     spb_predicted_link_bytes(c, g->world_size, &predicted);
     spb_row_add_predicted_bytes(&r, &predicted);

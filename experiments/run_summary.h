@@ -6,11 +6,11 @@
 
 #include <stddef.h>
 
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/memory.h"
-#include "../common/timer.h"
-#include "../common/train.h"
+#include "comm.h"
+#include "config.h"
+#include "memory.h"
+#include "timer.h"
+#include "train.h"
 
 enum { SPB_COMM_SLOTS = SPB_NUM_OPS * SPB_NUM_PHASES, SPB_T_LAYER_COMM = SPB_NUM_TIMERS };
 

@@ -5,14 +5,14 @@
  *
  * Rank 0 measures, while the other ranks sleep (so they take no core):
  *   - sgemm rate by shape through the project's own timed path
- *     (spb_matmul_forward / spb_matmul_backward, common/ops_cpu.c), for the
+ *     (spb_matmul_forward / spb_matmul_backward, common/core/ops_cpu.c), for the
  *     three products of a linear layer;
- *   - attention rate (counted FLOPs, common/attention.h) of the flash and
+ *   - attention rate (counted FLOPs, common/attention/attention.h) of the flash and
  *     naive backends by length and head dimension, causal and full;
  *   - seconds per element of the element-wise kernels (LayerNorm, GELU,
  *     softmax cross-entropy, add, copy, AdamW, sum of squares).
  * Then every rank: alpha (latency) and beta (link bytes per second) of each
- * collective through common/comm.h's wrappers, for every group size that
+ * collective through common/runtime/comm.h's wrappers, for every group size that
  * divides W (the world cut into contiguous groups, all busy at once, as
  * spbench's groups are).  Communication points of other world sizes already
  * in the file are kept, so running it at -np 2 and -np 4 builds one profile. */
@@ -25,13 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/attention.h"
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/ops.h"
-#include "../common/optimizer.h"
-#include "../common/perf_model.h"
-#include "../common/timer.h"
+#include "attention.h"
+#include "comm.h"
+#include "config.h"
+#include "ops.h"
+#include "optimizer.h"
+#include "perf_model.h"
+#include "timer.h"
 #include "spb_version.h"
 
 static int quick;
@@ -92,7 +92,7 @@ static void measure_gemm(FILE *out)
 {
     const int rows[] = {64, 256, 1024, 4096}, dims[] = {32, 128, 512, 2048};
     const double max_flops = quick ? 5e8 : 3e9;
-    fprintf(out, "# matrix products through spb_matmul_* (common/ops_cpu.c), 1 BLAS thread:\n"
+    fprintf(out, "# matrix products through spb_matmul_* (common/core/ops_cpu.c), 1 BLAS thread:\n"
                  "# gemm_point = rows in out  forward  d_input  d_weight   (FLOP/s)\n");
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 4; b++)
@@ -143,7 +143,7 @@ static void measure_attention(FILE *out)
     const int lens[] = {64, 128, 256, 512, 1024, 2048, 4096}, hds[] = {16, 32, 64};
     const char *backends[] = {"flash", "naive"};
     const int heads = 4;
-    fprintf(out, "# attention (common/attention.h), batch 1, %d heads, q_len = k_len = len:\n"
+    fprintf(out, "# attention (common/attention/attention.h), batch 1, %d heads, q_len = k_len = len:\n"
                  "# attn_point = backend mask len head_dim forward backward   (counted FLOP/s: 4·D and 10·D per "
                  "visible pair)\n", heads);
     for (int be = 0; be < 2; be++)
@@ -229,7 +229,7 @@ static void measure_elementwise(FILE *out)
     e.targets = malloc(sizeof(int) * rows);
     for (int r = 0; r < rows; r++) e.targets[r] = (r * 37) % C;
     spb_config_defaults(&e.cfg);
-    fprintf(out, "# element-wise kernels (common/ops_cpu.c, optimizer.c) on %d x %d floats (adam, sumsq: %ld): "
+    fprintf(out, "# element-wise kernels (common/core/ops_cpu.c, optimizer.c) on %d x %d floats (adam, sumsq: %ld): "
                  "seconds per element\n", rows, C, big);
     double copy = 0;
     for (int k = SPB_ELEM_NUM - 1; k >= 0; k--) { /* copy before xent_fwd, which subtracts it */
@@ -409,7 +409,7 @@ int main(int argc, char **argv)
         fprintf(f, "# ranks share the cores: compute rates scale by cores/ranks when ranks > cores\n");
         fprintf(f, "cores = %ld\nranks_per_node = 0\nmemory = %.0f\nmemory_reserved = 0\n", cores, ram);
         fputs(compute, f);
-        fprintf(f, "# collectives through common/comm.h, all groups busy at once; time = alpha + link_bytes / beta\n"
+        fprintf(f, "# collectives through common/runtime/comm.h, all groups busy at once; time = alpha + link_bytes / beta\n"
                    "# comm_point = op world group alpha_s beta_bytes_per_s\n");
         fputs(kept, f);
         fputs(comm, f);

@@ -20,15 +20,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/flops.h"
-#include "../common/memory.h"
-#include "../common/memory_model.h"
-#include "../common/perf_model.h"
-#include "../common/predicted_bytes.h"
-#include "../common/report.h"
-#include "../common/zero.h"
+#include "comm.h"
+#include "config.h"
+#include "flops.h"
+#include "memory.h"
+#include "memory_model.h"
+#include "perf_model.h"
+#include "predicted_bytes.h"
+#include "report.h"
+#include "zero.h"
 #include "spb_version.h"
 
 static void usage(void)

@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # --------------------------------------------------------------------------
-# spbench's options (common/config.c): kind, default, results column.
+# spbench's options (common/runtime/config.c): kind, default, results column.
 # kinds: int, float, u64, str, flag, size, or a tuple of allowed words.
 # --------------------------------------------------------------------------
 SPB_OPTIONS = {
@@ -387,9 +387,18 @@ MODEL_COLUMNS = ["attn_density", "fits", "memory_needed_bytes", "memory_capacity
 HEADER = RUNNER_COLUMNS + SPB_COLUMNS + MODEL_COLUMNS
 
 
+def portable(value):
+    """A path inside the repository as written to a CSV: relative to the
+    repository's root (profiles/a100.profile), so that committed results
+    name no directory of the machine that made them."""
+    if isinstance(value, str) and value.startswith(ROOT + os.sep):
+        return os.path.relpath(value, ROOT)
+    return value
+
+
 def _line(row, header=HEADER):
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(["" if row.get(c) is None else row.get(c) for c in header])
+    csv.writer(buf, lineterminator="\n").writerow(["" if row.get(c) is None else portable(row.get(c)) for c in header])
     return buf.getvalue()
 
 
@@ -828,7 +837,7 @@ def option_divergence(listed):
 
 def use_spbench_options(binary):
     """Take the option table from the spbench binary (the one source of
-    truth, common/config.c): every option it lists becomes a key of the
+    truth, common/runtime/config.c): every option it lists becomes a key of the
     sweep files with its kind and words; options it does not list are
     dropped.  The built-in SPB_OPTIONS keeps the results columns and
     defaults.  Returns option_divergence(), for a note."""

@@ -10,7 +10,7 @@ cores = 2
 ranks_per_node = 0
 memory = 25276514304
 memory_reserved = 0
-# matrix products through spb_matmul_* (common/ops_cpu.c), 1 BLAS thread:
+# matrix products through spb_matmul_* (common/core/ops_cpu.c), 1 BLAS thread:
 # gemm_point = rows in out  forward  d_input  d_weight   (FLOP/s)
 gemm_point = 64 32 32 2.807e+10 2.933e+10 3.39e+10
 gemm_point = 64 32 128 3.197e+10 3.239e+10 3.503e+10
@@ -72,7 +72,7 @@ gemm_point = 4096 512 128 3.609e+10 3.544e+10 3.825e+10
 gemm_point = 4096 512 512 3.508e+10 3.723e+10 3.812e+10
 gemm_point = 4096 2048 32 2.7e+10 2.796e+10 3.375e+10
 gemm_point = 4096 2048 128 3.085e+10 1.908e+10 2.702e+10
-# attention (common/attention.h), batch 1, 4 heads, q_len = k_len = len:
+# attention (common/attention/attention.h), batch 1, 4 heads, q_len = k_len = len:
 # attn_point = backend mask len head_dim forward backward   (counted FLOP/s: 4·D and 10·D per visible pair)
 attn_point = flash causal 64 16 6.405e+09 8.695e+09
 attn_point = flash causal 128 16 9.336e+09 1.094e+10
@@ -125,7 +125,7 @@ attn_point = naive full 256 32 3.864e+09 5.069e+09
 attn_point = naive full 64 64 4.673e+09 5.783e+09
 attn_point = naive full 128 64 4.43e+09 5.822e+09
 attn_point = naive full 256 64 4.255e+09 5.673e+09
-# element-wise kernels (common/ops_cpu.c, optimizer.c) on 1024 x 256 floats (adam, sumsq: 4194304): seconds per element
+# element-wise kernels (common/core/ops_cpu.c, optimizer.c) on 1024 x 256 floats (adam, sumsq: 4194304): seconds per element
 elem_sumsq = 5.731e-10
 elem_adam = 3.474e-09
 elem_copy = 1.327e-10
@@ -136,7 +136,7 @@ elem_gelu_bwd = 2.538e-09
 elem_gelu_fwd = 2.105e-09
 elem_ln_bwd = 8.345e-10
 elem_ln_fwd = 1.318e-09
-# collectives through common/comm.h, all groups busy at once; time = alpha + link_bytes / beta
+# collectives through common/runtime/comm.h, all groups busy at once; time = alpha + link_bytes / beta
 # comm_point = op world group alpha_s beta_bytes_per_s
 comm_point = allreduce 2 2 1.193e-06 4.823e+09
 comm_point = allgather 2 2 1.12e-06 2.645e+09

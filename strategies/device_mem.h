@@ -1,13 +1,13 @@
 /* Memory operations of the strategies on the buffers the core hands them:
- * through the core's device table (common/backend.h) when the context
+ * through the core's device table (common/core/backend.h) when the context
  * names one, else on host memory (unit tests build contexts by hand). */
 #ifndef SPB_STRATEGIES_DEVICE_MEM_H
 #define SPB_STRATEGIES_DEVICE_MEM_H
 
 #include <string.h>
 
-#include "../common/backend.h"
-#include "../common/memory.h"
+#include "backend.h"
+#include "memory.h"
 #include "strategy.h"
 
 static inline float *spb_dev_alloc(const spb_attn_ctx *c, spb_mem_category cat, long n)

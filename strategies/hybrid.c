@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/checks.h"
+#include "checks.h"
 #include "sp_parts.h"
 #include "strategy.h"
 

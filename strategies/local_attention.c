@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../common/backend.h"
-#include "../common/timer.h"
+#include "backend.h"
+#include "timer.h"
 #include "local_attention.h"
 
 spb_attn_desc spb_attn_local_desc(const spb_attn_ctx *c)

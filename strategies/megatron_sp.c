@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/memory.h"
+#include "memory.h"
 #include "device_mem.h"
 #include "local_attention.h"
 #include "strategy.h"

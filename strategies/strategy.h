@@ -22,17 +22,17 @@
 
 #include <stddef.h>
 
-#include "../common/attention.h"
-#include "../common/comm.h"
-#include "../common/config.h"
-#include "../common/grid.h"
+#include "attention.h"
+#include "comm.h"
+#include "config.h"
+#include "grid.h"
 
 /* What a strategy's hooks see of one layer's call. */
 typedef struct spb_attn_ctx {
     const spb_config *cfg; /* the run's configuration (strategy options) */
     const spb_grid *grid;
     const spb_attn_backend *backend;
-    const struct spb_backend *device; /* where the buffers live (common/backend.h); NULL: host */
+    const struct spb_backend *device; /* where the buffers live (common/core/backend.h); NULL: host */
     int batch;           /* sequences in the micro-batch */
     int heads;           /* heads this rank computes QKV for (H / TP degree) */
     int head_dim;

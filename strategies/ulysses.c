@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/checks.h"
-#include "../common/memory.h"
-#include "../common/timer.h"
+#include "checks.h"
+#include "memory.h"
+#include "timer.h"
 #include "device_mem.h"
 #include "sp_parts.h"
 #include "strategy.h"

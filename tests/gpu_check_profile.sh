@@ -53,11 +53,12 @@ run "$tmp/out" "$tmp/ncu"
 verdict "the script passes (rc=$?)" $?
 verdict "ncu leaves the clocks alone and names the kernels" \
     $(grep -q "^ncu:--clock-control none .*-k regex:" "$CALLS" && echo 0 || echo 1)
-# the kernel filter takes every attention kernel of cuda_attention.cu (the
-# wgmma probe aside): a kernel it misses would be left out of the profile
+# the kernel filter takes every attention kernel of cuda_attention.cu and its
+# per-family parts (the wgmma probe aside): a kernel it misses would be left
+# out of the profile
 filter=$(grep -m1 "^ncu:--clock-control" "$CALLS" | sed -n 's/.* -k regex:\([^ ]*\) .*/\1/p')
-kernels=$(grep -oP '^__global__ void (__launch_bounds__\([^)]*\) )?\K[a-z_]+(?=\(spb_attn_desc)' \
-    "$root/common/cuda/cuda_attention.cu" | sort -u)
+kernels=$(grep -hoP '^__global__ void (__launch_bounds__\([^)]*\) )?\K[a-z_]+(?=\(spb_attn_desc)' \
+    "$root"/common/cuda/cuda_attention.cu "$root"/common/cuda/cuda_attention_*.cuh | sort -u)
 missed=$(for k in $kernels; do grep -Eq "$filter" <<<"$k" || echo "$k"; done)
 verdict "the kernel filter ($filter) takes all $(wc -w <<<"$kernels") attention kernels${missed:+ (missed: $(echo $missed))}" \
     $([ -n "$filter" ] && [ "$(wc -w <<<"$kernels")" -ge 12 ] && [ -z "$missed" ] && echo 0 || echo 1)

@@ -1,4 +1,5 @@
-/* Tests for the attention backends (common/attention.h): the tiled "flash"
+/* Over 700 lines: one test program: every attention case (grids of shapes, offsets, masks, sparsity, finite differences). */
+/* Tests for the attention backends (common/attention/attention.h): the tiled "flash"
  * kernel against the "naive" reference, forward (O, lse) and backward
  * (dQ, dK, dV), in strided layouts, with offsets, masks, merged blocks; and
  * the naive backward against central finite differences of a

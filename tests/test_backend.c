@@ -1,4 +1,4 @@
-/* The GPT core computes only through its device table (common/backend.h):
+/* The GPT core computes only through its device table (common/core/backend.h):
  * a wrapper table that counts every call and forwards to the CPU's gives
  * the same loss and gradients bit for bit, and every operation of the
  * table is used by a forward and backward (with tensor parallelism and

@@ -400,7 +400,7 @@ START_TEST(checkpoints_carry_the_masters)
 {
     /* ZeRO-0 saves every master and resumes exactly; so does ZeRO-3, whose
      * checkpoint allgathers the owners' masters into an fp32 buffer (role
-     * SPB_BUF_FP32, common/zero.c); and ZeRO 1-2, which hold whole bf16
+     * SPB_BUF_FP32, common/core/zero.c); and ZeRO 1-2, which hold whole bf16
      * parameters but the masters of a slice only on the rank that updates
      * it: their checkpoint takes each slice from its owner (zero.c's
      * gather_params_from_owners).  Before that gather the writer's own bf16

@@ -1,4 +1,5 @@
-/* The bf16 tables' direct path (common/bf16_direct.h, --bf16-kernels fast)
+/* Over 700 lines: one test program: every direct bf16 call against the frames, then training. */
+/* The bf16 tables' direct path (common/bf16/bf16_direct.h, --bf16-kernels fast)
  * on the CPU emulation of the device's direct kernels, under mpiexec -np 4:
  *   - each product (forward with and without bias, accumulating, strided
  *     column blocks, backward with dinp, dW and db, fp32 outputs), GELU

@@ -1,4 +1,4 @@
-/* Every operation of the emulated bf16 table (common/backend_bf16_cpu.c)
+/* Every operation of the emulated bf16 table (common/bf16/backend_bf16_cpu.c)
  * against its definition: the CPU's fp32 operation on the widened bf16
  * inputs, each output rounded once to nearest even into its buffer's type
  * (fp32 for log-sum-exp and LayerNorm statistics).  Compared bit for bit,

@@ -1,3 +1,4 @@
+/* Over 700 lines: one test program: the device-collective table against plain MPI for every strategy and ZeRO stage. */
 /* comm.h's device-collective path, on the CPU: a fake device table that
  * runs each collective with host MPI on host memory but reports its
  * seconds late (some at later calls, out of order, the rest only when

@@ -1,5 +1,5 @@
-/* The handle registry (common/device_handles.h) and bf16 rounding
- * (common/bf16.h), without MPI: the death and fault checks run in forked
+/* The handle registry (common/bf16/device_handles.h) and bf16 rounding
+ * (common/bf16/bf16.h), without MPI: the death and fault checks run in forked
  * children, which an MPI process should not make.  Handles resolve at their
  * base, middle and end; pointers off every handle and ranges past an end
  * kill the job with a message; the categories count storage, never the

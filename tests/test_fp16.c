@@ -1,6 +1,6 @@
 /* --precision fp16 (the cpu-fp16 table: the bf16 tables' design with fp16
- * storage) and its loss scaling (common/train.c), under mpiexec -np 4:
- *   - the conversions (common/fp16.h): every one of the 65536 fp16 values
+ * storage) and its loss scaling (common/core/train.c), under mpiexec -np 4:
+ *   - the conversions (common/bf16/fp16.h): every one of the 65536 fp16 values
  *     round-trips; fp32 values round to nearest, ties to even, against a
  *     reference in double arithmetic, over the whole range (subnormals,
  *     overflow to infinity from 65520, ties);

@@ -1,10 +1,10 @@
-/* The performance model (common/perf_model.c), under mpiexec -np 4.
+/* The performance model (common/model/perf_model.c), under mpiexec -np 4.
  *
  * bytes_equal_measured: for every strategy (Ulysses with all-to-all and
  * with allgather, Megatron-SP, ring contiguous and zigzag, none), P in
  * {1, 2, 4} (D = 4/P), ZeRO stages 0-3, with and without activation
  * checkpointing, gradient accumulation 2: one real training iteration
- * through common/train.h on a tiny model, and the accounting layer's
+ * through common/core/train.h on a tiny model, and the accounting layer's
  * records (spb_comm_record_get) for every operation and phase (forward,
  * backward, recompute, zero, grad_reduce) equal the model's calls, payload
  * and bytes per link — which the model takes from the strategies'

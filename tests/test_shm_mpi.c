@@ -293,7 +293,7 @@ static void check_comm_churn(int times)
 
 /* ---- point to point -------------------------------------------------------- */
 
-/* The ring exchange (common/comm.c's spb_sendrecv): Irecv from the previous
+/* The ring exchange (common/runtime/comm.c's spb_sendrecv): Irecv from the previous
  * rank, Isend to the next, two exchanges in flight, then wait. */
 static void check_ring(MPI_Comm c, size_t count)
 {

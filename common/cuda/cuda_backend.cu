@@ -1,5 +1,6 @@
+/* Over 700 lines: the whole fp32 CUDA device table, one entry per operation of backend.h. */
 /* The CUDA device table of the GPT core: fp32 on the device, every entry
- * written to do exactly what common/ops_cpu.c (and attention_naive.c) does,
+ * written to do exactly what common/core/ops_cpu.c (and attention_naive.c) does,
  * in the same order where the order is cheap to keep:
  *   - products: cuBLAS cublasSgemm in fp32 (CUBLAS_DEFAULT_MATH: no TF32);
  *     only the summation order inside a product differs from OpenBLAS;
@@ -11,7 +12,7 @@
  *   - attention: one thread per (batch, head, query row) forward (two
  *     passes: max, then sum and P·V), backward one thread per query row for
  *     dQ and one per key row for dK, dV (no atomics, deterministic).
- * Functions and semantics: common/ops.h, common/attention.h. */
+ * Functions and semantics: common/core/ops.h, common/attention/attention.h. */
 #define OMPI_SKIP_MPICXX 1 /* backend.h -> comm.h -> mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <cublas_v2.h>
@@ -30,7 +31,7 @@
 #include "spb_cuda.h"
 
 extern "C" {
-#include "../ops.h" /* spb_gemm_flops_add: C headers without their own extern "C" */
+#include "ops.h" /* spb_gemm_flops_add: C headers without their own extern "C" */
 }
 
 #define SPB_CUBLAS_CHECK(call)                                                                                         \

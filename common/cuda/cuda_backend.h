@@ -1,7 +1,7 @@
-/* The CUDA device table of the GPT core (common/backend.h): fp32 storage on
+/* The CUDA device table of the GPT core (common/core/backend.h): fp32 storage on
  * the device, the obviously-right version (one thread per row, column or
  * element; fp32 products through cuBLAS cublasSgemm, no TF32).  Same
- * contracts as the CPU table (common/ops.h, common/attention.h), checked
+ * contracts as the CPU table (common/core/ops.h, common/attention/attention.h), checked
  * against it by spbench-gpu-layer's "core-step" (docs/GPU.md).
  *
  * Every operation runs on the legacy default stream and returns with its
@@ -26,7 +26,7 @@ extern "C" {
 
 #include <stdint.h>
 
-#include "../backend.h" /* C header without its own extern "C" */
+#include "backend.h" /* C header without its own extern "C" */
 
 extern const spb_backend spb_backend_cuda;
 /* bf16 storage on the device over this table (backend_bf16_cuda.c). */

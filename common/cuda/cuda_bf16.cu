@@ -13,7 +13,7 @@ namespace {
 const int kThreads = 256;
 unsigned blocks_for(long n) { return spb_grid_stride_blocks(n, kThreads); }
 
-/* Rounding: common/bf16.h's and fp16.h's own functions (host and device
+/* Rounding: common/bf16/bf16.h's and fp16.h's own functions (host and device
  * under nvcc), so the device rounds exactly as the CPU instance does. */
 
 __global__ void k_widen(float *dst, const spb_bf16 *src, long n, int fp16)

@@ -16,7 +16,7 @@ extern "C" [[noreturn]] void spb_die(const char *file, int line, const char *fmt
         if (!(cond)) SPB_DIE("check failed: %s", #cond);                                                               \
     } while (0)
 #else
-#include "../checks.h"
+#include "checks.h"
 #endif
 
 #define SPB_CUDA_CHECK(call)                                                                                           \

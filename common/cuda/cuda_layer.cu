@@ -1,6 +1,7 @@
+/* Over 700 lines: one device transformer layer, forward and backward, whose passes share its plan and buffers. */
 /* The device transformer layer and the small device GPT (cuda_layer.h): the
  * CPU core's layer_forward and the layer loop of spb_gpt_backward
- * (common/gpt.c, TP = 1, one head block) call for call, on the kernels of
+ * (common/core/gpt.c, TP = 1, one head block) call for call, on the kernels of
  * spb_cuda.h.  Two small kernels of its own: "y = x + b" (the residual plus
  * the bias, onto which the proj/fcproj products accumulate in fp32) and the
  * fp32 column sums of the residual gradient (the proj/fcproj bias

@@ -1,6 +1,6 @@
 /* A pre-LN GPT transformer block on the device, and a small GPT (embedding,
  * blocks, final LayerNorm, tied LM head, softmax cross-entropy) built from
- * it, with exactly the CPU core's math and parameter layout (common/gpt.c,
+ * it, with exactly the CPU core's math and parameter layout (common/core/gpt.c,
  * docs/FORMATS.md):
  *
  *   h = LN1(x);  qkv = h·qkv_wᵀ + qkv_b   [B][T][3][H][D]

@@ -1,3 +1,4 @@
+/* Over 700 lines: the tables' row-wise kernels, each short and each beside its simple version, sharing launch helpers. */
 /* Row-wise and elementwise kernels of the GPT core (spb_cuda.h), each in a
  * SIMPLE version (serial loops as in ops_cpu.c, one thread per row/column/
  * element) and, where it matters, a FAST one (warp per row, vector loads,

@@ -16,7 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../comm.h"
+#include "comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -27,8 +27,8 @@
 extern "C" {
 #endif
 
-#include "../attention.h" /* C headers without their own extern "C" */
-#include "../memory.h"
+#include "attention.h" /* C headers without their own extern "C" */
+#include "memory.h"
 #include "cuda_device.h"
 
 typedef uint16_t spb_bf16; /* bits of a bfloat16 (same as __nv_bfloat16) */

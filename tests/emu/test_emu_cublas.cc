@@ -1,3 +1,4 @@
+/* Over 700 lines: one test program: every cuBLAS/cuBLASLt stand-in call against hand-checked products. */
 /* Checks of the CPU stand-in for cuBLAS / cuBLASLt (common/cuda/emu/emu_cublas.cc)
  * on small matrices with integer entries, so that every expected value is
  * exact: against naive references written here, column-major (the library's
@@ -131,7 +132,7 @@ static float ref_colmajor(bool ta, bool tb, int i, int j, int k, float alpha, co
     return (float)v;
 }
 
-/* Row-major, as common/ops_cpu.c / cuda_gemm.cu's k_sgemm_simple read it:
+/* Row-major, as common/core/ops_cpu.c / cuda_gemm.cu's k_sgemm_simple read it:
  * C[i][j] = alpha sum_l op(A)[i][l] op(B)[l][j] + beta C[i][j]. */
 static float ref_rowmajor(bool ta, bool tb, int i, int j, int k, float alpha, const Buf &A, long lda, const Buf &B,
                           long ldb, float beta, float c_old)

@@ -1,3 +1,4 @@
+/* Over 700 lines: one test program: every emulated instruction against the PTX ISA, and the races it must stop. */
 /* The CPU emulation of a CUDA device (common/cuda/emu) on its own: that it
  * runs CUDA C as a GPU would where the project's kernels depend on it, and
  * that it exposes the mistakes a GPU would punish (a missing barrier, a

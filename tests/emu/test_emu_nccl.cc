@@ -1,3 +1,4 @@
+/* Over 700 lines: one test program: every NCCL stand-in call on 4 ranks. */
 /* Test of the CPU NCCL stand-in (common/cuda/emu/emu_nccl.cc), run as an
  * MPI program with several ranks (2, 3 and 4 tested):
  *

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for build/spbench-model in the runner's tests: checks that it gets
 --world-size, --profile and --results, and appends a row with status
-"modelled" (fits = 0 when --seq-length is over 100)."""
+"modelled" (fits = 0 when --seq-length is over 100) and, as the real model
+does, the --profile path it was given (absolute)."""
 import csv
 import os
 import sys
@@ -17,7 +18,8 @@ row = {"run_name": opt.get("run-name", ""), "status": "modelled", "strategy": op
        "world_size": opt["world-size"], "sp": opt.get("sp-degree", "1"), "seq_length": n,
        "iter_time_median_s": 1.0, "tokens_per_s": 1000.0 * n, "tflops_paper_per_rank": 100.0,
        "fits": int(n <= 100), "memory_needed_bytes": n * 2 ** 30, "memory_capacity_bytes": 100 * 2 ** 30,
-       "machine": os.path.basename(opt["profile"]), "attn_density": opt.get("attn-density", "1")}
+       "machine": os.path.basename(opt["profile"]), "profile": opt["profile"],
+       "attn_density": opt.get("attn-density", "1")}
 new = not os.path.exists(opt["results"])
 with open(opt["results"], "a", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(row))

@@ -155,6 +155,8 @@ class Runner(unittest.TestCase):
         rows = {r["point"]: r for r in sl.read_rows(paper)}
         self.assertEqual(rows["megatron/np=2/seq-length=64"]["status"], "modelled")
         self.assertEqual(rows["megatron/np=2/seq-length=64"]["machine"], "a100.profile")
+        # the model was given an absolute path; the CSV holds it relative to the repository
+        self.assertEqual(rows["megatron/np=2/seq-length=64"]["profile"], os.path.join("profiles", "a100.profile"))
         self.assertEqual(rows["megatron/np=2/seq-length=128"]["status"], "oom-predicted")
         self.assertIn("modelled: needs 128 GiB per rank, has 100 GiB", rows["megatron/np=2/seq-length=128"]["message"])
 

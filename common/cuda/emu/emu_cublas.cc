@@ -1,3 +1,4 @@
+/* Over 700 lines: the cuBLAS/cuBLASLt stand-in, one entry per call the project makes, each with what it refuses. */
 /* CPU stand-in for the part of cuBLAS (v2) and cuBLASLt that spbench calls.
  *
  * Part of the CPU emulation of a CUDA device (common/cuda/emu): "device

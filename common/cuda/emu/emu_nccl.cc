@@ -1,3 +1,4 @@
+/* Over 700 lines: the NCCL stand-in: every collective, group and communicator call over MPI. */
 /* A CPU stand-in for the part of NCCL that spbench calls (nccl_comm.cu,
  * nccl_device_comm.cu), implemented over MPI, for the CUDA emulation in
  * which "device memory" is host memory and every operation completes

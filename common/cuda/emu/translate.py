@@ -3,7 +3,10 @@
 
     translate.py IN.cu OUT.cc
 
-Two rewrites, nothing else (the rest is spb_emu.h's macros):
+Two rewrites, nothing else (the rest is spb_emu.h's macros), in the .cu and in
+every .cuh next to it that it includes and that holds either (a kernel file
+split for length: cuda_attention_*.cuh), which is inlined between #line
+markers:
   kernel<<<grid, block[, shared[, stream]]>>>(args);
       -> spb_emu_launch(kernel, "kernel", spb_emu_config(grid, block[, shared[, stream]]), args);
   extern __shared__ [__align__(N)] TYPE name[];
@@ -92,13 +95,35 @@ def translate(text):
     return "".join(out)
 
 
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"/]+\.cuh)"[ \t]*$', re.M)
+
+
+def inline_kernel_parts(path, text):
+    """The .cu's text with each included .cuh of its directory that holds
+    kernels' dynamic shared memory or launches (what translate() rewrites)
+    put in place of its #include, between #line markers, so that its
+    kernels are rewritten too and errors still name the .cuh and its line.
+    Other headers (the PTX wrappers) stay includes."""
+    def inline(m):
+        part = os.path.join(os.path.dirname(path), m.group(1))
+        if not os.path.exists(part):
+            return m.group(0)
+        with open(part) as f:
+            body = f.read()
+        if not (SHARED.search(body) or "<<<" in body):
+            return m.group(0)
+        next_line = text.count("\n", 0, m.start()) + 2  # the line after the #include
+        return '#line 1 "%s"\n%s\n#line %d "%s"' % (part, inline_kernel_parts(part, body), next_line, path)
+    return INCLUDE.sub(inline, text)
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit("usage: translate.py IN.cu OUT.cc")
     src, dst = sys.argv[1], sys.argv[2]
     with open(src) as f:
         text = f.read()
-    result = '#line 1 "%s"\n' % src + translate(text)
+    result = '#line 1 "%s"\n' % src + translate(inline_kernel_parts(src, text))
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     with open(dst, "w") as f:
         f.write(result)

@@ -1,4 +1,4 @@
-/* Reference attention backend (common/attention.h): plain loops, one query
+/* Reference attention backend (common/attention/attention.h): plain loops, one query
  * row at a time, double accumulation.  Clarity over speed; it is the oracle
  * the tiled backend is tested against.
  *

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../strategies/strategy.h"
+#include "strategy.h"
 #include "attention.h"
 #include "backend.h"
 #include "bf16_direct.h"

@@ -1,4 +1,4 @@
-/* Tiled, flash-style CPU attention backend (common/attention.h).
+/* Tiled, flash-style CPU attention backend (common/attention/attention.h).
  *
  * Never materialises the q_len x k_len score matrix.  For each (batch, head)
  * and each query tile of SPB_FA_BR rows it walks the key tiles of SPB_FA_BC

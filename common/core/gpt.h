@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "../strategies/strategy.h"
+#include "strategy.h"
 #include "attention.h"
 #include "config.h"
 #include "grid.h"

@@ -1,4 +1,4 @@
-/* The bf16 tables' view of their storage (common/device_handles.h): ranges
+/* The bf16 tables' view of their storage (common/bf16/device_handles.h): ranges
  * of handles read as fp32 and written back, bf16 elements rounded to
  * nearest even once per write; and a "frame", the fp32 copies one operation
  * works on.  Reads, writes and copies go through the registry's

@@ -1,3 +1,4 @@
+/* Over 700 lines: one model whose terms (compute, each collective by phase, memory, fit) share the profile and the shapes. */
 /* The performance model; see perf_model.h and docs/MODEL.md. */
 #define _DEFAULT_SOURCE
 #include "perf_model.h"
@@ -9,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../strategies/strategy.h"
+#include "strategy.h"
 #include "flops.h"
 #include "zero.h"
 

@@ -13,7 +13,7 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
 {
     memset(out, 0, sizeof *out);
     const int P = c->sp_degree, tp = spb_gpt_config_tp(c);
-    /* From the core's own tensor table (common/gpt.c, zero.c). */
+    /* From the core's own tensor table (common/core/gpt.c, zero.c). */
     spb_zero_sizes z;
     spb_zero_sizes_of(c, world_size, &z);
     const double local = z.local; /* parameters this rank holds whole */
@@ -28,7 +28,7 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     out->bytes[SPB_MEM_PARAMS] = pbytes * (stage == 3 ? z.owned : local);
     /* Stages 0-1 keep the whole local gradient (stage 1 plus its reduced
      * slices); stages 2-3 the reduced slices plus, at the peak of backward,
-     * the globals' gradient buffer and one layer's (common/zero.c). */
+     * the globals' gradient buffer and one layer's (common/core/zero.c). */
     if (stage <= 1)
         out->bytes[SPB_MEM_GRADS] = pbytes * local + (stage == 1 ? 4.0 * z.owned : 0.0);
     else
@@ -38,7 +38,7 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
      * whole step, one layer at a time) are predicted; scratch is measured. */
     if (stage == 3) out->bytes[SPB_MEM_WORKSPACE] = pbytes * (z.global_elems + z.layer_elems);
 
-    /* Activations saved for backward (common/gpt.c allocates exactly these). */
+    /* Activations saved for backward (common/core/gpt.c allocates exactly these). */
     const double B = c->micro_batch_size, N = c->seq_length, T = N / P, C = c->hidden_size;
     const double Ttp = T * tp, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
     const double D_head = C / H, Hl = H / tp, BT = B * T, BR = B * Ttp;

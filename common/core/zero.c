@@ -433,7 +433,7 @@ int spb_zero_comm_items(const spb_config *cfg, int world_size, spb_comm_item *it
         int cls = class_of(t), size = s.size[cls];
         spb_group_kind group = cls ? SPB_GROUP_DP : SPB_GROUP_DPSP;
         if (cfg->zero_stage == 0) {
-            /* common/train.c: consecutive tensors of one class, one all-reduce. */
+            /* common/core/train.c: consecutive tensors of one class, one all-reduce. */
             int end = k;
             double elems = 0;
             while (end < s.num_tensors && class_of(&s.tensors[end]) == cls) elems += (double)s.tensors[end++].numel;

@@ -1,7 +1,7 @@
 /* The device operations the GPT core calls, one table per device (the
  * spirit of nccl-tests' per-collective modules and llm.c's kernels: the
  * core says what to compute, a table says where).  The CPU's table is
- * common/ops_cpu.c's fp32 functions; a CUDA table will sit beside it with
+ * common/core/ops_cpu.c's fp32 functions; a CUDA table will sit beside it with
  * the same contracts (common/cuda/ holds its kernels, checked by
  * spbench-gpu-check).  Buffers passed to a table's operations live on its
  * device and are allocated through it, tracked by category.  Contracts are
@@ -116,7 +116,7 @@ typedef struct spb_backend {
 } spb_backend;
 
 extern const spb_backend spb_backend_cpu;
-/* Mixed precision emulated on the CPU (common/backend_bf16_cpu.c): bf16
+/* Mixed precision emulated on the CPU (common/bf16/backend_bf16_cpu.c): bf16
  * storage behind handles, fp32 arithmetic, fp32 masters and moments. */
 extern const spb_backend spb_backend_cpu_bf16;
 /* The same with fp16 storage (--precision fp16; loss scaling in train.c). */

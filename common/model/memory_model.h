@@ -18,7 +18,7 @@
 typedef enum spb_precision {
     SPB_FP32 = 0,    /* --precision fp32 (the default): everything fp32 */
     SPB_BF16_MIXED,  /* --precision bf16 (the GPU path; emulated on the CPU by
-                        common/backend_bf16_cpu.c): bf16 parameters, gradients
+                        common/bf16/backend_bf16_cpu.c): bf16 parameters, gradients
                         and activations; fp32 master weights and AdamW moments,
                         ZeRO's reduced gradient slices, LayerNorm statistics
                         and attention log-sum-exp */

@@ -3,7 +3,7 @@
  *
  * Bytes come from the code the tests hold against measured bytes: each
  * strategy's comm_volume hook (strategies/strategy.h) for the layers and
- * spb_zero_comm_items (common/zero.h) for the gradient reduction and ZeRO.
+ * spb_zero_comm_items (common/core/zero.h) for the gradient reduction and ZeRO.
  * Times are bytes and FLOPs priced by a profile (profiles/NAME.profile): GEMM
  * and attention rates by shape, element-wise costs, and per-collective
  * latency + bytes / bandwidth with the topology (NVSwitch inside a node,

@@ -160,7 +160,7 @@ extern const spb_attn_backend spb_attn_flash;  /* tiled, online softmax, skips m
 /* Look up a backend by name ("naive", "flash"); NULL if unknown. */
 const spb_attn_backend *spb_attn_backend_by_name(const char *name);
 
-/* Ring attention's merge (common/attention_merge.c): fold one key block's
+/* Ring attention's merge (common/attention/attention_merge.c): fold one key block's
  * (O_b, lse_b) for query rows [row, row + len) into the running (O, lse).
  * o_acc, o_pair: [batch][T][heads][head_dim]; lse_acc: [batch][heads][T];
  * lse_pair: [batch][heads][len]. */

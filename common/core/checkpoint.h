@@ -20,7 +20,7 @@ typedef struct spb_checkpoint_state {
 } spb_checkpoint_state;
 
 /* params, m, v: this rank's whole local vectors (g->params' layout; ZeRO
- * gathers its slices into them first, common/train.c).  Collective over
+ * gathers its slices into them first, common/core/train.c).  Collective over
  * g's grid (tensor-parallel shards are gathered); world rank 0 writes,
  * atomically (temporary file, then rename).  m and v may be NULL (no
  * optimizer state).  The return value is the writer's; others return 0. */
