@@ -211,12 +211,14 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to
 /* --ulysses-overlap K: the exchanges in K head groups of Hk = Hp/K heads,
  * group k+1's all-to-all in flight while group k's attention runs, group
  * k's output on its way back during group k+1's (DeepSpeed's sp_stream,
- * yunchang's async all-to-all).  Non-blocking MPI all-to-alls move the
- * group's slice straight between the core's head blocks (rows of Hk·D
- * floats, Hp·D apart) and the group's own head layout [B][N][w][Hk][D]
- * (rank i's T tokens of each sequence at i·T): no pack, no unpack, for any
- * micro-batch.  The saved buffer holds the K groups' head layouts one
- * after another (the same floats as without groups). */
+ * yunchang's async all-to-all).  Non-blocking all-to-alls between shaped
+ * blocks (comm.c) move the group's slice between the core's head blocks
+ * (rows of Hk·D floats, Hp·D apart) and the group's own head layout
+ * [B][N][w][Hk][D] (rank i's T tokens of each sequence at i·T), for any
+ * micro-batch; comm.c packs and unpacks around point-to-point messages,
+ * inside the recorded (exposed) time.  The saved buffer holds the K
+ * groups' head layouts one after another (the same floats as without
+ * groups). */
 static int overlap_groups(const spb_attn_ctx *c)
 {
     return c->cfg && c->cfg->ulysses_overlap > 1 ? c->cfg->ulysses_overlap : 1;

@@ -53,6 +53,14 @@ cases=(
   "--ring-layout spiral"
   "--attention-mask diagonal"
   "--ulysses-comm broadcast"
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 3"           # U does not divide P
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --num-attention-heads 3 --hidden-size 48"  # H not divisible by U
+  "--strategy ring --sp-degree 2 --ulysses-degree 2"             # U is the hybrid's
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 1 --ring-layout zigzag --seq-length 66"  # 2R does not divide N
+  "--strategy allgather-kv --sp-degree 2 --ring-layout zigzag --seq-length 66"
+  "--strategy ulysses --sp-degree 2 --ulysses-overlap 3"         # 3 does not divide H/P = 4/2
+  "--strategy ring --sp-degree 2 --ulysses-overlap 2"            # Ulysses' option
+  "--strategy ulysses --sp-degree 2 --ulysses-overlap 2 --precision bf16"  # host fp32 only
   "--zero-stage 3 --memory-budget 64KiB"
   "--memory-budget 1MiB"
   "--memory-budget lots"

@@ -195,6 +195,32 @@ START_TEST(overlap_is_identical)
 }
 END_TEST
 
+/* The replays behind the exposed-vs-hidden breakdown: after one step of
+ * the hybrid with both parts (U = 2, R = P/2), the run's all-to-alls and
+ * sendrecvs replay alone without deadlock and take time; with nothing
+ * logged they take none. */
+START_TEST(replays_run)
+{
+    int world = world_size();
+    hcase k = {"hybrid", "zigzag", NULL, world, 2, 1, 0, 0};
+    spb_config c;
+    spb_grid g;
+    config(&c, &k, world, world);
+    spb_trainer *t = make(&c, MPI_COMM_WORLD, &g);
+    spb_comm_reset();
+    spb_trainer_gradients(t);
+    double a2a = spb_comm_replay_alltoalls(), p2p = spb_comm_replay_sendrecvs();
+    spb_comm_reset();
+    double none = spb_comm_replay_sendrecvs();
+    say("replays after one hybrid U=2 P=%d step: all-to-alls %.3f ms, sendrecvs %.3f ms alone\n", world, a2a * 1e3,
+        p2p * 1e3);
+    ck_assert(a2a > 0 && p2p > 0);
+    ck_assert(none < p2p);
+    spb_trainer_destroy(t);
+    spb_grid_destroy(&g);
+}
+END_TEST
+
 static void add(hcase k)
 {
     SPB_CHECK(num_cases < MAX_CASES);
@@ -251,6 +277,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, equals_single_rank, 0, n_equal);
     tcase_add_loop_test(tc, zero_after_two_steps, n_equal, n_zero);
     tcase_add_loop_test(tc, overlap_is_identical, n_zero, num_cases);
+    if (world % 2 == 0 && world >= 4) tcase_add_test(tc, replays_run); /* R = P/2 > 1 */
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "checks.h"
 #include "timer.h"
@@ -271,17 +272,22 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
     log_alltoall(count, comm);
 }
 
-/* One block of a shape as a datatype whose extent steps to the next rank's. */
-static MPI_Datatype block_type(spb_block_shape b)
+/* Rank j's block of a shape <-> a contiguous run of rows x width floats. */
+static void shape_copy(float *packed, float *shaped, spb_block_shape b, int j, int pack)
 {
-    MPI_Datatype rows, block;
-    SPB_MPI_CHECK(MPI_Type_vector(count_as_int(b.rows), count_as_int(b.width), count_as_int(b.pitch), MPI_FLOAT,
-                                  &rows));
-    SPB_MPI_CHECK(MPI_Type_create_resized(rows, 0, (MPI_Aint)sizeof(float) * b.extent, &block));
-    SPB_MPI_CHECK(MPI_Type_commit(&block));
-    SPB_MPI_CHECK(MPI_Type_free(&rows));
-    return block;
+    float *base = shaped + (long)j * b.extent;
+    for (long row = 0; row < b.rows; row++) {
+        float *at = base + row * b.pitch, *run = packed + row * b.width;
+        if (pack)
+            memcpy(run, at, sizeof(float) * (size_t)b.width);
+        else
+            memcpy(at, run, sizeof(float) * (size_t)b.width);
+    }
 }
+
+/* A tag of its own: several may be in flight on one communicator, matched
+ * pair by pair in the order every rank posts them. */
+enum { SHAPED_TAG = 7 };
 
 void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block_shape send_shape, float *recv,
                                spb_block_shape recv_shape, MPI_Comm comm, spb_comm_phase phase)
@@ -289,23 +295,44 @@ void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block
     if (staging || device) SPB_DIE("shaped all-to-all: host fp32 buffers only (no staging, no device collectives)");
     SPB_CHECK(send_shape.rows * send_shape.width == recv_shape.rows * recv_shape.width);
     double t0 = spb_now();
-    r->count = send_shape.rows * send_shape.width;
-    r->comm = comm;
-    r->phase = phase;
-    r->send_type = block_type(send_shape);
-    r->recv_type = block_type(recv_shape);
-    SPB_MPI_CHECK(MPI_Ialltoall(send, 1, r->send_type, recv, 1, r->recv_type, comm, &r->req));
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    long count = send_shape.rows * send_shape.width;
+    int c = count_as_int(count);
+    *r = (spb_alltoall_req){.count = count, .comm = comm, .phase = phase, .ranks = n, .recv = recv,
+                            .recv_shape = recv_shape};
+    /* Point-to-point messages (the pairwise all-to-all), so that the
+     * built-in shm MPI runs it too: pack each peer's block, post every
+     * receive and send, keep my own block. */
+    r->req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    r->packed_send = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count * n + 1)));
+    r->packed_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count * n + 1)));
+    for (int j = 0; j < n; j++) shape_copy(r->packed_send + j * count, (float *)send, send_shape, j, 1);
+    int k = 0;
+    for (int j = 0; j < n; j++) {
+        if (j == me) continue;
+        SPB_MPI_CHECK(MPI_Irecv(r->packed_recv + j * count, c, MPI_FLOAT, j, SHAPED_TAG, comm, &r->req[k++]));
+    }
+    for (int j = 0; j < n; j++) {
+        if (j == me) continue;
+        SPB_MPI_CHECK(MPI_Isend(r->packed_send + j * count, c, MPI_FLOAT, j, SHAPED_TAG, comm, &r->req[k++]));
+    }
+    memcpy(r->packed_recv + me * count, r->packed_send + me * count, sizeof(float) * (size_t)count);
     r->blocked = spb_now() - t0;
 }
 
 void spb_alltoall_shaped_wait(spb_alltoall_req *r)
 {
     double t0 = spb_now();
-    SPB_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
-    SPB_MPI_CHECK(MPI_Type_free(&r->send_type));
-    SPB_MPI_CHECK(MPI_Type_free(&r->recv_type));
+    SPB_MPI_CHECK(MPI_Waitall(2 * (r->ranks - 1), r->req, MPI_STATUSES_IGNORE));
+    for (int j = 0; j < r->ranks; j++) shape_copy(r->packed_recv + j * r->count, r->recv, r->recv_shape, j, 0);
+    free(r->packed_send);
+    free(r->packed_recv);
+    free(r->req);
+    r->packed_send = r->packed_recv = NULL;
+    r->req = NULL;
     r->blocked += spb_now() - t0;
-    record(SPB_OP_ALLTOALL, r->phase, r->comm, 4.0 * (double)r->count * group_size(r->comm), r->blocked);
+    record(SPB_OP_ALLTOALL, r->phase, r->comm, 4.0 * (double)r->count * r->ranks, r->blocked);
     log_alltoall(r->count, r->comm);
 }
 
@@ -359,8 +386,10 @@ double spb_comm_replay_sendrecvs(void)
     for (int i = 0; i < sendrecv_logged; i++) {
         const struct sendrecv_call *k = &sendrecv_log[i];
         int c = count_as_int(k->count);
-        SPB_MPI_CHECK(MPI_Sendrecv(send, c, MPI_FLOAT, k->dest, 0, recv, c, MPI_FLOAT, k->src, 0, k->comm,
-                                   MPI_STATUS_IGNORE));
+        MPI_Request req[2]; /* Irecv + Isend: what the shm MPI offers too */
+        SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, k->src, 0, k->comm, &req[0]));
+        SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, k->dest, 0, k->comm, &req[1]));
+        SPB_MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
     }
     double t = spb_now() - t0;
     free(send);

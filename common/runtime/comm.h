@@ -74,17 +74,21 @@ void spb_sendrecv_wait(spb_sendrecv *r);
  * exchanges split into pieces that overlap compute (Ulysses'
  * --ulysses-overlap): each rank's block is `rows` rows of `width` floats,
  * `pitch` floats apart, and consecutive ranks' blocks start `extent`
- * floats apart; send and receive shapes hold the same rows x width.
- * Recorded as an all-to-all of rows x width floats per block; its time is
- * what the caller is blocked (start + wait), the exposed part.  Host
- * buffers only (fp32, no staging or device-collective table). */
+ * floats apart; send and receive shapes hold the same rows x width.  Runs
+ * as point-to-point messages to every peer (packed at the start, unpacked
+ * at the wait), so any MPI, the built-in one included, runs it.  Recorded
+ * as an all-to-all of rows x width floats per block; its time is what the
+ * caller is blocked (start + wait, the packing included): the exposed
+ * part.  Host fp32 buffers only (no staging or device-collective table). */
 typedef struct spb_block_shape {
     long rows, width, pitch, extent;
 } spb_block_shape;
 typedef struct spb_alltoall_req {
-    MPI_Request req;
-    MPI_Datatype send_type, recv_type;
+    MPI_Request *req; /* 2 (n - 1) */
+    float *packed_send, *packed_recv, *recv;
+    spb_block_shape recv_shape;
     long count; /* floats per block */
+    int ranks;
     MPI_Comm comm;
     spb_comm_phase phase;
     double blocked;
