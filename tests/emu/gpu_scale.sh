@@ -53,8 +53,9 @@ for r in rows:
     check(r["scale"] == "gpu" and r["device"] == "cuda" and r["comm"] == "nccl" and r["precision"] == "fp16"
           and r["np"] == "2" and "TINY" in r["message"], where + ": gpu scale, cuda, nccl, fp16, 2 GPUs, marked TINY")
     if r["status"] == "ok":
-        check(r["attention"] == "flash" and float(r["iter_time_median_s"]) > 0 and r["sp"] == "2",
-              where + ": ran flash (no cuDNN in the emulation), P = 2, a timing")
+        check(r["attention"] == "flash" and float(r["iter_time_median_s"]) > 0 and r["sp"] == "2"
+              and r["time_between_phases_s"] != "",
+              where + ": ran flash (no cuDNN in the emulation), P = 2, a timing and the time between phases")
     else:
         check("exceeds --memory-budget 2MiB" in r["message"], where + ": the memory model's verdict: " + r["message"][:80])
 for f in ("gpu.txt", "topology.txt", "nccl_topology.txt", "fig4-seqlen.png", "fig4-memory.png"):
