@@ -391,6 +391,12 @@ START_TEST(layout_terms_by_hand)
     double busy = exp.t_forward + exp.t_backward;
     CLOSE(ovl.dp_comm_hidden, dp_all - fmax(dp_all / 2, dp_all - busy));
     CLOSE(exp.iter_time - ovl.iter_time, ovl.dp_comm_hidden);
+    double parts = ovl.t_gemm + ovl.t_attn + ovl.t_other + ovl.t_adam + ovl.comm_exposed_total + ovl.t_launch;
+    CLOSE(parts, ovl.iter_time);
+    double per_op = 0;
+    for (int op = 0; op < SPB_NUM_OPS; op++)
+        for (int ph = 0; ph < SPB_NUM_PHASES; ph++) per_op += ovl.comm_exposed[op][ph];
+    CLOSE(per_op, ovl.comm_exposed_total);
 
     /* the band: the profile's slow and fast ends (A100-80GB-DGX: GEMM 0.70 / 0.85, attention x 0.80 / 1.12,
      * HBM x 0.90 / 1.10, NVSwitch 200 / 260 GB/s, InfiniBand 18 / 24 GB/s, kernel gaps 4 / 1 us) */

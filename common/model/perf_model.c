@@ -1021,6 +1021,8 @@ int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof_i
             out->t_grad_reduce *= keep;
             out->t_optimizer = out->t_adam + zero_rest * keep + comm_phase[SPB_PHASE_OTHER];
             out->comm_exposed_total -= out->dp_comm_hidden;
+            for (int op = 0; op < SPB_NUM_OPS; op++) /* each collective's exposed time, as the phases' */
+                out->comm_exposed[op][SPB_PHASE_GRAD_REDUCE] *= keep, out->comm_exposed[op][SPB_PHASE_ZERO] *= keep;
         }
     }
     out->iter_time = out->t_forward + out->t_backward + out->t_grad_reduce + out->t_optimizer;
