@@ -4,7 +4,8 @@ argument vectors (options from spbench --list-options with valid, edge and
 malformed values, repeated options, output paths onto files spbench must not
 clobber), single-rank and under mpiexec -np 2.  Each case must end with
 exit 0, or with a non-zero status and exactly one "spbench: error:" line;
-a signal, a timeout, a second error line or a changed guarded file fails.
+a signal, a timeout, a second error line, a changed guarded file or a
+temporary left behind fails.
 
 usage: fuzz_spbench.py SPBENCH MPIEXEC [--seed N] [--seconds S] [--cases N]
 Prints a table: cases tried, ran, refused cleanly, crashes, hangs, files clobbered."""
@@ -157,6 +158,10 @@ def main():
                 counts["clobbered"] += 1
                 failures.append(("clobbered", cmd, str({k: (before[k], now[k]) for k in now if now[k] != before[k]})))
                 before = now
+            left = [f for f in os.listdir(tmp) if ".tmp." in f]
+            if left:  # a temporary outliving its run is a file lost or clobbered later
+                counts["clobbered"] += 1
+                failures.append(("temporaries left", cmd, " ".join(left)))
             for f in os.listdir(tmp):  # outputs a run may create; guarded ones stay
                 p = os.path.join(tmp, f)
                 if p not in guarded or f == "new.out":
