@@ -90,6 +90,7 @@ cases39=(
   "--max-position-embeddings 2000000000"
   "--hidden-size 65536 --num-attention-heads 64"
   "--zero-stage 3 --num-layers 1000000"
+  "--micro-batch-size 1 --global-batch-size 1073741824 --dump $tmp/d.dump"  # the dump holds the whole batch
   # class 3
   "--vocab-size 0"
   "--vocab-size -5"
