@@ -247,7 +247,10 @@ int main(int argc, char **argv)
     }
 
     int iters = cfg.train_iters;
-    double *times = SPB_CHECK_PTR(calloc((size_t)iters + 1, sizeof(double)));
+    /* grown as iterations complete: --train-iters 2147483647 must not ask
+     * for 16 GiB before the first one */
+    size_t times_cap = 1024;
+    double *times = SPB_CHECK_PTR(calloc(times_cap, sizeof(double)));
     double final_loss = NAN, first_loss = NAN;
     double device_used_peak = -1.0; /* what the driver reports in use, sampled at step boundaries */
     int measured = 0;
@@ -279,7 +282,11 @@ int main(int argc, char **argv)
         spb_allreduce_max_f64(&dt, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER); /* the slowest rank */
         if (i == 0) first_loss = loss;
         final_loss = loss;
-        if (i >= cfg.timing_warmup) times[measured++] = dt;
+        if (i >= cfg.timing_warmup) {
+            if ((size_t)measured == times_cap)
+                times = SPB_CHECK_PTR(realloc(times, (times_cap *= 2) * sizeof(double)));
+            times[measured++] = dt;
+        }
         if (loss_log && !log_bad)
             log_bad = fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f,%.9g,%d\n", tr->iteration, loss, tr->lr, tr->grad_norm,
                     dt * 1e3, tokens_per_iter * tr->iteration, tr->scaler.loss_scale, tr->skipped) < 0;

@@ -2,13 +2,16 @@
 """Bounded fuzzing of spbench's command line (issue 39): seeded random
 argument vectors (options from spbench --list-options with valid, edge and
 malformed values, repeated options, output paths onto files spbench must not
-clobber), single-rank and under mpiexec -np 2.  Each case must end with
+clobber; --overwrite left out), single-rank and under mpiexec -np 2, four at
+a time.  Each case must end with
 exit 0, or with a non-zero status and exactly one "spbench: error:" line;
-a signal, a timeout, a second error line or a changed guarded file fails.
+a signal, a timeout, a second error line, a changed guarded file or a
+temporary left behind fails.
 
 usage: fuzz_spbench.py SPBENCH MPIEXEC [--seed N] [--seconds S] [--cases N]
 Prints a table: cases tried, ran, refused cleanly, crashes, hangs, files clobbered."""
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -110,7 +113,8 @@ def main():
                OMPI_MCA_rmaps_base_oversubscribe="1")
     listed = json.loads(subprocess.run([a.spbench, "--list-options"], capture_output=True, text=True,
                                        check=True).stdout)
-    options = {o["name"]: (o["kind"], o["choices"]) for o in listed}
+    # --overwrite asks for the guarded files to be replaced: it is tested by outputs_safety.sh
+    options = {o["name"]: (o["kind"], o["choices"]) for o in listed if o["name"] != "overwrite"}
     rng = random.Random(a.seed)
     counts = dict(tried=0, ran=0, refused=0, crashes=0, hangs=0, clobbered=0)
     failures = []
@@ -127,41 +131,55 @@ def main():
         watched = [precious, fifo, link, os.path.join(tmp, "dir"), "/dev/null", "/dev/full"]
         before = snapshot(watched)
         start = time.time()
-        while counts["tried"] < a.cases and time.time() - start < a.seconds:
-            args = make_args(rng, options, guarded)
-            np2 = rng.random() < 0.15
-            cmd = ([a.mpiexec, "-np", "2"] if np2 else []) + [a.spbench] + args
-            counts["tried"] += 1
+        def one(cmd):  # -> (verdict, detail)
             t0 = time.time()
             try:
                 r = subprocess.run(cmd, capture_output=True, timeout=CASE_TIMEOUT, env=env, cwd=tmp,
                                    stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
-                counts["hangs"] += 1
-                failures.append(("hang", cmd))
                 subprocess.run(["pkill", "-9", "-f", "--", " ".join(cmd[-3:])], capture_output=True)
-                continue
+                return "hangs", ""
             err = r.stderr.decode("utf-8", "replace")
             lines = [l for l in err.splitlines() if l.startswith("spbench: error:")]
             if r.returncode == 0:
-                counts["ran"] += 1
-            elif 0 < r.returncode < 128 and len(lines) == 1 and "Traceback" not in err and \
+                return "ran", ""
+            if 0 < r.returncode < 128 and len(lines) == 1 and "Traceback" not in err and \
                     "backtrace" not in err.lower():
-                counts["refused"] += 1
-            else:
-                counts["crashes"] += 1
-                failures.append(("rc=%d, %d error lines, %.1f s" % (r.returncode, len(lines), time.time() - t0),
-                                 cmd, err[-600:]))
+                return "refused", ""
+            return "crashes", "rc=%d, %d error lines, %.1f s\n%s" % (r.returncode, len(lines), time.time() - t0,
+                                                                     err[-600:])
+
+        # Four cases at a time (they wait mostly on process start-up); the
+        # guarded files and temporaries are checked after each batch.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+        while counts["tried"] < a.cases and time.time() - start < a.seconds:
+            batch = []
+            for _ in range(4):
+                args = make_args(rng, options, guarded)
+                np2 = rng.random() < 0.15
+                batch.append(([a.mpiexec, "-np", "2"] if np2 else []) + [a.spbench] + args)
+            counts["tried"] += len(batch)
+            for cmd, (verdict, detail) in zip(batch, pool.map(one, batch)):
+                counts[verdict] += 1
+                if verdict in ("hangs", "crashes"):
+                    failures.append((verdict, cmd, detail))
             now = snapshot(watched)
             if now != before:
                 counts["clobbered"] += 1
-                failures.append(("clobbered", cmd, str({k: (before[k], now[k]) for k in now if now[k] != before[k]})))
+                failures.append(("clobbered (one of a batch)", [x for c in batch for x in c + ["||"]],
+                                 str({k: (before[k], now[k]) for k in now if now[k] != before[k]})))
                 before = now
+            left = [f for f in os.listdir(tmp) if ".tmp." in f]
+            if left:  # a temporary outliving its run is a file lost or clobbered later
+                counts["clobbered"] += 1
+                failures.append(("temporaries left (one of a batch)", [x for c in batch for x in c + ["||"]],
+                                 " ".join(left)))
             for f in os.listdir(tmp):  # outputs a run may create; guarded ones stay
                 p = os.path.join(tmp, f)
                 if p not in guarded or f == "new.out":
                     if os.path.isfile(p) and not os.path.islink(p):
                         os.unlink(p)
+        pool.shutdown()
     print("fuzz_spbench seed %d, %.0f s: cases tried %d | ran %d | refused cleanly %d | crashes %d | hangs %d | "
           "files clobbered %d" % (a.seed, time.time() - start, counts["tried"], counts["ran"], counts["refused"],
                                   counts["crashes"], counts["hangs"], counts["clobbered"]))

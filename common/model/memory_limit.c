@@ -40,6 +40,15 @@ int spb_memory_check_capacity(const spb_config *c, int world_size, double capaci
     }
     spb_memory_prediction pred;
     spb_memory_model(c, world_size, spb_memory_precision(c), &pred);
+    /* --dump: rank 0 also holds the global batch's tokens (inputs and
+     * targets) and the whole gradient twice (common/checkpoint.c's writer) */
+    double dump_bytes = c->dump[0] ? 8.0 * c->global_batch_size * (double)c->seq_length + 8.0 * params : 0.0;
+    if (dump_bytes > 0 && pred.total + dump_bytes > capacity) {
+        snprintf(err, errlen, "predicted %s per rank and %s more for --dump (the global batch's tokens and the "
+                 "whole gradient; %s) exceeds %s", human(pred.total, b0, sizeof b0),
+                 human(dump_bytes, b1, sizeof b1), c->precision, limit);
+        return -1;
+    }
     if (pred.total > capacity) {
         snprintf(err, errlen, "predicted %s per rank (parameters %s, gradients %s, optimizer %s, activations %s; %s) "
                  "exceeds %s", human(pred.total, b0, sizeof b0), human(pred.bytes[SPB_MEM_PARAMS], b1, sizeof b1),

@@ -5,10 +5,12 @@ extreme or non-ASCII ones; bytes flipped; files cut short) given to
 experiments/run --list with the real spbench's option table.  Each case
 must print the points or one "run: error:" line: a Python traceback, a
 signal or a timeout fails.  A few mutants that still parse are run for
-real (the tiny sweep, one point each) to check that they end cleanly too.
+real (the tiny sweep at --np 1) to check that they end cleanly too.  Four
+cases at a time.
 
 usage: fuzz_sweeps.py SPBENCH [--seed N] [--seconds S]"""
 import argparse
+import concurrent.futures
 import glob
 import os
 import random
@@ -70,30 +72,41 @@ def main():
     failures = []
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "m.sweep")
-        while time.time() - start < a.seconds:
-            src = rng.randrange(len(texts))
-            text = mutate(rng, texts[src])
+        def one(job):  # (index, text, real) -> (verdict, detail)
+            i, text, real = job
+            path = os.path.join(tmp, "m%d.sweep" % i)
             with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(text)
-            real = counts["real"] < a.real_runs and sources[src].endswith("tiny.sweep") and rng.random() < 0.3
-            args = [sys.executable, RUN, path, "--spbench", a.spbench, "--no-plots", "--out", os.path.join(tmp, "out")]
+            args = [sys.executable, RUN, path, "--spbench", a.spbench, "--no-plots", "--out",
+                    os.path.join(tmp, "out%d" % i)]
             args += ["--np", "1", "--timeout", "60"] if real else ["--list"]
-            counts["tried"] += 1
             try:
-                r = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=120 if real else 20)
+                r = subprocess.run(args, capture_output=True, text=True, errors="replace",
+                                   timeout=120 if real else 20)
             except subprocess.TimeoutExpired:
-                counts["hangs"] += 1
-                failures.append(("hang", text))
-                continue
+                return "hangs", ""
+            finally:
+                os.unlink(path)
             if "Traceback" in r.stderr or r.returncode < 0 or r.returncode > 2:
-                counts["crashes"] += 1
-                failures.append(("rc=%d" % r.returncode, text, r.stderr[-800:]))
-            elif r.returncode == 0:
-                counts["listed"] += 1
-                counts["real"] += real
-            else:
-                counts["refused"] += 1
+                return "crashes", "rc=%d\n%s" % (r.returncode, r.stderr[-800:])
+            return ("listed" if r.returncode == 0 else "refused"), ""
+
+        # Four at a time: each case is mostly an interpreter's start-up.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+        while time.time() - start < a.seconds:
+            jobs = []
+            for _ in range(4):
+                src = rng.randrange(len(texts))
+                text = mutate(rng, texts[src])
+                real = counts["real"] < a.real_runs and sources[src].endswith("tiny.sweep") and rng.random() < 0.3
+                counts["real"] += real  # counted when started: at most real_runs
+                jobs.append((counts["tried"], text, real))
+                counts["tried"] += 1
+            for (_, text, real), (verdict, detail) in zip(jobs, pool.map(one, jobs)):
+                counts[verdict] += 1
+                if verdict in ("hangs", "crashes"):
+                    failures.append((verdict, text, detail))
+        pool.shutdown()
     print("fuzz_sweeps seed %d, %.0f s: cases tried %d | listed or ran %d (%d run for real) | refused cleanly %d | "
           "crashes %d | hangs %d" % (a.seed, time.time() - start, counts["tried"], counts["listed"], counts["real"],
                                     counts["refused"], counts["crashes"], counts["hangs"]))
