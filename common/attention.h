@@ -18,7 +18,7 @@
 
 typedef struct spb_attn_desc {
     int batch;          /* sequences */
-    int heads;          /* query heads (= kv heads for now) */
+    int heads;          /* query heads (kv_heads below) */
     int head_dim;
     int q_len, k_len;   /* rows of this query block, of this key block */
     long q_offset;      /* global position of query row 0 */
@@ -45,6 +45,10 @@ typedef struct spb_attn_desc {
     int sparse_block;   /* tokens per block; 0 = dense */
     int sparse_local;   /* window half-width in blocks, own block included (>= 1) */
     int sparse_global;  /* leading key blocks every query sees */
+    /* Last, so that positional initialisers stay valid.  K/V heads (grouped-query attention, 0: = heads): query head h reads
+     * K/V head h / (heads / kv_heads) (spb_attn_kv_head); K, V, dK, dV hold
+     * kv_heads heads per token.  heads must be a multiple of it. */
+    int kv_heads;
 } spb_attn_desc;
 
 typedef struct spb_attn_backend {
@@ -61,6 +65,13 @@ typedef struct spb_attn_backend {
                      const float *v, const float *o, const float *lse,
                      const float *dout, float *dq, float *dk, float *dv);
 } spb_attn_backend;
+
+/* The K/V head query head h reads (consecutive query heads share one). */
+static inline int spb_attn_kv_head(const spb_attn_desc *d, int h)
+{
+    return d->kv_heads > 0 ? h / (d->heads / d->kv_heads) : h;
+}
+static inline int spb_attn_kv_heads(const spb_attn_desc *d) { return d->kv_heads > 0 ? d->kv_heads : d->heads; }
 
 /* Whether key j of the block is visible to query row i of the block: the
  * per-element definition (the naive backend's mask and the tests' oracle). */

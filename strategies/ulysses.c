@@ -7,11 +7,20 @@
  * output to the token split.  The backward mirrors it: all-to-all of dO,
  * local backward, all-to-all of dQ, dK, dV together.
  *
- * Layouts (T = N/P local tokens, Hp = H/P heads per rank, row = Hp·D):
- *   local    P head blocks of [B][T][w][Hp][D]: qkv (w = 3), o and dO (w = 1),
+ * Grouped-query attention (G K/V heads): block j carries rank j's Hp query
+ * heads and the K/V heads they read, Gp = G/P of them when G >= P; when
+ * G < P each block carries the one K/V head its query heads read, so P/G
+ * ranks receive copies of each K/V head (DeepSpeed's replication for
+ * G < P).  The core computes each copy from the same weight rows, so the
+ * copies' gradients, coming back in the dQKV exchange, add up in the
+ * weight gradient of the QKV product (common/gpt.c, qkv_backward).
+ *
+ * Layouts (T = N/P local tokens, Hp = H/P heads per rank, row = Hp·D,
+ * qkv = (Hp + 2·Gp)·D floats per token and block):
+ *   local    P head blocks of [B][T][tok]: qkv (tok = qkv), o and dO (tok = row),
  *            as the core's products write and read them (head_blocks = P);
  *            block j is what goes to rank j: the all-to-all's send layout
- *   head     [B][N][w][Hp][D], rank i's tokens at i·T    (what attention reads)
+ *   head     [B][N][tok], rank i's tokens at i·T    (what attention reads)
  * With micro-batch 1 the collectives are the only passes over memory:
  * attention reads Q/K/V straight out of the received blocks through the
  * backend's strides. */
@@ -30,7 +39,9 @@ typedef struct ulysses_dims {
     int B, T;  /* sequences, local tokens per sequence */
     long N;    /* whole sequence: P·T */
     int Hp, D; /* heads per rank, head dim */
+    int Gp;    /* K/V heads per rank (after replication when G < P) */
     long row;  /* floats of one token's Hp heads: Hp·D */
+    long qkv;  /* floats of one token's Q, K and V in a block: (Hp + 2·Gp)·D */
 } ulysses_dims;
 
 static ulysses_dims dims_of(const spb_attn_ctx *c)
@@ -44,32 +55,40 @@ static ulysses_dims dims_of(const spb_attn_ctx *c)
     u.Hp = c->heads / u.P;
     u.D = c->head_dim;
     u.row = (long)u.Hp * u.D;
+    int kv = c->kv_heads > 0 ? c->kv_heads : c->heads;
+    SPB_CHECK(kv % u.P == 0);
+    u.Gp = kv / u.P;
+    u.qkv = (long)(u.Hp + 2 * u.Gp) * u.D;
     return u;
 }
 
 /* Per-layer saved storage, lse last so that the big arrays keep the
- * buffer's alignment (whenever Hp·D is a multiple of 16):
- * head-layout QKV [B][N][3][Hp][D], head-layout O [B][N][Hp][D], lse [B][Hp][N]. */
-static long saved_o_offset(const ulysses_dims *u) { return u->B * u->N * 3 * u->row; }
-static long saved_lse_offset(const ulysses_dims *u) { return u->B * u->N * 4 * u->row; }
+ * buffer's alignment (whenever Hp·D and Gp·D are multiples of 16):
+ * head-layout QKV [B][N][qkv], head-layout O [B][N][Hp][D], lse [B][Hp][N]. */
+static long saved_o_offset(const ulysses_dims *u) { return u->B * u->N * u->qkv; }
+static long saved_lse_offset(const ulysses_dims *u) { return u->B * u->N * (u->qkv + u->row); }
 
 static size_t ulysses_saved_floats(const spb_attn_ctx *c)
 {
     ulysses_dims u = dims_of(c);
-    return (size_t)u.B * u.N * 4 * u.row + (size_t)u.B * u.Hp * u.N;
+    return (size_t)u.B * u.N * (u.qkv + u.row) + (size_t)u.B * u.Hp * u.N;
 }
+
+/* Where K and V start in a token's qkv. */
+static long k_at(const ulysses_dims *u) { return u->row; }
+static long v_at(const ulysses_dims *u) { return u->row + (long)u->Gp * u->D; }
 
 /* Attention of all N tokens among themselves for this rank's Hp heads, Q/K/V
  * read from the fused head layout. */
 static spb_attn_desc head_desc(const ulysses_dims *u, const spb_attn_ctx *c)
 {
     spb_attn_desc d = {
-        .batch = u->B, .heads = u->Hp, .head_dim = u->D,
+        .batch = u->B, .heads = u->Hp, .kv_heads = u->Gp, .head_dim = u->D,
         .q_len = (int)u->N, .k_len = (int)u->N,
         .q_offset = 0, .k_offset = 0,
         .causal = c->causal, .scale = 1.0f / sqrtf((float)u->D),
-        .q_token_stride = 3 * u->row, .q_batch_stride = 3 * u->row * u->N,
-        .k_token_stride = 3 * u->row, .k_batch_stride = 3 * u->row * u->N,
+        .q_token_stride = u->qkv, .q_batch_stride = u->qkv * u->N,
+        .k_token_stride = u->qkv, .k_batch_stride = u->qkv * u->N,
         .o_token_stride = u->row, .o_batch_stride = u->row * u->N,
         /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
         .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
@@ -78,10 +97,10 @@ static spb_attn_desc head_desc(const ulysses_dims *u, const spb_attn_ctx *c)
     return d;
 }
 
-/* blocks (block i = rank i's T tokens) -> head layout [B][N][w][Hp][D]. */
-static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, int w)
+/* blocks (block i = rank i's T tokens) -> head layout [B][N][tok]. */
+static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * w * u->row; /* one sequence's T tokens */
+    long seq_chunk = (long)u->T * tok; /* one sequence's T tokens */
     for (int i = 0; i < u->P; i++)
         for (int b = 0; b < u->B; b++)
             spb_dev_copy(c, head + ((long)b * u->P + i) * seq_chunk, blocks + ((long)i * u->B + b) * seq_chunk,
@@ -89,9 +108,9 @@ static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *he
 }
 
 /* Inverse of blocks_to_head: block i = the rows of rank i's tokens. */
-static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, int w)
+static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * w * u->row;
+    long seq_chunk = (long)u->T * tok;
     for (int i = 0; i < u->P; i++)
         for (int b = 0; b < u->B; b++)
             spb_dev_copy(c, blocks + ((long)i * u->B + b) * seq_chunk, head + ((long)b * u->P + i) * seq_chunk,
@@ -123,14 +142,14 @@ static int uses_allgather(const spb_attn_ctx *c)
  * layouts as the all-to-all with P times the bytes.  Blocks are the
  * all-to-all's: the result in `blocks` is what spb_alltoall_f32 would have
  * received. */
-static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in,
+static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int to_head, const float *in,
                                float *blocks)
 {
-    long count = (long)u->B * u->T * w * u->row, whole = count * u->P; /* floats per block, per rank */
+    long count = (long)u->B * u->T * tok, whole = count * u->P; /* floats per block, per rank */
     float *all = spb_dev_cached(c, &gather_buf, SPB_MEM_COMM, whole * u->P);
     spb_allgather_f32(in, all, whole, c->grid->sp_comm, c->phase);
     int me = c->grid->sp_rank;
-    long seq_chunk = (long)u->T * w * u->row;
+    long seq_chunk = (long)u->T * tok;
     for (int i = 0; i < u->P; i++) {
         if (to_head) { /* rank i's local blocks: keep block `me` (my heads of its tokens) */
             spb_dev_copy(c, blocks + i * count, all + i * whole + me * count, count);
@@ -142,23 +161,24 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int
     }
 }
 
-static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in, float *out)
+/* tok: floats per token and block (u->qkv for Q/K/V, u->row for O). */
+static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int to_head, const float *in, float *out)
 {
-    long count = (long)u->B * u->T * w * u->row; /* floats per block */
+    long count = (long)u->B * u->T * tok; /* floats per block */
     float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
     if (to_head) {
         float *blocks = staging ? staging : out;
         if (uses_allgather(c))
-            allgather_exchange(c, u, w, 1, in, blocks);
+            allgather_exchange(c, u, tok, 1, in, blocks);
         else
             spb_alltoall_f32(in, blocks, count, c->grid->sp_comm, c->phase);
-        if (staging) blocks_to_head(c, staging, out, u, w);
+        if (staging) blocks_to_head(c, staging, out, u, tok);
     } else {
         if (uses_allgather(c)) /* gathers the head layout itself: no regrouping first */
-            allgather_exchange(c, u, w, 0, in, out);
+            allgather_exchange(c, u, tok, 0, in, out);
         else {
-            if (staging) head_to_blocks(c, in, staging, u, w);
+            if (staging) head_to_blocks(c, in, staging, u, tok);
             spb_alltoall_f32(staging ? staging : in, out, count, c->grid->sp_comm, c->phase);
         }
     }
@@ -172,15 +192,14 @@ static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, f
     SPB_CHECK(u.N == c->seq_length && (!c->positions || c->positions[0] == (long)c->grid->sp_rank * u.T));
     float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
 
-    exchange(c, &u, 3, 1, qkv, qkv_h);
-
+    exchange(c, &u, u.qkv, 1, qkv, qkv_h);
     spb_attn_desc d = head_desc(&u, c);
     spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-    c->backend->forward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse);
+    c->backend->forward(&d, qkv_h, qkv_h + k_at(&u), qkv_h + v_at(&u), o_h, lse);
     spb_timer_end(timed);
     *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
 
-    exchange(c, &u, 1, 0, o_h, o);
+    exchange(c, &u, u.row, 0, o_h, o);
 }
 
 static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const float *o, const float *saved,
@@ -189,23 +208,21 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
     (void)qkv, (void)o; /* the head-layout copies in `saved` are what attention saw */
     ulysses_dims u = dims_of(c);
     const float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
-    long head_floats = u.B * u.N * u.row; /* one of Q, K, V, O in head layout */
+    long head_floats = u.B * u.N * u.row, qkv_floats = u.B * u.N * u.qkv; /* O, and Q/K/V, in head layout */
     float *dout_h = spb_dev_cached(c, &dout_head, SPB_MEM_WORKSPACE, head_floats);
-    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
-
-    exchange(c, &u, 1, 1, dout, dout_h);
-
+    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, qkv_floats);
+    exchange(c, &u, u.row, 1, dout, dout_h);
     spb_attn_desc d = head_desc(&u, c);
-    spb_dev_zero(c, dqkv_h, 3 * head_floats); /* the backend accumulates */
+    spb_dev_zero(c, dqkv_h, qkv_floats); /* the backend accumulates */
     spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-    c->backend->backward(&d, qkv_h, qkv_h + u.row, qkv_h + 2 * u.row, o_h, lse, dout_h, dqkv_h, dqkv_h + u.row,
-                         dqkv_h + 2 * u.row);
+    c->backend->backward(&d, qkv_h, qkv_h + k_at(&u), qkv_h + v_at(&u), o_h, lse, dout_h, dqkv_h, dqkv_h + k_at(&u),
+                         dqkv_h + v_at(&u));
     spb_timer_end(timed);
     *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
 
     /* dQ, dK, dV go back together: every head block of every local token
      * arrives, so dqkv is overwritten in full. */
-    exchange(c, &u, 3, 0, dqkv_h, dqkv);
+    exchange(c, &u, u.qkv, 0, dqkv_h, dqkv);
 }
 
 static int ulysses_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
@@ -215,6 +232,15 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
         snprintf(err, errlen,
                  "--num-attention-heads %d is not divisible by --sp-degree %d (Ulysses gives each rank H/P heads)",
                  cfg->num_heads, cfg->sp_degree);
+        return -1;
+    }
+    /* K/V heads: split like the query heads (G >= P), or one per rank,
+     * replicated (G < P): each rank's query heads must read one K/V head. */
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads, P = cfg->sp_degree;
+    if (P > 0 && (G >= P ? G % P : P % G)) {
+        snprintf(err, errlen,
+                 "--num-query-groups %d and --sp-degree %d: Ulysses needs G divisible by P (K/V heads split like "
+                 "query heads) or P divisible by G (each K/V head replicated on P/G ranks)", G, P);
         return -1;
     }
     return 0;
@@ -230,9 +256,19 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
  * Evaluated as the accounting layer does (payload × bus factor, summed call
  * by call in call order) so that measured and analytic bytes match exactly,
  * also when (P−1)/P is not a binary fraction. */
+/*
+ * Grouped-query attention: the Q/K/V exchange carries, per local token,
+ * H query heads and 2·max(G, P) K/V heads of D (G >= P: every K/V head once;
+ * G < P: one per block, P blocks, the replicas included), so its S is
+ * b·(N/P)·(H + 2·max(G, P))·D instead of b·(N/P)·3h; O and dO are unchanged.
+ * With G = H this is 3h again. */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
+    const int H = cfg->num_heads, D = cfg->hidden_size / H;
+    const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
+    const double qkv_width = (double)(H + 2 * (G > sp_degree ? G : sp_degree)) * D; /* floats per token */
     double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
+    double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);
     spb_comm_volume v;
     if (!strcmp(cfg->ulysses_comm, "allgather")) {
         /* The ablation: each exchange allgathers a rank's whole buffer, P·S
@@ -241,13 +277,13 @@ static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
          * it: 4·b·N·h·(P−1)/P floats per direction for w = 3 + 1, P times
          * the all-to-all's. */
         double link_share = spb_comm_bus_factor(SPB_OP_ALLGATHER, sp_degree);
-        double qkv_payload = 4.0 * (3.0 * local_floats) * sp_degree, o_payload = 4.0 * local_floats * sp_degree;
+        double qkv_payload = 4.0 * (local_tokens * qkv_width) * sp_degree, o_payload = 4.0 * local_floats * sp_degree;
         v.forward_bytes = qkv_payload * link_share + o_payload * link_share;
         v.backward_bytes = o_payload * link_share + qkv_payload * link_share;
         return v;
     }
     double link_share = spb_comm_bus_factor(SPB_OP_ALLTOALL, sp_degree);
-    double qkv_payload = 4.0 * 3.0 * local_floats, o_payload = 4.0 * local_floats;
+    double qkv_payload = 4.0 * local_tokens * qkv_width, o_payload = 4.0 * local_floats;
     v.forward_bytes = qkv_payload * link_share + o_payload * link_share;
     v.backward_bytes = o_payload * link_share + qkv_payload * link_share;
     return v;
