@@ -165,6 +165,14 @@ static inline long spb_attn_operand_extent(const spb_attn_desc *d, int tokens, l
     return (long)(d->batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)d->heads * d->head_dim;
 }
 
+/* The same for K and V (and dK, dV): kv_heads heads per token. */
+static inline long spb_attn_kv_extent(const spb_attn_desc *d)
+{
+    if (d->batch <= 0 || d->k_len <= 0) return 0;
+    return (long)(d->batch - 1) * d->k_batch_stride + (long)(d->k_len - 1) * d->k_token_stride +
+           (long)spb_attn_kv_heads(d) * d->head_dim;
+}
+
 extern const spb_attn_backend spb_attn_naive;  /* reference, materialises scores row by row */
 extern const spb_attn_backend spb_attn_flash;  /* tiled, online softmax, skips masked blocks */
 

@@ -53,7 +53,7 @@ cases=(
   "--rotary-base 0.5"
   "--position-embedding-type rope --hidden-size 36 --num-attention-heads 4"  # odd head dim
   "--swiglu --hidden-size 16 --num-attention-heads 4"     # Megatron's default MLP width is 0 here
-  "--model llama --precision bf16"                        # CPU fp32 only so far
+  "--model llama --device cuda"                           # CPU only so far
   "--strategy ring --sp-degree 2 --ring-layout zigzag --seq-length 66"
   "--ring-layout spiral"
   "--attention-mask diagonal"
