@@ -121,20 +121,23 @@ START_TEST(new_strategies_modelled)
 END_TEST
 
 /* The Llama preset (SwiGLU's wider pre-activation, no biases, an untied
- * head) with G = 1, 2, 4 K/V heads: Ulysses' replicated K/V heads (G < P)
- * and Megatron-SP's K/V shards are counted as allocated. */
+ * head) with G = 1, 2, 4 K/V heads: Ulysses' and the hybrid's replicated
+ * K/V heads (G < P, G < U) and Megatron-SP's K/V shards are counted as
+ * allocated. */
 START_TEST(llama_model_equals_allocator)
 {
-    const char *strategies[] = {"ulysses", "megatron", "ring"};
+    /* the hybrid with U = 2 (G = 1 < U replicates K/V heads in its groups) */
+    const char *strategies[] = {"ulysses", "megatron", "ring", "hybrid", "allgather-kv"};
     int cases = 0;
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 5; s++)
         for (int P = 2; P <= 4; P *= 2)
             for (int G = 1; G <= 4; G *= 2)
                 for (int zero = 0; zero <= 3; zero += 3) {
                     if (!strcmp(strategies[s], "megatron") && G % P) continue; /* refused */
                     variant_spec v = {"llama", G};
                     double m[4], p[4];
-                    measure_variant(4, strategies[s], 0, P, zero, 64, 0, &v, m, p);
+                    measure_variant(4, strategies[s], !strcmp(strategies[s], "hybrid") ? 2 : 0, P, zero, 64, 0, &v, m,
+                                    p);
                     for (int k = 0; k < 4; k++)
                         ck_assert_msg(m[k] == p[k], "llama %s P=%d G=%d ZeRO-%d: %s measured %.0f, model %.0f",
                                       strategies[s], P, G, zero, spb_mem_category_name(predicted[k]), m[k], p[k]);
