@@ -587,7 +587,7 @@ def base_row(point):
             row[col] = v
     if row.get("ffn_hidden_size") in (None, ""):
         gated = point.options.get("swiglu") == "yes" or point.options.get("model") == "llama"
-        # Megatron-LM's default under --swiglu (common/config.c), else 4h
+        # Megatron-LM's default under --swiglu (common/runtime/config.c), else 4h
         h = int(row["hidden_size"])
         row["ffn_hidden_size"] = int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h
     try:

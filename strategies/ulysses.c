@@ -13,7 +13,7 @@
  * ranks receive copies of each K/V head (DeepSpeed's replication for
  * G < P).  The core computes each copy from the same weight rows, so the
  * copies' gradients, coming back in the dQKV exchange, add up in the
- * weight gradient of the QKV product (common/gpt.c, qkv_backward).
+ * weight gradient of the QKV product (common/core/gpt.c, qkv_backward).
  *
  * Layouts (T = N/P local tokens, Hp = H/P heads per rank, row = Hp·D,
  * qkv = (Hp + 2·Gp)·D floats per token and block):

@@ -35,7 +35,7 @@ void spb_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 void spb_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                             const float *mean, const float *rstd, int rows, int C);
 
-/* RMSNorm (common/ops_llama_cpu.c): y = x · rstd · w, rstd = (mean(x²) + eps)^-1/2
+/* RMSNorm (common/core/ops_llama_cpu.c): y = x · rstd · w, rstd = (mean(x²) + eps)^-1/2
  * per row; backward: dinp +=, dw += (as LayerNorm's). */
 void spb_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int rows, int C);
 void spb_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,

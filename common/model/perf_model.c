@@ -832,7 +832,7 @@ static void param_counts(const spb_config *c, int world, double *local, double *
     double rep = (double)c->vocab_size * C + (double)c->max_position_embeddings * C + L * 6.0 * C + 2.0 * C;
     double shard = L * (3.0 * C * C + 3.0 * C + C * C + F * C + F + C * F);
     if (is_variant(c)) {
-        /* the variants' tensors, by the core's own table (common/gpt.c): the
+        /* the variants' tensors, by the core's own table (common/core/gpt.c): the
          * split ones are the tensor-parallel shards */
         long n_local = 0, n_global = 0;
         int n = spb_gpt_tensor_table(c, 1, NULL, &n_local, &n_global);
