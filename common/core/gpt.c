@@ -336,9 +336,9 @@ void spb_gpt_destroy(spb_gpt *g)
     }
     for (int l = 0; l <= g->L; l++) g->be->free(g->x[l]);
     float *bufs[] = {g->lnf_out, g->lnf_mean, g->lnf_rstd, g->probs, g->dx, g->dtmp, g->datto, g->dqkv, g->dfc,
-                     g->swiglu ? g->dact : NULL,
                      g->region_in, g->region_out, g->recompute_out, g->params, g->grads};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) g->be->free(bufs[k]);
+    if (g->swiglu) g->be->free(g->dact); /* its own buffer only under SwiGLU */
     g->be->free(g->inputs);
     g->be->free(g->targets);
     free(g->positions);
