@@ -29,6 +29,15 @@ SPB_OPTIONS = {
     "hidden-size": ("int", 64, "hidden_size"),
     "num-attention-heads": ("int", 4, "num_heads"),
     "ffn-hidden-size": ("int", None, "ffn_hidden_size"),
+    # today's models (issue 35; docs/FORMATS.md): a preset and its parts
+    "model": (("gpt", "llama"), "gpt", None),
+    "num-query-groups": ("int", None, None),
+    "position-embedding-type": (("learned", "rope"), None, None),
+    "rotary-base": ("float", None, None),
+    "normalization": (("layernorm", "rmsnorm"), None, None),
+    "swiglu": ("flag", "no", None),
+    "untie-embeddings-and-output-weights": ("flag", "no", None),
+    "disable-bias-linear": ("flag", "no", None),
     "vocab-size": ("int", 256, "vocab_size"),
     "seq-length": ("int", 64, "seq_length"),
     "max-position-embeddings": ("int", None, None),
@@ -577,7 +586,10 @@ def base_row(point):
                 v = 1 if v == "yes" else 0
             row[col] = v
     if row.get("ffn_hidden_size") in (None, ""):
-        row["ffn_hidden_size"] = 4 * int(row["hidden_size"])
+        gated = point.options.get("swiglu") == "yes" or point.options.get("model") == "llama"
+        # Megatron-LM's default under --swiglu (common/runtime/config.c), else 4h
+        h = int(row["hidden_size"])
+        row["ffn_hidden_size"] = int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h
     try:
         row["dp"] = point.np // int(row["sp"])
         if not row.get("global_batch_size"):

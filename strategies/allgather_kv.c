@@ -14,13 +14,14 @@
  * (B·N·2h floats of workspace per layer); Llama 3 chose it because GQA's
  * few K/V heads make that small and because it takes any mask.  The K/V
  * gather is repeated in backward rather than kept (memory over bytes; the
- * formula below counts it).  With grouped-query attention (G K/V heads)
- * both collectives would shrink by G/H; today query heads = K/V heads.
+ * formula below counts it).  With grouped-query attention only the G K/V
+ * heads are gathered and reduce-scattered: both collectives shrink by G/H.
  *
- * Layouts (W = H·D): the local K/V block [B][T][2][H][D] packed from qkv;
- * the gathered blocks [P][B][T][2][H][D] (owner-major: the collectives'
- * order); the sequence [B][N][2][H][D] at global positions (what attention
- * reads, and dK/dV accumulate into before going back to owner order). */
+ * Layouts (W = H·D query row, KV = G·D, the core's qkv row W + 2·KV): the
+ * local K/V block [B][T][2][G][D] packed from qkv; the gathered blocks
+ * [P][B][T][2][G][D] (owner-major: the collectives' order); the sequence
+ * [B][N][2][G][D] at global positions (what attention reads, and dK/dV
+ * accumulate into before going back to owner order). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +32,12 @@
 #include "device_mem.h"
 #include "sp_parts.h"
 #include "strategy.h"
+
+/* Widths of one token's rows: Q (and O) H·D, K or V G·D, the fused qkv. */
+static int kv_heads_of(const spb_attn_ctx *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
+static long q_row(const spb_attn_ctx *c) { return (long)c->heads * c->head_dim; }
+static long kv_row(const spb_attn_ctx *c) { return (long)kv_heads_of(c) * c->head_dim; }
+static long qkv_row(const spb_attn_ctx *c) { return q_row(c) + 2 * kv_row(c); }
 
 static int agkv_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
 {
@@ -60,33 +67,33 @@ static size_t agkv_saved_floats(const spb_attn_ctx *c)
 static void owners_to_sequence(const spb_attn_ctx *c, int zigzag, const float *blocks, float *seq, int to_seq)
 {
     int P = c->grid->sp_size, T = c->tokens;
-    long W = (long)c->heads * c->head_dim, N = c->seq_length, BT = (long)c->batch * T;
+    long KV = kv_row(c), N = c->seq_length, BT = (long)c->batch * T;
     for (int owner = 0; owner < P; owner++) {
         spb_ring_run runs[SPB_RING_MAX_RUNS];
         int n = spb_ring_layout_runs(zigzag, N, P, owner, runs);
         for (int k = 0; k < n; k++)
             for (int b = 0; b < c->batch; b++) {
-                float *in_seq = seq + ((long)b * N + runs[k].pos) * 2 * W;
-                float *in_blocks = (float *)blocks + ((long)owner * BT + (long)b * T + runs[k].row) * 2 * W;
+                float *in_seq = seq + ((long)b * N + runs[k].pos) * 2 * KV;
+                float *in_blocks = (float *)blocks + ((long)owner * BT + (long)b * T + runs[k].row) * 2 * KV;
                 if (to_seq)
-                    spb_dev_copy(c, in_seq, in_blocks, runs[k].len * 2 * W);
+                    spb_dev_copy(c, in_seq, in_blocks, runs[k].len * 2 * KV);
                 else
-                    spb_dev_copy(c, in_blocks, in_seq, runs[k].len * 2 * W);
+                    spb_dev_copy(c, in_blocks, in_seq, runs[k].len * 2 * KV);
             }
     }
 }
 
-/* Every rank's K and V at their global positions, [B][N][2][H][D]. */
+/* Every rank's K and V at their global positions, [B][N][2][G][D]. */
 static float *gather_kv(const spb_attn_ctx *c, int zigzag, const float *qkv)
 {
     int P = c->grid->sp_size;
-    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
-    float *local = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * W);
-    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * W);
-    float *seq = spb_dev_alloc(c, SPB_MEM_WORKSPACE, (long)c->batch * c->seq_length * 2 * W);
-    spb_dev_copy_rows(c, local, 2 * W, qkv + W, 3 * W, BT, 2 * W);
+    long KV = kv_row(c), BT = (long)c->batch * c->tokens;
+    float *local = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * KV);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * KV);
+    float *seq = spb_dev_alloc(c, SPB_MEM_WORKSPACE, (long)c->batch * c->seq_length * 2 * KV);
+    spb_dev_copy_rows(c, local, 2 * KV, qkv + q_row(c), qkv_row(c), BT, 2 * KV);
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-    spb_allgather_f32(local, blocks, BT * 2 * W, c->grid->sp_comm, c->phase);
+    spb_allgather_f32(local, blocks, BT * 2 * KV, c->grid->sp_comm, c->phase);
     spb_timer_end(timed);
     owners_to_sequence(c, zigzag, blocks, seq, 1);
     spb_dev_free(c, local);
@@ -98,14 +105,14 @@ static float *gather_kv(const spb_attn_ctx *c, int zigzag, const float *qkv)
  * mask those up to its last position (the rest would be masked whole). */
 static spb_attn_desc run_desc(const spb_attn_ctx *c, const spb_ring_run *q)
 {
-    long W = (long)c->heads * c->head_dim, T = c->tokens, N = c->seq_length;
+    long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), T = c->tokens, N = c->seq_length;
     spb_attn_desc d = {
-        .batch = c->batch, .heads = c->heads, .head_dim = c->head_dim,
+        .batch = c->batch, .heads = c->heads, .kv_heads = kv_heads_of(c), .head_dim = c->head_dim,
         .q_len = q->len, .k_len = (int)(c->causal ? q->pos + q->len : N),
         .q_offset = q->pos, .k_offset = 0,
         .causal = c->causal, .scale = 1.0f / sqrtf((float)c->head_dim),
-        .q_token_stride = 3 * W, .q_batch_stride = 3 * W * T,
-        .k_token_stride = 2 * W, .k_batch_stride = 2 * W * N,
+        .q_token_stride = QKV, .q_batch_stride = QKV * T,
+        .k_token_stride = 2 * KV, .k_batch_stride = 2 * KV * N,
         .o_token_stride = W, .o_batch_stride = W * T,
         /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
         .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
@@ -118,7 +125,7 @@ static void agkv_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
 {
     SPB_CHECK(c->cfg && (long)c->tokens * c->grid->sp_size == c->seq_length);
     int zigzag = spb_ring_is_zigzag(c->cfg), T = c->tokens;
-    long W = (long)c->heads * c->head_dim, BH = (long)c->batch * c->heads;
+    long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BH = (long)c->batch * c->heads;
     spb_ring_run q_runs[SPB_RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, c->grid->sp_size, c->grid->sp_rank, q_runs);
     float *kv = gather_kv(c, zigzag, qkv);
@@ -128,7 +135,7 @@ static void agkv_forward(const spb_attn_ctx *c, const float *qkv, float *o, floa
         /* the backend writes a run's lse as [B][H][len]; saved is [B][H][T] */
         float *lse = n_q == 1 ? saved : spb_dev_alloc_role(c, SPB_MEM_WORKSPACE, BH * q->len, SPB_BUF_FP32);
         spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-        c->backend->forward(&d, qkv + (long)q->row * 3 * W, kv, kv + W, o + (long)q->row * W, lse);
+        c->backend->forward(&d, qkv + (long)q->row * QKV, kv, kv + KV, o + (long)q->row * W, lse);
         spb_timer_end(timed);
         *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
         if (lse != saved) {
@@ -143,54 +150,58 @@ static void agkv_backward(const spb_attn_ctx *c, const float *qkv, const float *
                           const float *dout, float *dqkv)
 {
     int P = c->grid->sp_size, zigzag = spb_ring_is_zigzag(c->cfg), T = c->tokens;
-    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * T, BH = (long)c->batch * c->heads;
-    long seq_floats = (long)c->batch * c->seq_length * 2 * W;
+    long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BT = (long)c->batch * T, BH = (long)c->batch * c->heads;
+    long seq_floats = (long)c->batch * c->seq_length * 2 * KV;
     spb_ring_run q_runs[SPB_RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, c->grid->sp_rank, q_runs);
     float *kv = gather_kv(c, zigzag, qkv);
     float *dkv = spb_dev_alloc(c, SPB_MEM_WORKSPACE, seq_floats);
     spb_dev_zero(c, dkv, seq_floats); /* the backend accumulates */
-    spb_dev_zero(c, dqkv, BT * 3 * W);
+    spb_dev_zero(c, dqkv, BT * QKV);
     for (int qi = 0; qi < n_q; qi++) {
         const spb_ring_run *q = &q_runs[qi];
         spb_attn_desc d = run_desc(c, q);
         float *lse = spb_dev_alloc_role(c, SPB_MEM_WORKSPACE, BH * q->len, SPB_BUF_FP32);
         spb_dev_copy_rows(c, lse, q->len, saved + q->row, T, BH, q->len);
-        long q_at = (long)q->row * 3 * W, o_at = (long)q->row * W;
+        long q_at = (long)q->row * QKV, o_at = (long)q->row * W;
         spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-        c->backend->backward(&d, qkv + q_at, kv, kv + W, o + o_at, lse, dout + o_at, dqkv + q_at, dkv, dkv + W);
+        c->backend->backward(&d, qkv + q_at, kv, kv + KV, o + o_at, lse, dout + o_at, dqkv + q_at, dkv, dkv + KV);
         spb_timer_end(timed);
         *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
         spb_dev_free(c, lse);
     }
     spb_dev_free(c, kv);
     /* Every rank's contribution to every token's dK/dV, summed at the owner. */
-    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * W);
-    float *own = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * W);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * KV);
+    float *own = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * KV);
     owners_to_sequence(c, zigzag, blocks, dkv, 0);
     spb_dev_free(c, dkv);
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-    spb_reduce_scatter_f32(blocks, own, BT * 2 * W, c->grid->sp_comm, c->phase);
+    spb_reduce_scatter_f32(blocks, own, BT * 2 * KV, c->grid->sp_comm, c->phase);
     spb_timer_end(timed);
-    spb_dev_copy_rows(c, dqkv + W, 3 * W, own, 2 * W, BT, 2 * W);
+    spb_dev_copy_rows(c, dqkv + W, QKV, own, 2 * KV, BT, 2 * KV);
     spb_dev_free(c, blocks);
     spb_dev_free(c, own);
 }
 
 /* Bytes per link of one layer, micro-batch of b sequences of N tokens,
- * hidden h, T = N/P tokens per rank.  A rank's K/V block holds
- * 2·b·T·h floats; the allgather of it records payload P·4·2·b·T·h =
- * 8·b·N·h bytes and link bytes (P−1)/P of that, and the reduce-scatter of
- * the P blocks of dK/dV the same:
- *   forward:  allgather of K, V                     8·b·N·h·(P−1)/P
- *   backward: allgather again + reduce-scatter     16·b·N·h·(P−1)/P
- * Ring attention's forward moves the same bytes (P−1 hops of a
- * 2·b·T·h block = 8·b·N·h·(P−1)/P) spread over P steps behind compute;
- * here they are one collective that nothing overlaps.  Its backward moves
- * 8·b·T·h·(2P−1), about as much as this one's 16·b·N·h·(P−1)/P. */
+ * hidden h = H·D, G K/V heads (G = H without grouped-query attention),
+ * T = N/P tokens per rank.  A rank's K/V block holds 2·b·T·G·D floats;
+ * the allgather of it records payload P·4·2·b·T·G·D = 8·b·N·G·D bytes and
+ * link bytes (P−1)/P of that, and the reduce-scatter of the P blocks of
+ * dK/dV the same:
+ *   forward:  allgather of K, V                     8·b·N·G·D·(P−1)/P
+ *   backward: allgather again + reduce-scatter     16·b·N·G·D·(P−1)/P
+ * (G = H: 8·b·N·h·(P−1)/P and 16·b·N·h·(P−1)/P.)  Ring attention's
+ * forward moves the same bytes (P−1 hops of a 2·b·T·G·D block) spread over
+ * P steps behind compute; here they are one collective that nothing
+ * overlaps.  Its backward moves 8·b·T·G·D·(2P−1), about as much as this
+ * one's 16·b·N·G·D·(P−1)/P. */
 static spb_comm_volume agkv_comm_volume(const spb_config *cfg, int sp_degree)
 {
-    double block_floats = 2.0 * cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
+    const int H = cfg->num_heads, G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
+    const double kv_width = (double)G * (cfg->hidden_size / H); /* G·D floats per token */
+    double block_floats = 2.0 * cfg->micro_batch_size * (cfg->seq_length / sp_degree) * kv_width;
     double payload = 4.0 * block_floats * sp_degree;
     double gather = payload * spb_comm_bus_factor(SPB_OP_ALLGATHER, sp_degree);
     double scatter = payload * spb_comm_bus_factor(SPB_OP_REDUCE_SCATTER, sp_degree);

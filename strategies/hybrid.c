@@ -20,9 +20,11 @@
  * step), U = 1 is ring (the all-to-all over one rank moves nothing).
  * Heads must divide by U only, not by P: the point of the hybrid.
  *
- * With grouped-query attention (K/V heads G < H) the exchange would move
- * G/U K/V heads per rank and need U | G; the ring blocks would shrink by
- * H/G.  Today query heads = K/V heads. */
+ * Grouped-query attention (G K/V heads): the Ulysses part treats them as
+ * `ulysses` does over its U ranks (G >= U: G/U K/V heads per rank; G < U:
+ * the one K/V head a rank's query heads read, replicated on U/G ranks of
+ * the group, the replicas' gradients adding in the core's QKV product),
+ * and the ring part moves only the head side's K/V heads. */
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +53,13 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
         snprintf(err, errlen,
                  "--num-attention-heads %d is not divisible by --ulysses-degree %d (hybrid gives each rank H/U heads)",
                  cfg->num_heads, U);
+        return -1;
+    }
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads;
+    if (G >= U ? G % U : U % G) {
+        snprintf(err, errlen,
+                 "--num-query-groups %d and --ulysses-degree %d: hybrid needs G divisible by U (K/V heads split like "
+                 "query heads) or U divisible by G (each K/V head replicated on U/G ranks of a Ulysses group)", G, U);
         return -1;
     }
     if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) return -1;
@@ -118,28 +127,35 @@ static void hybrid_backward(const spb_attn_ctx *c, const float *qkv, const float
 }
 
 /* Bytes per link of one layer, micro-batch of b sequences of N tokens,
- * hidden h, P = U·R ranks, T = N/P tokens per rank.
+ * hidden h = H·D, P = U·R ranks, T = N/P tokens per rank, G K/V heads
+ * (G = H without grouped-query attention) and Gu = max(G, U) K/V heads in
+ * a rank's U head blocks (G < U: one replica per block).
  *   Ulysses part, over U ranks: an all-to-all whose per-rank buffer holds
  *     S floats records payload 4·S and link bytes 4·S·(U−1)/U;
- *     forward  QKV (S = 3·b·T·h) then O (S = b·T·h),
- *     backward dO  (S = b·T·h)   then dQKV (S = 3·b·T·h):
- *     each direction 16·b·T·h·(U−1)/U = 16·b·N·h·(U−1)/(U·P) bytes.
+ *     forward  QKV (S = b·T·(H + 2·Gu)·D) then O (S = b·T·h),
+ *     backward dO  (S = b·T·h)   then dQKV (S = b·T·(H + 2·Gu)·D):
+ *     with G = H each direction is 16·b·T·h·(U−1)/U = 16·b·N·h·(U−1)/(U·P).
  *     (--ulysses-comm allgather: payload U·4·S each, U times that.)
  *   Ring part, over R ranks on the head side: a block is K and V of the
- *     group's N/R tokens for H/U heads, 2·b·(N/R)·(h/U) = 2·b·T·h floats,
- *     the size of plain ring's block at degree P; forward R−1 hops,
- *     backward R−1 K/V hops, R−1 dK/dV hops and the home run:
- *     forward 8·b·T·h·(R−1), backward 8·b·T·h·(2R−1) bytes (R = 1: 0).
- * U = P gives Ulysses' formula, U = 1 ring's.  Summed here in the order
- * the accounting layer's tests add them (all-to-alls, then sendrecvs). */
+ *     group's N/R = U·T tokens for the head side's Gu/U K/V heads,
+ *     2·b·U·T·(Gu/U)·D = 2·b·T·Gu·D floats (G = H: 2·b·T·h, plain ring's
+ *     block at degree P); forward R−1 hops, backward R−1 K/V hops, R−1
+ *     dK/dV hops and the home run:
+ *     forward 8·b·T·Gu·D·(R−1), backward 8·b·T·Gu·D·(2R−1) bytes (R = 1: 0).
+ * U = P gives Ulysses' formula, U = 1 ring's (Gu = G).  Summed here in the
+ * order the accounting layer's tests add them (all-to-alls, then sendrecvs). */
 static spb_comm_volume hybrid_comm_volume(const spb_config *cfg, int sp_degree)
 {
     int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree, R = sp_degree / U;
-    double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
+    const int H = cfg->num_heads, D = cfg->hidden_size / H;
+    const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H, Gu = G > U ? G : U;
+    double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);
+    double local_floats = local_tokens * cfg->hidden_size;
     int gather = !strcmp(cfg->ulysses_comm, "allgather");
     double share = spb_comm_bus_factor(gather ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL, U);
-    double qkv_payload = 4.0 * 3.0 * local_floats * (gather ? U : 1), o_payload = 4.0 * local_floats * (gather ? U : 1);
-    double block_bytes = 4.0 * 2.0 * local_floats;
+    double qkv_payload = 4.0 * local_tokens * (double)(H + 2 * Gu) * D * (gather ? U : 1);
+    double o_payload = 4.0 * local_floats * (gather ? U : 1);
+    double block_bytes = 4.0 * 2.0 * local_tokens * (double)Gu * D;
     spb_comm_volume v;
     v.forward_bytes = qkv_payload * share + o_payload * share;
     v.backward_bytes = o_payload * share + qkv_payload * share;

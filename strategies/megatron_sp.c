@@ -23,6 +23,16 @@ static int megatron_validate(const spb_config *cfg, int world_size, char *err, s
                  cfg->num_heads, P);
         return -1;
     }
+    /* Megatron-LM's own rule (num_query_groups % tensor parallel size == 0):
+     * each TP rank holds G/P whole K/V heads beside its H/P query heads.
+     * Fewer K/V heads than ranks would replicate K/V weights over TP ranks
+     * and need their gradients summed over those ranks: not built. */
+    if (cfg->num_query_groups > 0 && cfg->num_query_groups % P) {
+        snprintf(err, errlen,
+                 "--num-query-groups %d is not divisible by --sp-degree %d (Megatron-SP shards K/V heads over its "
+                 "tensor-parallel ranks, as Megatron-LM requires)", cfg->num_query_groups, P);
+        return -1;
+    }
     if (cfg->ffn_hidden_size % P) {
         snprintf(err, errlen, "--ffn-hidden-size %d is not divisible by --sp-degree %d (Megatron-SP splits the MLP)",
                  cfg->ffn_hidden_size, P);
@@ -73,7 +83,10 @@ static void reduce_scatter_sequence(const spb_attn_ctx *c, const float *region, 
     spb_dev_free(c, blocks);
 }
 
-/* Bytes per link of one allgather or reduce-scatter of the region
+/* The exchanges move [b][N][h] activations, never Q, K or V: grouped-query
+ * attention (fewer K/V heads) and the other Llama options change the
+ * product shapes but not these bytes.
+ * Bytes per link of one allgather or reduce-scatter of the region
  * [b][N][h] over P ranks: nccl-tests' size is the whole region (b·N·h
  * floats) and each rank's link carries (P−1)/P of it.
  *   forward:  allgather (enter attention) + reduce-scatter (exit attention)

@@ -81,18 +81,25 @@ static int pair_hidden(const spb_attn_ctx *c, const ring_run *q, const ring_run 
     return c->causal && k->pos > q->pos + q->len - 1;
 }
 
-/* Q (and dQ) read from the fused [B][T][3][H][D] buffer, K/V (and dK/dV)
- * from a travelling [B][T][2][H][D] block, O/dO from [B][T][H][D]. */
+/* Widths of one token's rows: Q (and O) H·D, K or V G·D (grouped-query
+ * attention: only the G K/V heads travel), the fused qkv H·D + 2·G·D. */
+static int kv_heads_of(const spb_attn_ctx *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
+static long q_row(const spb_attn_ctx *c) { return (long)c->heads * c->head_dim; }
+static long kv_row(const spb_attn_ctx *c) { return (long)kv_heads_of(c) * c->head_dim; }
+static long qkv_row(const spb_attn_ctx *c) { return q_row(c) + 2 * kv_row(c); }
+
+/* Q (and dQ) read from the fused [B][T][H + 2G][D] buffer, K/V (and dK/dV)
+ * from a travelling [B][T][2][G][D] block, O/dO from [B][T][H][D]. */
 static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const ring_run *k)
 {
-    long W = (long)c->heads * c->head_dim, T = c->tokens;
+    long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), T = c->tokens;
     spb_attn_desc d = {
-        .batch = c->batch, .heads = c->heads, .head_dim = c->head_dim,
+        .batch = c->batch, .heads = c->heads, .kv_heads = kv_heads_of(c), .head_dim = c->head_dim,
         .q_len = q->len, .k_len = k->len,
         .q_offset = q->pos, .k_offset = k->pos,
         .causal = c->causal, .scale = 1.0f / sqrtf((float)c->head_dim),
-        .q_token_stride = 3 * W, .q_batch_stride = 3 * W * T,
-        .k_token_stride = 2 * W, .k_batch_stride = 2 * W * T,
+        .q_token_stride = QKV, .q_batch_stride = QKV * T,
+        .k_token_stride = 2 * KV, .k_batch_stride = 2 * KV * T,
         .o_token_stride = W, .o_batch_stride = W * T,
         /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
         .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
@@ -101,11 +108,11 @@ static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const r
     return d;
 }
 
-/* Copy K and V of the local qkv into a [B][T][2][H][D] block. */
+/* Copy K and V of the local qkv into a [B][T][2][G][D] block. */
 static void pack_kv(const spb_attn_ctx *c, const float *qkv, float *block)
 {
-    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
-    spb_dev_copy_rows(c, block, 2 * W, qkv + W, 3 * W, BT, 2 * W);
+    long BT = (long)c->batch * c->tokens;
+    spb_dev_copy_rows(c, block, 2 * kv_row(c), qkv + q_row(c), qkv_row(c), BT, 2 * kv_row(c));
 }
 
 static size_t ring_saved_floats(const spb_attn_ctx *c)
@@ -116,8 +123,8 @@ static size_t ring_saved_floats(const spb_attn_ctx *c)
 void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, const float *qkv, float *o, float *saved)
 {
     int P = group.size, r = group.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
-    long W = (long)c->heads * c->head_dim, BT = (long)c->batch * c->tokens;
-    long block_floats = BT * 2 * W, lse_floats = BT * c->heads;
+    long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BT = (long)c->batch * c->tokens;
+    long block_floats = BT * 2 * KV, lse_floats = BT * c->heads;
     int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
@@ -148,8 +155,8 @@ void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, con
                 const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
                 if (pair_hidden(c, q, k)) continue;
                 spb_attn_desc d = pair_desc(c, q, k);
-                const float *k_rows = cur + (long)k->row * 2 * W;
-                c->backend->forward(&d, qkv + (long)q->row * 3 * W, k_rows, k_rows + W, o_pair + (long)q->row * W,
+                const float *k_rows = cur + (long)k->row * 2 * KV;
+                c->backend->forward(&d, qkv + (long)q->row * QKV, k_rows, k_rows + KV, o_pair + (long)q->row * W,
                                     lse_pair);
                 *c->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
                 /* fold this pair into the running (O, lse): attention.h */
@@ -182,16 +189,16 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
 {
     int P = group.size, r = group.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
     int H = c->heads, T = c->tokens;
-    long W = (long)H * c->head_dim, BT = (long)c->batch * T;
-    long block_floats = BT * 2 * W;
+    long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BT = (long)c->batch * T;
+    long block_floats = BT * 2 * KV;
     int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
 
-    spb_dev_zero(c, dqkv, BT * 3 * W);
+    spb_dev_zero(c, dqkv, BT * QKV);
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
                     P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
-    /* dK/dV blocks ([B][T][2][H][D]): computed this step, sent this step
+    /* dK/dV blocks ([B][T][2][G][D]): computed this step, sent this step
      * (previous owner's accumulation), received this step. */
     float *grad_work = spb_dev_alloc(c, SPB_MEM_COMM, block_floats);
     float *grad_out = P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL;
@@ -226,9 +233,9 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
                 const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
                 if (pair_hidden(c, q, k)) continue;
                 spb_attn_desc d = pair_desc(c, q, k);
-                long q_at = (long)q->row * 3 * W, o_at = (long)q->row * W, k_at = (long)k->row * 2 * W;
-                c->backend->backward(&d, qkv + q_at, cur + k_at, cur + k_at + W, o + o_at, lse_runs[qi],
-                                     dout + o_at, dqkv + q_at, grad_work + k_at, grad_work + k_at + W);
+                long q_at = (long)q->row * QKV, o_at = (long)q->row * W, k_at = (long)k->row * 2 * KV;
+                c->backend->backward(&d, qkv + q_at, cur + k_at, cur + k_at + KV, o + o_at, lse_runs[qi],
+                                     dout + o_at, dqkv + q_at, grad_work + k_at, grad_work + k_at + KV);
                 *c->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
             }
         spb_timer_end(timed);
@@ -254,7 +261,7 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
         spb_sendrecv_wait(&home);
         own_grad = grad_in;
     }
-    spb_dev_copy_rows(c, dqkv + W, 3 * W, own_grad, 2 * W, BT, 2 * W);
+    spb_dev_copy_rows(c, dqkv + W, QKV, own_grad, 2 * KV, BT, 2 * KV);
 
     for (int qi = 0; qi < n_q; qi++) spb_dev_free(c, lse_runs[qi]);
     spb_dev_free(c, kv[0]);
@@ -276,8 +283,10 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
 }
 
 /* Bytes per link, one layer, one micro-batch of b sequences, hidden h,
- * T = N/P tokens per rank.  Every transfer is one spb_sendrecv of a
- * [b][T][2][h] block (K and V, or dK and dV): count = 2·b·T·h floats,
+ * T = N/P tokens per rank, G K/V heads of D (grouped-query attention; G·D
+ * = h without it).  Every transfer is one spb_sendrecv of a [b][T][2][G·D]
+ * block (K and V, or dK and dV): only K/V heads travel, so h below reads
+ * G·D: count = 2·b·T·G·D floats,
  * recorded as payload = link bytes = 4·count (bus factor 1).
  *   forward:  P-1 K/V hops                      = (P-1)·4·2bTh
  *             = 4·2·b·N·h·(P-1)/P
@@ -290,7 +299,9 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
 static spb_comm_volume ring_comm_volume(const spb_config *cfg, int sp_degree)
 {
     if (sp_degree <= 1) return (spb_comm_volume){0.0, 0.0};
-    double block_bytes = 4.0 * 2.0 * cfg->micro_batch_size * (double)(cfg->seq_length / sp_degree) * cfg->hidden_size;
+    const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads;
+    const double kv_width = (double)G * (cfg->hidden_size / cfg->num_heads); /* G·D floats per token */
+    double block_bytes = 4.0 * 2.0 * cfg->micro_batch_size * (double)(cfg->seq_length / sp_degree) * kv_width;
     return (spb_comm_volume){
         .forward_bytes = (sp_degree - 1) * block_bytes,
         .backward_bytes = (2.0 * sp_degree - 1) * block_bytes,

@@ -37,8 +37,9 @@ typedef struct spb_ring_run {
 int spb_ring_layout_runs(int zigzag, long seq_length, int size, int owner, spb_ring_run runs[SPB_RING_MAX_RUNS]);
 int spb_ring_is_zigzag(const spb_config *cfg);
 
-/* Ring attention of the ctx's tokens (a [B][tokens][3][heads][D] block,
- * tokens = seq_length / group.size, laid out by cfg->ring_layout) with the
+/* Ring attention of the ctx's tokens (a [B][tokens][heads + 2·kv][D] block:
+ * Q, then the kv = ctx kv_heads K and V heads (0: heads), tokens =
+ * seq_length / group.size, laid out by cfg->ring_layout) with the
  * blocks of the other ranks of `group`: o [B][tokens][heads][D] and the
  * log-sum-exp [B][heads][tokens]; backward overwrites dqkv. */
 void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, const float *qkv, float *o, float *lse);
@@ -47,8 +48,9 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
 
 /* ---- Ulysses' head exchange (ulysses.c) ---- */
 /* Attention on the head side of the exchange: `head` describes the
- * [B][tokens][3][heads][D] buffer the exchange built (tokens: the U local
- * blocks of the group, heads: H/U; cfg, grid, backend, device, causal,
+ * [B][tokens][heads + 2·kv_heads][D] buffer the exchange built (tokens: the
+ * U local blocks of the group, heads: H/U query heads, kv_heads: the K/V
+ * heads they read, max(G, U)/U; cfg, grid, backend, device, causal,
  * phase and flops as the caller's).  Forward writes o and the log-sum-exp
  * [B][heads][tokens]; backward overwrites dqkv. */
 typedef struct spb_head_side {

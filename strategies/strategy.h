@@ -35,6 +35,12 @@ typedef struct spb_attn_ctx {
     const struct spb_backend *device; /* where the buffers live (common/core/backend.h); NULL: host */
     int batch;           /* sequences in the micro-batch */
     int heads;           /* heads this rank computes QKV for (H / TP degree) */
+    /* K/V heads in this rank's QKV (grouped-query attention; 0 = heads): in
+     * head blocks, each block's query heads and the K/V heads they read,
+     * replicated where there are fewer K/V heads than blocks.  Each token's
+     * qkv row is [q: heads·D | k: kv_heads·D | v: kv_heads·D] (per block
+     * when head_blocks > 1: [q: heads/G_b | k: kv/G_b | v: kv/G_b]·D). */
+    int kv_heads;
     int head_dim;
     int tokens;          /* tokens per sequence in this rank's QKV (T, or N inside a TP region) */
     const long *positions; /* global position of each of those tokens */
@@ -75,8 +81,8 @@ typedef struct spb_strategy {
     /* Floats of per-layer storage the attention keeps from forward for
      * backward (log-sum-exp included); the core allocates it (activations). */
     size_t (*attn_saved_floats)(const spb_attn_ctx *ctx);
-    /* qkv: [B][tokens][3][heads][D]; o: [B][tokens][heads][D] (in head
-     * blocks when head_blocks says so). */
+    /* qkv: [B][tokens][heads + 2·kv_heads][D] (q, then k, then v); o:
+     * [B][tokens][heads][D] (in head blocks when head_blocks says so). */
     void (*attention_forward)(const spb_attn_ctx *ctx, const float *qkv, float *o, float *saved);
     /* dqkv is overwritten. */
     void (*attention_backward)(const spb_attn_ctx *ctx, const float *qkv, const float *o, const float *saved,

@@ -7,11 +7,20 @@
  * output to the token split.  The backward mirrors it: all-to-all of dO,
  * local backward, all-to-all of dQ, dK, dV together.
  *
- * Layouts (T = N/P local tokens, Hp = H/P heads per rank, row = Hp·D):
- *   local    P head blocks of [B][T][w][Hp][D]: qkv (w = 3), o and dO (w = 1),
+ * Grouped-query attention (G K/V heads): block j carries rank j's Hp query
+ * heads and the K/V heads they read, Gp = G/P of them when G >= P; when
+ * G < P each block carries the one K/V head its query heads read, so P/G
+ * ranks receive copies of each K/V head (DeepSpeed's replication for
+ * G < P).  The core computes each copy from the same weight rows, so the
+ * copies' gradients, coming back in the dQKV exchange, add up in the
+ * weight gradient of the QKV product (common/core/gpt.c, qkv_backward).
+ *
+ * Layouts (T = N/P local tokens, Hp = H/P heads per rank, row = Hp·D,
+ * qkv = (Hp + 2·Gp)·D floats per token and block):
+ *   local    P head blocks of [B][T][tok]: qkv (tok = qkv), o and dO (tok = row),
  *            as the core's products write and read them (head_blocks = P);
  *            block j is what goes to rank j: the all-to-all's send layout
- *   head     [B][N][w][Hp][D], rank i's tokens at i·T    (what attention reads)
+ *   head     [B][N][tok], rank i's tokens at i·T    (what attention reads)
  * With micro-batch 1 the collectives are the only passes over memory:
  * attention reads Q/K/V straight out of the received blocks through the
  * backend's strides. */
@@ -33,7 +42,9 @@ typedef struct ulysses_dims {
     int B, T;  /* sequences, local tokens per sequence */
     long N;    /* the group's tokens per sequence: P·T (the whole sequence for plain Ulysses) */
     int Hp, D; /* heads per rank, head dim */
+    int Gp;    /* K/V heads per rank (after replication when G < P) */
     long row;  /* floats of one token's Hp heads: Hp·D */
+    long qkv;  /* floats of one token's Q, K and V in a block: (Hp + 2·Gp)·D */
 } ulysses_dims;
 
 static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
@@ -49,45 +60,57 @@ static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
     u.Hp = c->heads / u.P;
     u.D = c->head_dim;
     u.row = (long)u.Hp * u.D;
+    int kv = c->kv_heads > 0 ? c->kv_heads : c->heads;
+    SPB_CHECK(kv % u.P == 0);
+    u.Gp = kv / u.P;
+    u.qkv = (long)(u.Hp + 2 * u.Gp) * u.D;
     return u;
 }
 
-/* The head side as a context of its own: N tokens, Hp heads. */
+/* The head side as a context of its own: N tokens, Hp query heads, Gp K/V heads. */
 static spb_attn_ctx head_ctx(const spb_attn_ctx *c, const ulysses_dims *u)
 {
     spb_attn_ctx h = *c;
     h.heads = u->Hp;
+    h.kv_heads = u->Gp;
     h.tokens = (int)u->N;
     h.positions = NULL;
     return h;
 }
 
 /* Per-layer saved storage, lse last so that the big arrays keep the
- * buffer's alignment (whenever Hp·D is a multiple of 16):
- * head-layout QKV [B][N][3][Hp][D], head-layout O [B][N][Hp][D], lse [B][Hp][N]. */
-static long saved_o_offset(const ulysses_dims *u) { return u->B * u->N * 3 * u->row; }
-static long saved_lse_offset(const ulysses_dims *u) { return u->B * u->N * 4 * u->row; }
+ * buffer's alignment (whenever Hp·D and Gp·D are multiples of 16):
+ * head-layout QKV [B][N][qkv], head-layout O [B][N][Hp][D], lse [B][Hp][N]. */
+static long saved_o_offset(const ulysses_dims *u) { return u->B * u->N * u->qkv; }
+static long saved_lse_offset(const ulysses_dims *u) { return u->B * u->N * (u->qkv + u->row); }
 
 size_t spb_ulysses_saved_floats(const spb_attn_ctx *c, spb_rank_group group)
 {
     ulysses_dims u = dims_of(c, group);
-    return (size_t)u.B * u.N * 4 * u.row + (size_t)u.B * u.Hp * u.N;
+    return (size_t)u.B * u.N * (u.qkv + u.row) + (size_t)u.B * u.Hp * u.N;
 }
 
 static size_t ulysses_saved_floats(const spb_attn_ctx *c) { return spb_ulysses_saved_floats(c, spb_sp_group(c->grid)); }
 
+/* Widths of one token on the head side: Q (and O) heads·D, K or V
+ * kv_heads·D (0: as many as heads), the fused qkv row. */
+static long head_q_row(const spb_attn_ctx *h) { return (long)h->heads * h->head_dim; }
+static long head_kv_row(const spb_attn_ctx *h) { return (long)(h->kv_heads > 0 ? h->kv_heads : h->heads) * h->head_dim; }
+static long head_qkv_row(const spb_attn_ctx *h) { return head_q_row(h) + 2 * head_kv_row(h); }
+
 /* Plain Ulysses' head side: attention of all N tokens among themselves for
- * this rank's Hp heads, Q/K/V read from the fused head layout. */
+ * this rank's Hp query heads and the K/V heads they read, Q/K/V read from
+ * the fused head layout. */
 static spb_attn_desc head_desc(const spb_attn_ctx *h)
 {
-    long row = (long)h->heads * h->head_dim, N = h->tokens;
+    long row = head_q_row(h), qkv = head_qkv_row(h), N = h->tokens;
     spb_attn_desc d = {
-        .batch = h->batch, .heads = h->heads, .head_dim = h->head_dim,
+        .batch = h->batch, .heads = h->heads, .kv_heads = (int)(head_kv_row(h) / h->head_dim), .head_dim = h->head_dim,
         .q_len = h->tokens, .k_len = h->tokens,
         .q_offset = 0, .k_offset = 0,
         .causal = h->causal, .scale = 1.0f / sqrtf((float)h->head_dim),
-        .q_token_stride = 3 * row, .q_batch_stride = 3 * row * N,
-        .k_token_stride = 3 * row, .k_batch_stride = 3 * row * N,
+        .q_token_stride = qkv, .q_batch_stride = qkv * N,
+        .k_token_stride = qkv, .k_batch_stride = qkv * N,
         .o_token_stride = row, .o_batch_stride = row * N,
         /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
         .sparse_block = h->cfg ? h->cfg->sparse_block : 0, .sparse_local = h->cfg ? h->cfg->sparse_local_blocks : 0,
@@ -98,10 +121,10 @@ static spb_attn_desc head_desc(const spb_attn_ctx *h)
 
 static void whole_sequence_forward(const spb_attn_ctx *h, const float *qkv_h, float *o_h, float *lse)
 {
-    long row = (long)h->heads * h->head_dim;
+    long row = head_q_row(h), kv = head_kv_row(h);
     spb_attn_desc d = head_desc(h);
     spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-    h->backend->forward(&d, qkv_h, qkv_h + row, qkv_h + 2 * row, o_h, lse);
+    h->backend->forward(&d, qkv_h, qkv_h + row, qkv_h + row + kv, o_h, lse);
     spb_timer_end(timed);
     *h->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
 }
@@ -109,22 +132,22 @@ static void whole_sequence_forward(const spb_attn_ctx *h, const float *qkv_h, fl
 static void whole_sequence_backward(const spb_attn_ctx *h, const float *qkv_h, const float *o_h, const float *lse,
                                     const float *dout_h, float *dqkv_h)
 {
-    long row = (long)h->heads * h->head_dim;
+    long row = head_q_row(h), kv = head_kv_row(h);
     spb_attn_desc d = head_desc(h);
-    spb_dev_zero(h, dqkv_h, (long)h->batch * h->tokens * 3 * row); /* the backend accumulates */
+    spb_dev_zero(h, dqkv_h, (long)h->batch * h->tokens * head_qkv_row(h)); /* the backend accumulates */
     spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-    h->backend->backward(&d, qkv_h, qkv_h + row, qkv_h + 2 * row, o_h, lse, dout_h, dqkv_h, dqkv_h + row,
-                         dqkv_h + 2 * row);
+    h->backend->backward(&d, qkv_h, qkv_h + row, qkv_h + row + kv, o_h, lse, dout_h, dqkv_h, dqkv_h + row,
+                         dqkv_h + row + kv);
     spb_timer_end(timed);
     *h->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
 }
 
 static const spb_head_side whole_sequence = {whole_sequence_forward, whole_sequence_backward};
 
-/* blocks (block i = rank i's T tokens) -> head layout [B][N][w][Hp][D]. */
-static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, int w)
+/* blocks (block i = rank i's T tokens) -> head layout [B][N][tok]. */
+static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * w * u->row; /* one sequence's T tokens */
+    long seq_chunk = (long)u->T * tok; /* one sequence's T tokens */
     for (int i = 0; i < u->P; i++)
         for (int b = 0; b < u->B; b++)
             spb_dev_copy(c, head + ((long)b * u->P + i) * seq_chunk, blocks + ((long)i * u->B + b) * seq_chunk,
@@ -132,9 +155,9 @@ static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *he
 }
 
 /* Inverse of blocks_to_head: block i = the rows of rank i's tokens. */
-static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, int w)
+static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * w * u->row;
+    long seq_chunk = (long)u->T * tok;
     for (int i = 0; i < u->P; i++)
         for (int b = 0; b < u->B; b++)
             spb_dev_copy(c, blocks + ((long)i * u->B + b) * seq_chunk, head + ((long)b * u->P + i) * seq_chunk,
@@ -166,14 +189,14 @@ static int uses_allgather(const spb_attn_ctx *c)
  * layouts as the all-to-all with P times the bytes.  Blocks are the
  * all-to-all's: the result in `blocks` is what spb_alltoall_f32 would have
  * received. */
-static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in,
+static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int to_head, const float *in,
                                float *blocks)
 {
-    long count = (long)u->B * u->T * w * u->row, whole = count * u->P; /* floats per block, per rank */
+    long count = (long)u->B * u->T * tok, whole = count * u->P; /* floats per block, per rank */
     float *all = spb_dev_cached(c, &gather_buf, SPB_MEM_COMM, whole * u->P);
     spb_allgather_f32(in, all, whole, u->comm, c->phase);
     int me = u->rank;
-    long seq_chunk = (long)u->T * w * u->row;
+    long seq_chunk = (long)u->T * tok;
     for (int i = 0; i < u->P; i++) {
         if (to_head) { /* rank i's local blocks: keep block `me` (my heads of its tokens) */
             spb_dev_copy(c, blocks + i * count, all + i * whole + me * count, count);
@@ -185,23 +208,24 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, int
     }
 }
 
-static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, int w, int to_head, const float *in, float *out)
+/* tok: floats per token and block (u->qkv for Q/K/V, u->row for O). */
+static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int to_head, const float *in, float *out)
 {
-    long count = (long)u->B * u->T * w * u->row; /* floats per block */
+    long count = (long)u->B * u->T * tok; /* floats per block */
     float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
     if (to_head) {
         float *blocks = staging ? staging : out;
         if (uses_allgather(c))
-            allgather_exchange(c, u, w, 1, in, blocks);
+            allgather_exchange(c, u, tok, 1, in, blocks);
         else
             spb_alltoall_f32(in, blocks, count, u->comm, c->phase);
-        if (staging) blocks_to_head(c, staging, out, u, w);
+        if (staging) blocks_to_head(c, staging, out, u, tok);
     } else {
         if (uses_allgather(c)) /* gathers the head layout itself: no regrouping first */
-            allgather_exchange(c, u, w, 0, in, out);
+            allgather_exchange(c, u, tok, 0, in, out);
         else {
-            if (staging) head_to_blocks(c, in, staging, u, w);
+            if (staging) head_to_blocks(c, in, staging, u, tok);
             spb_alltoall_f32(staging ? staging : in, out, count, u->comm, c->phase);
         }
     }
@@ -258,10 +282,10 @@ enum { ULYSSES_MAX_OVERLAP = 64 };
 static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
                                const float *qkv, float *o, float *saved)
 {
-    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0);
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0 && u->Gp == u->Hp); /* validate: no GQA here */
     long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
     spb_attn_ctx h = head_ctx(c, u);
-    h.heads = (int)Hk;
+    h.heads = h.kv_heads = (int)Hk;
     spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
     float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
     start_timed(&in[0], qkv, core_shape(u, 3, rowk), qkv_g, head_shape(u, 3, rowk), u, c->phase);
@@ -280,10 +304,10 @@ static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, con
 static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
                                 const float *saved, const float *dout, float *dout_h, float *dqkv_h, float *dqkv)
 {
-    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0);
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0 && u->Gp == u->Hp); /* validate: no GQA here */
     long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
     spb_attn_ctx h = head_ctx(c, u);
-    h.heads = (int)Hk;
+    h.heads = h.kv_heads = (int)Hk;
     spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
     const float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
     start_timed(&in[0], dout, core_shape(u, 1, rowk), dout_h, head_shape(u, 1, rowk), u, c->phase);
@@ -311,9 +335,9 @@ void spb_ulysses_forward(const spb_attn_ctx *c, spb_rank_group group, const spb_
     float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
     spb_attn_ctx h = head_ctx(c, &u);
 
-    exchange(c, &u, 3, 1, qkv, qkv_h);
+    exchange(c, &u, u.qkv, 1, qkv, qkv_h);
     inner->forward(&h, qkv_h, o_h, lse);
-    exchange(c, &u, 1, 0, o_h, o);
+    exchange(c, &u, u.row, 0, o_h, o);
 }
 
 void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb_head_side *inner, const float *saved,
@@ -321,20 +345,20 @@ void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb
 {
     ulysses_dims u = dims_of(c, group);
     const float *qkv_h = saved, *o_h = saved + saved_o_offset(&u), *lse = saved + saved_lse_offset(&u);
-    long head_floats = u.B * u.N * u.row; /* one of Q, K, V, O in head layout */
+    long head_floats = u.B * u.N * u.row, qkv_floats = u.B * u.N * u.qkv; /* O, and Q/K/V, in head layout */
     float *dout_h = spb_dev_cached(c, &dout_head, SPB_MEM_WORKSPACE, head_floats);
-    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, 3 * head_floats);
+    float *dqkv_h = spb_dev_cached(c, &dqkv_head, SPB_MEM_WORKSPACE, qkv_floats);
     if (overlap_groups(c) > 1) {
         overlapped_backward(c, &u, inner, overlap_groups(c), saved, dout, dout_h, dqkv_h, dqkv);
         return;
     }
     spb_attn_ctx h = head_ctx(c, &u);
 
-    exchange(c, &u, 1, 1, dout, dout_h);
+    exchange(c, &u, u.row, 1, dout, dout_h);
     inner->backward(&h, qkv_h, o_h, lse, dout_h, dqkv_h);
     /* dQ, dK, dV go back together: every head block of every local token
      * arrives, so dqkv is overwritten in full. */
-    exchange(c, &u, 3, 0, dqkv_h, dqkv);
+    exchange(c, &u, u.qkv, 0, dqkv_h, dqkv);
 }
 
 static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
@@ -361,12 +385,31 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
                  cfg->num_heads, cfg->sp_degree);
         return -1;
     }
+    /* K/V heads: split like the query heads (G >= P), or one per rank,
+     * replicated (G < P): each rank's query heads must read one K/V head. */
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads, P = cfg->sp_degree;
+    if (P > 0 && (G >= P ? G % P : P % G)) {
+        snprintf(err, errlen,
+                 "--num-query-groups %d and --sp-degree %d: Ulysses needs G divisible by P (K/V heads split like "
+                 "query heads) or P divisible by G (each K/V head replicated on P/G ranks)", G, P);
+        return -1;
+    }
     return spb_ulysses_validate_overlap(cfg, cfg->sp_degree, err, errlen);
 }
 
 int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *err, size_t errlen)
 {
     int K = cfg->ulysses_overlap;
+    /* The head groups slice Q, K and V rows alike (core_shape below): with
+     * fewer K/V heads than query heads the K/V rows are narrower and a
+     * group's K/V heads may be shared with the next group's. */
+    if (K > 1 && cfg->num_query_groups > 0 && cfg->num_query_groups != cfg->num_heads) {
+        snprintf(err, errlen,
+                 "--ulysses-overlap %d with --num-query-groups %d < --num-attention-heads %d: the overlapped "
+                 "exchange splits Q, K and V into equal head groups, so it runs with as many K/V heads as heads only",
+                 K, cfg->num_query_groups, cfg->num_heads);
+        return -1;
+    }
     if (K > 1 && (K > ULYSSES_MAX_OVERLAP || group_size <= 0 || (cfg->num_heads / group_size) % K)) {
         snprintf(err, errlen,
                  "--ulysses-overlap %d must divide the %d heads each rank attends (H / %d) and be at most %d", K,
@@ -386,9 +429,19 @@ int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *er
  * Evaluated as the accounting layer does (payload × bus factor, summed call
  * by call in call order) so that measured and analytic bytes match exactly,
  * also when (P−1)/P is not a binary fraction. */
+/*
+ * Grouped-query attention: the Q/K/V exchange carries, per local token,
+ * H query heads and 2·max(G, P) K/V heads of D (G >= P: every K/V head once;
+ * G < P: one per block, P blocks, the replicas included), so its S is
+ * b·(N/P)·(H + 2·max(G, P))·D instead of b·(N/P)·3h; O and dO are unchanged.
+ * With G = H this is 3h again. */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
+    const int H = cfg->num_heads, D = cfg->hidden_size / H;
+    const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
+    const double qkv_width = (double)(H + 2 * (G > sp_degree ? G : sp_degree)) * D; /* floats per token */
     double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
+    double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);
     spb_comm_volume v;
     if (!strcmp(cfg->ulysses_comm, "allgather")) {
         /* The ablation: each exchange allgathers a rank's whole buffer, P·S
@@ -397,13 +450,13 @@ static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
          * it: 4·b·N·h·(P−1)/P floats per direction for w = 3 + 1, P times
          * the all-to-all's. */
         double link_share = spb_comm_bus_factor(SPB_OP_ALLGATHER, sp_degree);
-        double qkv_payload = 4.0 * (3.0 * local_floats) * sp_degree, o_payload = 4.0 * local_floats * sp_degree;
+        double qkv_payload = 4.0 * (local_tokens * qkv_width) * sp_degree, o_payload = 4.0 * local_floats * sp_degree;
         v.forward_bytes = qkv_payload * link_share + o_payload * link_share;
         v.backward_bytes = o_payload * link_share + qkv_payload * link_share;
         return v;
     }
     double link_share = spb_comm_bus_factor(SPB_OP_ALLTOALL, sp_degree);
-    double qkv_payload = 4.0 * 3.0 * local_floats, o_payload = 4.0 * local_floats;
+    double qkv_payload = 4.0 * local_tokens * qkv_width, o_payload = 4.0 * local_floats;
     v.forward_bytes = qkv_payload * link_share + o_payload * link_share;
     v.backward_bytes = o_payload * link_share + qkv_payload * link_share;
     return v;

@@ -49,6 +49,18 @@ cases=(
   "--strategy megatron --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
   "--strategy megatron --sp-degree 2 --seq-length 63"
+  "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
+  "--strategy megatron --sp-degree 2 --num-query-groups 1"  # Megatron-SP: G divisible by P
+  "--strategy ulysses --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % P, P % G
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % U, U % G
+  "--strategy ulysses --sp-degree 2 --num-query-groups 2 --ulysses-overlap 2"  # overlapped exchange: G = heads only
+  "--model mistral"
+  "--position-embedding-type alibi"
+  "--normalization batchnorm"
+  "--rotary-base 0.5"
+  "--position-embedding-type rope --hidden-size 36 --num-attention-heads 4"  # odd head dim
+  "--swiglu --hidden-size 16 --num-attention-heads 4"     # Megatron's default MLP width is 0 here
+  "--model llama --device cuda"                           # CPU only so far
   "--strategy ring --sp-degree 2 --ring-layout zigzag --seq-length 66"
   "--ring-layout spiral"
   "--attention-mask diagonal"

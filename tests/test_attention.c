@@ -563,7 +563,7 @@ START_TEST(test_merge_blocks)
     fill_random(v, n, 1.0f);
     fill_random(dout, n, 1.0f);
     spb_attn_desc full = {B, H, D, T, T, 0, 0, 1, (float)(1.0 / sqrt((double)D)),
-                          ts, T * ts, ts, T * ts, ts, T * ts, 0, 0, 0};
+                          ts, T * ts, ts, T * ts, ts, T * ts, 0, 0, 0, 0};
     spb_attn_desc b1 = full, b2 = full;
     b1.k_len = split;
     b2.k_len = T - split;
@@ -736,7 +736,7 @@ START_TEST(test_finite_differences)
     }
     spb_attn_desc d = {c->B, c->H, c->D, c->Tq, c->Tk, c->qoff, c->koff, c->causal,
                        (float)(1.0 / sqrt((double)c->D)),
-                       HD, (long)c->Tq * HD, HD, (long)c->Tk * HD, HD, (long)c->Tq * HD, 0, 0, 0};
+                       HD, (long)c->Tq * HD, HD, (long)c->Tk * HD, HD, (long)c->Tq * HD, 0, 0, 0, 0};
     const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
     for (int bi = 0; bi < 2; bi++) {
         float *o = xmalloc(sizeof(float) * nq), *lse = xmalloc(sizeof(float) * (size_t)c->B * c->H * c->Tq);
@@ -757,6 +757,88 @@ START_TEST(test_finite_differences)
     }
     free(qf); free(kf); free(vf); free(wf);
     free(q); free(k); free(v); free(w);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Grouped-query attention: kv_heads = G < heads must equal multi-head
+ * attention on K/V heads repeated so that query head h reads K/V head
+ * h / (H/G) (PyTorch's repeat_interleave, Llama's repeat_kv).  O, lse and dQ
+ * are the same computation, so the same bits; dK and dV of a shared head
+ * are the sums of the repeated heads' (in another order: 1e-6).  Causal
+ * and full, offsets, a sparse pattern, both backends. */
+typedef struct gqa_case {
+    int B, H, G, D, Tq, Tk;
+    long qoff, koff;
+    int causal, sparse_block;
+} gqa_case;
+static const gqa_case gqa_cases[] = {
+    {2, 4, 1, 16, 33, 33, 0, 0, 1, 0},   /* multi-query, causal */
+    {2, 4, 2, 16, 33, 33, 0, 0, 0, 0},   /* two groups, full */
+    {1, 6, 3, 8, 70, 90, 90, 0, 1, 0},   /* ring pair below the diagonal */
+    {2, 4, 2, 16, 80, 80, 0, 0, 1, 16},  /* blocked-sparse */
+};
+#define N_GQA ((int)(sizeof gqa_cases / sizeof gqa_cases[0]))
+
+START_TEST(test_gqa_equals_repeated_kv)
+{
+    const gqa_case *c = &gqa_cases[_i];
+    const int H = c->H, G = c->G, D = c->D, group = H / G;
+    size_t nq = (size_t)c->B * c->Tq * H * D, nk = (size_t)c->B * c->Tk * G * D, nkr = (size_t)c->B * c->Tk * H * D;
+    float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nk), *v = xmalloc(sizeof(float) * nk);
+    float *kr = xmalloc(sizeof(float) * nkr), *vr = xmalloc(sizeof(float) * nkr), *dout = xmalloc(sizeof(float) * nq);
+    rng_seed(31000u + (uint64_t)_i);
+    fill_random(q, nq, 2.0f);
+    fill_random(k, nk, 2.0f);
+    fill_random(v, nk, 1.0f);
+    fill_random(dout, nq, 1.0f);
+    for (long t = 0; t < (long)c->B * c->Tk; t++)
+        for (int h = 0; h < H; h++)
+            for (int e = 0; e < D; e++) {
+                kr[(t * H + h) * D + e] = k[(t * G + h / group) * D + e];
+                vr[(t * H + h) * D + e] = v[(t * G + h / group) * D + e];
+            }
+    spb_attn_desc base = {.batch = c->B, .heads = H, .head_dim = D, .q_len = c->Tq, .k_len = c->Tk,
+                          .q_offset = c->qoff, .k_offset = c->koff, .causal = c->causal,
+                          .scale = 1.0f / sqrtf((float)D), .q_token_stride = (long)H * D,
+                          .q_batch_stride = (long)c->Tq * H * D, .o_token_stride = (long)H * D,
+                          .o_batch_stride = (long)c->Tq * H * D, .sparse_block = c->sparse_block,
+                          .sparse_local = c->sparse_block ? 2 : 0, .sparse_global = c->sparse_block ? 1 : 0};
+    spb_attn_desc mha = base, gqa = base;
+    mha.k_token_stride = (long)H * D, mha.k_batch_stride = (long)c->Tk * H * D;
+    gqa.k_token_stride = (long)G * D, gqa.k_batch_stride = (long)c->Tk * G * D, gqa.kv_heads = G;
+    const spb_attn_backend *bes[2] = {&spb_attn_naive, &spb_attn_flash};
+    for (int bi = 0; bi < 2; bi++) {
+        size_t nl = (size_t)c->B * H * c->Tq;
+        float *o1 = xmalloc(sizeof(float) * nq), *o2 = xmalloc(sizeof(float) * nq);
+        float *l1 = xmalloc(sizeof(float) * nl), *l2 = xmalloc(sizeof(float) * nl);
+        float *dq1 = calloc(nq, sizeof(float)), *dq2 = calloc(nq, sizeof(float));
+        float *dk1 = calloc(nkr, sizeof(float)), *dv1 = calloc(nkr, sizeof(float));
+        float *dk2 = calloc(nk, sizeof(float)), *dv2 = calloc(nk, sizeof(float));
+        ck_assert(dq1 && dq2 && dk1 && dv1 && dk2 && dv2);
+        bes[bi]->forward(&mha, q, kr, vr, o1, l1);
+        bes[bi]->forward(&gqa, q, k, v, o2, l2);
+        ck_assert_msg(!memcmp(o1, o2, sizeof(float) * nq), "case %d %s: O differs", _i, bes[bi]->name);
+        ck_assert_msg(!memcmp(l1, l2, sizeof(float) * nl), "case %d %s: lse differs", _i, bes[bi]->name);
+        bes[bi]->backward(&mha, q, kr, vr, o1, l1, dout, dq1, dk1, dv1);
+        bes[bi]->backward(&gqa, q, k, v, o2, l2, dout, dq2, dk2, dv2);
+        ck_assert_msg(!memcmp(dq1, dq2, sizeof(float) * nq), "case %d %s: dQ differs", _i, bes[bi]->name);
+        double num = 0, den = 0;
+        for (long t = 0; t < (long)c->B * c->Tk; t++)
+            for (int g = 0; g < G; g++)
+                for (int e = 0; e < D; e++) {
+                    double sk = 0, sv = 0;
+                    for (int h = g * group; h < (g + 1) * group; h++)
+                        sk += dk1[(t * H + h) * D + e], sv += dv1[(t * H + h) * D + e];
+                    double ek = sk - dk2[(t * G + g) * D + e], ev = sv - dv2[(t * G + g) * D + e];
+                    num += ek * ek + ev * ev, den += sk * sk + sv * sv;
+                }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (verbose()) printf("gqa %d %s H=%d G=%d: dK/dV vs summed repeats %.2e\n", _i, bes[bi]->name, H, G, rel);
+        ck_assert_msg(den > 0 && rel <= 1e-6, "case %d %s: dK/dV off by %g", _i, bes[bi]->name, rel);
+        free(o1); free(o2); free(l1); free(l2); free(dq1); free(dq2); free(dk1); free(dv1); free(dk2); free(dv2);
+    }
+    free(q); free(k); free(v); free(kr); free(vr); free(dout);
 }
 END_TEST
 
@@ -1043,6 +1125,10 @@ static Suite *attention_suite(void)
     tcase_set_timeout(tf, 120);
     tcase_add_loop_test(tf, test_finite_differences, 0, N_FD);
     suite_add_tcase(s, tf);
+
+    TCase *tg = tcase_create("grouped_query");
+    tcase_add_loop_test(tg, test_gqa_equals_repeated_kv, 0, N_GQA);
+    suite_add_tcase(s, tg);
     return s;
 }
 

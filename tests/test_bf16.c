@@ -76,6 +76,11 @@ typedef struct run_case {
     int P, zero, checkpoint;
 } run_case;
 
+/* The model variant the cases run (llama_bf16_tracks_fp32 sets it, last
+ * in the suite): NULL = GPT. */
+static const char *variant_model;
+static int variant_G;
+
 static void case_config(spb_config *c, const run_case *k, const char *precision, int world)
 {
     spb_config_defaults(c);
@@ -86,6 +91,10 @@ static void case_config(spb_config *c, const run_case *k, const char *precision,
     snprintf(c->strategy, sizeof c->strategy, "%s", k->strategy);
     snprintf(c->ring_layout, sizeof c->ring_layout, "%s", k->layout);
     snprintf(c->precision, sizeof c->precision, "%s", precision);
+    if (variant_model) {
+        snprintf(c->model, sizeof c->model, "%s", variant_model);
+        c->num_query_groups = variant_G, c->ffn_hidden_size = 96;
+    }
 }
 
 /* One rank's bf16 run of `none` on the whole global batch. */
@@ -251,6 +260,46 @@ START_TEST(bf16_tracks_fp32_and_the_single_rank_run)
 END_TEST
 
 /* The bound follows depth: one rank, L = 1 ... 8. */
+/* The Llama preset in the 16-bit emulation (RMSNorm, SwiGLU and RoPE on
+ * fp32 copies, rounded once each; grouped-query attention through the
+ * frames): against fp32 and against one rank's bf16 run, the bounds of the
+ * GPT cases above, with G = 1 (Ulysses replicating at P = 2, ring) and
+ * G = 2 (Ulysses at P = 4, Megatron-SP with ZeRO-3). */
+START_TEST(llama_bf16_tracks_fp32)
+{
+    static const struct {
+        run_case k;
+        int G;
+    } cases[] = {{{"none", "contiguous", 1, 0, 0}, 2},     {{"ulysses", "contiguous", 2, 0, 0}, 1},
+                 {{"ulysses", "contiguous", 4, 1, 0}, 2},  {{"megatron", "contiguous", 2, 3, 0}, 2},
+                 {{"ring", "zigzag", 2, 0, 1}, 1}};
+    variant_model = "llama";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const run_case *k = &cases[i].k;
+        variant_G = cases[i].G;
+        reference ref;
+        reference_create(&ref);
+        measured m;
+        measure_case(k, &ref, &m);
+        say("llama G=%d %-8s P=%d ZeRO-%d ckpt=%d | vs fp32: loss %.2e grad %.2e (%-10s) later loss %.2e | vs 1-rank "
+            "bf16: loss %.2e grad %.2e (%s)\n",
+            variant_G, k->strategy, k->P, k->zero, k->checkpoint, m.loss_fp32, m.grad_fp32, m.worst_fp32,
+            m.later_fp32, m.loss_single, m.grad_single, m.worst_single);
+        double bound = gradient_bound(2);
+        ck_assert_msg(m.loss_fp32 <= LOSS_BOUND && m.loss_single <= LOSS_BOUND, "llama %s P=%d: loss off",
+                      k->strategy, k->P);
+        ck_assert_msg(m.later_fp32 <= LATER_LOSS_BOUND, "llama %s P=%d: later loss off by %.2e", k->strategy, k->P,
+                      m.later_fp32);
+        ck_assert_msg(m.grad_fp32 <= bound && m.grad_single <= bound, "llama %s P=%d: gradient of %s/%s off by %.2e/%.2e",
+                      k->strategy, k->P, m.worst_fp32, m.worst_single, m.grad_fp32, m.grad_single);
+        ck_assert_msg(m.grad_fp32 >= BF16_FLOOR, "llama %s P=%d: bf16 gradients within %.2e of fp32: not rounded?",
+                      k->strategy, k->P, m.grad_fp32);
+        reference_destroy(&ref);
+    }
+    variant_model = NULL;
+}
+END_TEST
+
 START_TEST(errors_grow_slowly_with_depth)
 {
     for (int L = 1; L <= 8; L *= 2) {
@@ -568,6 +617,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, memory_model_equals_the_bf16_allocator);
     tcase_add_test(tc, buffers_hold_what_the_model_counts);
     tcase_add_test(tc, checkpoints_carry_the_masters);
+    tcase_add_test(tc, llama_bf16_tracks_fp32); /* last: it sets the variant the cases run */
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

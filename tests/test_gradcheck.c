@@ -24,14 +24,31 @@ typedef struct ref_model {
 
 static const double *tensor(const ref_model *m, int t) { return m->p + m->g->tensors[t].offset; }
 
-static void ref_layernorm(double *y, const double *x, const double *w, const double *b, int C)
+/* The tensor of that name (h<l>.<kind> in a layer), NULL when the model's
+ * variant has none (a bias under --disable-bias-linear, ...). */
+static const double *named(const ref_model *m, int layer, const char *kind)
+{
+    char name[32];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "h%d.%s", layer, kind);
+    else
+        snprintf(name, sizeof name, "%s", kind);
+    for (int t = 0; t < m->g->num_tensors; t++)
+        if (!strcmp(m->g->tensors[t].name, name)) return tensor(m, t);
+    return NULL;
+}
+
+/* LayerNorm, or RMSNorm when the model has no norm bias (b NULL). */
+static void ref_norm(double *y, const double *x, const double *w, const double *b, int C, int rms)
 {
     double mean = 0, var = 0;
-    for (int i = 0; i < C; i++) mean += x[i];
-    mean /= C;
+    if (!rms) {
+        for (int i = 0; i < C; i++) mean += x[i];
+        mean /= C;
+    }
     for (int i = 0; i < C; i++) var += (x[i] - mean) * (x[i] - mean);
     var /= C;
-    for (int i = 0; i < C; i++) y[i] = (x[i] - mean) / sqrt(var + 1e-5) * w[i] + b[i];
+    for (int i = 0; i < C; i++) y[i] = (x[i] - mean) / sqrt(var + 1e-5) * w[i] + (b ? b[i] : 0.0);
 }
 
 static void ref_linear(double *y, const double *x, const double *W, const double *b, int in, int out)
@@ -43,31 +60,50 @@ static void ref_linear(double *y, const double *x, const double *W, const double
     }
 }
 
+/* Rotary embedding of one head at position pos: pairs (i, i + D/2) turned
+ * by pos · base^(-2i/D) (Llama's rotate_half). */
+static void ref_rope(double *v, int D, long pos, double base)
+{
+    for (int i = 0; i < D / 2; i++) {
+        double a = pos * pow(base, -2.0 * i / D), lo = v[i], hi = v[i + D / 2];
+        v[i] = lo * cos(a) - hi * sin(a);
+        v[i + D / 2] = hi * cos(a) + lo * sin(a);
+    }
+}
+
+/* The model of docs/FORMATS.md: GPT-2 (learned positions, LayerNorm, GELU,
+ * tied head, biases) or its Llama variants (RoPE, RMSNorm, SwiGLU, untied
+ * head, no biases, grouped-query attention: query head h reads K/V head
+ * h / (H/G)). */
 static double ref_loss(const ref_model *m, const int *in, const int *tg, int T)
 {
     const spb_gpt *g = m->g;
-    int C = g->C, H = g->H, D = g->D, F = g->F, V = g->V, L = g->L;
+    int C = g->C, H = g->H, D = g->D, F = g->F, V = g->V, L = g->L, G = g->G, W = (H + 2 * G) * D;
+    const int rms = g->rmsnorm;
     double *x = calloc((size_t)T * C, sizeof(double)), *a = calloc((size_t)T * C, sizeof(double));
-    double *qkv = calloc((size_t)T * 3 * C, sizeof(double)), *o = calloc((size_t)T * C, sizeof(double));
-    double *u = calloc((size_t)F, sizeof(double)), *y = calloc((size_t)C, sizeof(double));
+    double *qkv = calloc((size_t)T * W, sizeof(double)), *o = calloc((size_t)T * C, sizeof(double));
+    double *u = calloc((size_t)2 * F, sizeof(double)), *y = calloc((size_t)C, sizeof(double));
     double *logits = calloc((size_t)V, sizeof(double)), *s = calloc((size_t)T, sizeof(double));
+    const double *wpe = named(m, -1, "wpe"), *head = named(m, -1, "lm_head");
     double loss = 0;
     for (int b = 0; b < B; b++) {
         const int *tok = in + b * T, *tgt = tg + b * T;
         for (int t = 0; t < T; t++)
-            for (int i = 0; i < C; i++) x[t * C + i] = tensor(m, 0)[tok[t] * C + i] + tensor(m, 1)[t * C + i];
+            for (int i = 0; i < C; i++) x[t * C + i] = named(m, -1, "wte")[tok[t] * C + i] + (wpe ? wpe[t * C + i] : 0);
         for (int l = 0; l < L; l++) {
-            int base = 2 + SPB_TENSORS_PER_LAYER * l;
             for (int t = 0; t < T; t++) {
-                ref_layernorm(a + t * C, x + t * C, tensor(m, base + 0), tensor(m, base + 1), C);
-                ref_linear(qkv + t * 3 * C, a + t * C, tensor(m, base + 2), tensor(m, base + 3), C, 3 * C);
+                ref_norm(a + t * C, x + t * C, named(m, l, "ln1_w"), named(m, l, "ln1_b"), C, rms);
+                ref_linear(qkv + t * W, a + t * C, named(m, l, "qkv_w"), named(m, l, "qkv_b"), C, W);
+                if (g->rope)
+                    for (int h = 0; h < H + G; h++) ref_rope(qkv + t * W + h * D, D, t, g->rotary_base);
             }
             for (int h = 0; h < H; h++)
                 for (int t = 0; t < T; t++) {
-                    const double *q = qkv + t * 3 * C + h * D;
+                    const double *q = qkv + t * W + h * D;
+                    const int kv = h / (H / G);
                     double mx = -INFINITY, sum = 0;
                     for (int j = 0; j <= t; j++) {
-                        const double *k = qkv + j * 3 * C + C + h * D;
+                        const double *k = qkv + j * W + H * D + kv * D;
                         double dot = 0;
                         for (int d = 0; d < D; d++) dot += q[d] * k[d];
                         s[j] = dot / sqrt((double)D);
@@ -76,24 +112,26 @@ static double ref_loss(const ref_model *m, const int *in, const int *tg, int T)
                     for (int j = 0; j <= t; j++) sum += (s[j] = exp(s[j] - mx));
                     for (int d = 0; d < D; d++) {
                         double acc = 0;
-                        for (int j = 0; j <= t; j++) acc += s[j] * qkv[j * 3 * C + 2 * C + h * D + d];
+                        for (int j = 0; j <= t; j++) acc += s[j] * qkv[j * W + (H + G) * D + kv * D + d];
                         o[t * C + h * D + d] = acc / sum;
                     }
                 }
             for (int t = 0; t < T; t++) {
-                ref_linear(y, o + t * C, tensor(m, base + 4), tensor(m, base + 5), C, C);
+                ref_linear(y, o + t * C, named(m, l, "proj_w"), named(m, l, "proj_b"), C, C);
                 for (int i = 0; i < C; i++) x[t * C + i] += y[i];
-                ref_layernorm(a + t * C, x + t * C, tensor(m, base + 6), tensor(m, base + 7), C);
-                ref_linear(u, a + t * C, tensor(m, base + 8), tensor(m, base + 9), C, F);
+                ref_norm(a + t * C, x + t * C, named(m, l, "ln2_w"), named(m, l, "ln2_b"), C, rms);
+                ref_linear(u, a + t * C, named(m, l, "fc_w"), named(m, l, "fc_b"), C, g->swiglu ? 2 * F : F);
                 for (int f = 0; f < F; f++)
-                    u[f] = 0.5 * u[f] * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (u[f] + 0.044715 * u[f] * u[f] * u[f])));
-                ref_linear(y, u, tensor(m, base + 10), tensor(m, base + 11), F, C);
+                    u[f] = g->swiglu ? u[f] / (1 + exp(-u[f])) * u[F + f]
+                                     : 0.5 * u[f] * (1 + tanh(sqrt(2 / 3.14159265358979323846) *
+                                                              (u[f] + 0.044715 * u[f] * u[f] * u[f])));
+                ref_linear(y, u, named(m, l, "fcproj_w"), named(m, l, "fcproj_b"), F, C);
                 for (int i = 0; i < C; i++) x[t * C + i] += y[i];
             }
         }
         for (int t = 0; t < T; t++) {
-            ref_layernorm(a + t * C, x + t * C, tensor(m, g->num_tensors - 2), tensor(m, g->num_tensors - 1), C);
-            ref_linear(logits, a + t * C, tensor(m, 0), NULL, C, V);
+            ref_norm(a + t * C, x + t * C, named(m, -1, "lnf_w"), named(m, -1, "lnf_b"), C, rms);
+            ref_linear(logits, a + t * C, head ? head : named(m, -1, "wte"), NULL, C, V);
             double mx = -INFINITY, sum = 0;
             for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
             for (int v = 0; v < V; v++) sum += exp(logits[v] - mx);
@@ -104,12 +142,16 @@ static double ref_loss(const ref_model *m, const int *in, const int *tg, int T)
     return loss / (B * T);
 }
 
-static void run_gradcheck(const char *attention, int T)
+/* model: "gpt" or "llama" (with G K/V heads; the MLP 24 wide). */
+static void run_gradcheck(const char *attention, int T, const char *model, int G)
 {
     spb_config cfg;
     spb_config_defaults(&cfg);
     cfg.num_layers = 2, cfg.hidden_size = 16, cfg.num_heads = 4, cfg.seq_length = T, cfg.vocab_size = 32;
     cfg.micro_batch_size = B;
+    snprintf(cfg.model, sizeof cfg.model, "%s", model);
+    cfg.num_query_groups = G;
+    if (!strcmp(model, "llama")) cfg.ffn_hidden_size = 24;
     snprintf(cfg.attention, sizeof cfg.attention, "%s", attention);
     char err[256];
     ck_assert_msg(spb_config_finalize(&cfg, 1, err, sizeof err) == 0, "%s", err);
@@ -132,7 +174,7 @@ static void run_gradcheck(const char *attention, int T)
     for (long i = 0; i < g->num_params; i++) p[i] = g->params[i];
     ref_model m = {g, p};
     double loss64 = ref_loss(&m, in, tg, T);
-    printf("[%s T=%d] loss fp32 %.9f reference fp64 %.9f rel %.2e\n", attention, T, loss32, loss64,
+    printf("[%s %s G=%d T=%d] loss fp32 %.9f reference fp64 %.9f rel %.2e\n", model, attention, g->G, T, loss32, loss64,
            fabs(loss32 - loss64) / fabs(loss64));
     ck_assert_double_le(fabs(loss32 - loss64) / fabs(loss64), 1e-5);
 
@@ -161,20 +203,29 @@ static void run_gradcheck(const char *attention, int T)
         ck_assert_msg(rel <= 1e-4, "%s: relative error %.3e > 1e-4", pt->name, rel);
         if (rel > worst) worst = rel;
     }
-    printf("[%s T=%d] worst per-tensor relative error %.2e (bound 1e-4)\n", attention, T, worst);
+    printf("[%s %s G=%d T=%d] worst per-tensor relative error %.2e (bound 1e-4)\n", model, attention, g->G, T, worst);
     free(p);
     spb_gpt_destroy(g);
     spb_grid_destroy(&grid);
 }
 
-START_TEST(gradcheck_naive) { run_gradcheck("naive", 8); }
+START_TEST(gradcheck_naive) { run_gradcheck("naive", 8, "gpt", 0); }
 END_TEST
 
-START_TEST(gradcheck_flash) { run_gradcheck("flash", 8); }
+START_TEST(gradcheck_flash) { run_gradcheck("flash", 8, "gpt", 0); }
 END_TEST
 
 /* Longer than one 64-row flash tile, not a multiple of it. */
-START_TEST(gradcheck_flash_multi_tile) { run_gradcheck("flash", 70); }
+START_TEST(gradcheck_flash_multi_tile) { run_gradcheck("flash", 70, "gpt", 0); }
+END_TEST
+
+/* The Llama variant: RoPE, RMSNorm, SwiGLU, untied head, no biases, with
+ * two K/V groups and multi-query attention (GPT with grouped queries and
+ * biases: tests/torch_check.sh's gpt-gqa-rope-ring). */
+START_TEST(gradcheck_llama_gqa) { run_gradcheck("flash", 8, "llama", 2); }
+END_TEST
+
+START_TEST(gradcheck_llama_mqa) { run_gradcheck("naive", 8, "llama", 1); }
 END_TEST
 
 int main(int argc, char **argv)
@@ -186,6 +237,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, gradcheck_naive);
     tcase_add_test(tc, gradcheck_flash);
     tcase_add_test(tc, gradcheck_flash_multi_tile);
+    tcase_add_test(tc, gradcheck_llama_gqa);
+    tcase_add_test(tc, gradcheck_llama_mqa);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

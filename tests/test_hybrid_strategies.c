@@ -34,6 +34,7 @@ typedef struct hcase {
     const char *strategy, *layout, *comm;
     int P, U, causal, zero;
     int overlap; /* --ulysses-overlap K (0: off) */
+    int G;       /* K/V heads, with the Llama preset (RoPE, RMSNorm, SwiGLU); 0: GPT, G = heads */
 } hcase;
 
 static hcase cases[MAX_CASES];
@@ -62,6 +63,14 @@ static void config(spb_config *c, const hcase *k, int P, int global)
     if (k) c->zero_stage = k->zero, c->ulysses_overlap = k->overlap;
 }
 
+/* The model of a case, on the distributed run and the reference alike. */
+static void model(spb_config *c, const hcase *k)
+{
+    if (!k->G) return;
+    snprintf(c->model, sizeof c->model, "llama");
+    c->num_query_groups = k->G;
+}
+
 /* Per-phase link bytes over every operation, per layer. */
 static double phase_bytes(spb_comm_phase phase, int layers)
 {
@@ -87,6 +96,8 @@ START_TEST(equals_single_rank)
     rc.causal = k->causal;
     snprintf(rc.attention_mask, sizeof rc.attention_mask, "%s", k->causal ? "causal" : "full");
     config(&dc, k, k->P, world);
+    model(&rc, k);
+    model(&dc, k);
     spb_trainer *dist = make(&dc, MPI_COMM_WORLD, &dg);
     spb_comm_reset();
     double ld = spb_trainer_gradients(dist);
@@ -98,13 +109,15 @@ START_TEST(equals_single_rank)
     float *global = global_grads(dist);
     const char *where = "";
     double gerr = worst_tensor_error(ref->gpt, global, ref->gpt->grads, &where);
-    say("%-12s U=%d K=%d %-10s %-9s P=%d D=%d %-6s ZeRO-%d loss %.9f vs %.9f | worst gradient %-10s %.2e | bytes/link/layer "
-        "fwd %.0f (formula %.0f) bwd %.0f (formula %.0f)\n",
-        k->strategy, k->U, k->overlap, k->layout, k->comm ? k->comm : "", k->P, D, k->causal ? "causal" : "full", k->zero, ld, lr,
+    say("%-12s U=%d K=%d G=%-2d %-10s %-9s P=%d D=%d %-6s ZeRO-%d loss %.9f vs %.9f | worst gradient %-10s %.2e | "
+        "bytes/link/layer fwd %.0f (formula %.0f) bwd %.0f (formula %.0f)\n",
+        k->strategy, k->U, k->overlap, k->G, k->layout, k->comm ? k->comm : "", k->P, D, k->causal ? "causal" : "full",
+        k->zero, ld, lr,
         where, gerr, fwd, vol.forward_bytes, bwd, vol.backward_bytes);
     ck_assert_double_le(fabs(ld - lr) / lr, 1e-6);
     /* fp32 on both sides, sums in other orders: measured ~1e-7 (test_strategies.c) */
-    ck_assert_msg(gerr <= 1e-5, "%s U=%d P=%d: gradient of %s off by %.3e", k->strategy, k->U, k->P, where, gerr);
+    ck_assert_msg(gerr <= 1e-5, "%s U=%d P=%d G=%d: gradient of %s off by %.3e", k->strategy, k->U, k->P, k->G, where,
+                  gerr);
     ck_assert_msg(bytes_match(fwd, vol.forward_bytes) && bytes_match(bwd, vol.backward_bytes),
                   "%s U=%d P=%d: link bytes %.17g/%.17g, formula %.17g/%.17g", k->strategy, k->U, k->P, fwd, bwd,
                   vol.forward_bytes, vol.backward_bytes);
@@ -127,6 +140,8 @@ START_TEST(zero_after_two_steps)
     spb_grid rg, dg;
     config(&rc, NULL, 1, world);
     config(&dc, k, k->P, world);
+    model(&rc, k);
+    model(&dc, k);
     spb_trainer *dist = make(&dc, MPI_COMM_WORLD, &dg);
     spb_trainer *ref = make(&rc, MPI_COMM_SELF, &rg);
     for (int s = 0; s < 2; s++) {
@@ -139,8 +154,8 @@ START_TEST(zero_after_two_steps)
     spb_gpt_gather_global(dist->gpt, local, global);
     const char *where = "";
     double perr = worst_tensor_error(ref->gpt, global, ref->gpt->params, &where);
-    say("%-12s U=%d %-10s P=%d D=%d ZeRO-%d params after 2 steps %-10s %.2e\n", k->strategy, k->U, k->layout, k->P,
-        world / k->P, k->zero, where, perr);
+    say("%-12s U=%d G=%-2d %-10s P=%d D=%d ZeRO-%d params after 2 steps %-10s %.2e\n", k->strategy, k->U, k->G,
+        k->layout, k->P, world / k->P, k->zero, where, perr);
     ck_assert_msg(perr <= 1e-5, "%s ZeRO-%d: parameters of %s off by %.3e", k->strategy, k->zero, where, perr);
     free(local);
     free(global);
@@ -237,12 +252,27 @@ int main(int argc, char **argv)
         for (int l = 0; l < 2; l++)
             for (int causal = 0; causal < 2; causal++) {
                 for (int U = 1; U <= P; U++)
-                    if (P % U == 0) add((hcase){"hybrid", layouts[l], NULL, P, U, causal, 0, 0});
-                add((hcase){"allgather-kv", layouts[l], NULL, P, P, causal, 0, 0});
+                    if (P % U == 0) add((hcase){"hybrid", layouts[l], NULL, P, U, causal, 0, 0, 0});
+                add((hcase){"allgather-kv", layouts[l], NULL, P, P, causal, 0, 0, 0});
             }
     }
+    /* Grouped-query attention with the Llama preset (RoPE at the hybrid's
+     * and zigzag's global positions): G = 1, 2 and heads K/V heads, the
+     * hybrid at every U with G | U or U | G (G < U replicates K/V heads in
+     * the Ulysses groups), allgather-kv gathering only the K/V heads. */
+    static const int kv_groups[] = {1, 2, HEADS};
+    for (int P = 2; P <= world; P++) {
+        if (world % P) continue;
+        for (int gi = 0; gi < 3; gi++) {
+            int G = kv_groups[gi];
+            for (int U = 1; U <= P; U++)
+                if (P % U == 0 && (G >= U ? G % U == 0 : U % G == 0))
+                    add((hcase){"hybrid", "zigzag", NULL, P, U, 1, 0, 0, G});
+            add((hcase){"allgather-kv", gi == 1 ? "contiguous" : "zigzag", NULL, P, P, gi != 1, 0, 0, G});
+        }
+    }
     /* Ulysses' allgather ablation inside the hybrid's groups */
-    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", "allgather", 4, 2, 1, 0, 0});
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", "allgather", 4, 2, 1, 0, 0, 0});
     /* --ulysses-overlap against the reference: Ulysses at every P (K = the
      * heads per rank's smallest factor > 1), the hybrid's groups */
     for (int P = 2; P <= world; P++)
@@ -250,26 +280,30 @@ int main(int argc, char **argv)
             for (int causal = 0; causal < 2; causal++) {
                 int K = 2;
                 while ((HEADS / P) % K) K++;
-                add((hcase){"ulysses", "contiguous", NULL, P, P, causal, 0, K});
+                add((hcase){"ulysses", "contiguous", NULL, P, P, causal, 0, K, 0});
             }
-    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 1, 0, 3});
-    if (world % 6 == 0) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, 0, 4});
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 1, 0, 3, 0});
+    if (world % 6 == 0) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, 0, 4, 0});
     int n_equal = num_cases;
     if (world == 4)
         for (int zero = 0; zero <= 3; zero++) {
-            add((hcase){"hybrid", "zigzag", NULL, 2, 2, 1, zero, 0}); /* U = 2 of P = 2: Ulysses groups, R = 1 */
-            add((hcase){"hybrid", "contiguous", NULL, 2, 1, 1, zero, 0});
-            add((hcase){"allgather-kv", "zigzag", NULL, 2, 2, 1, zero, 0});
+            add((hcase){"hybrid", "zigzag", NULL, 2, 2, 1, zero, 0, 0}); /* U = 2 of P = 2: Ulysses groups, R = 1 */
+            add((hcase){"hybrid", "contiguous", NULL, 2, 1, 1, zero, 0, 0});
+            add((hcase){"allgather-kv", "zigzag", NULL, 2, 2, 1, zero, 0, 0});
         }
+    if (world == 4) { /* K/V replicas (G = 1 < U = 2) and gathered K/V heads under ZeRO-3 */
+        add((hcase){"hybrid", "zigzag", NULL, 2, 2, 1, 3, 0, 1});
+        add((hcase){"allgather-kv", "zigzag", NULL, 2, 2, 1, 3, 0, 2});
+    }
     if (world == 6)
-        for (int zero = 1; zero <= 3; zero += 2) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, zero, 0});
+        for (int zero = 1; zero <= 3; zero += 2) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, zero, 0, 0});
     int n_zero = num_cases;
     /* overlapped = plain, bit for bit: every K dividing the heads per rank */
     for (int P = 2; P <= world; P++)
         if (world % P == 0)
             for (int K = 2; K <= HEADS / P; K++)
-                if ((HEADS / P) % K == 0) add((hcase){"ulysses", "contiguous", NULL, P, P, 1, 0, K});
-    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 0, 0, 2});
+                if ((HEADS / P) % K == 0) add((hcase){"ulysses", "contiguous", NULL, P, P, 1, 0, K, 0});
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 0, 0, 2, 0});
 
     Suite *s = suite_create("hybrid_strategies");
     TCase *tc = tcase_create("reproduce_single_rank");

@@ -21,13 +21,24 @@ static const spb_mem_category predicted[] = {SPB_MEM_PARAMS, SPB_MEM_GRADS, SPB_
  * the peak bytes per category over it (the measured side; ZeRO-2/3's
  * gradient and gathered buffers live only inside the step) and the
  * model's prediction. */
-static void measure_u_on(int world, const char *strategy, int U, int P, int zero, int N, int ckpt, double measured[4],
-                       double model[4])
+/* The model variant of a measurement: "gpt" or "llama", with G K/V heads
+ * (0: as many as heads). */
+typedef struct variant_spec {
+    const char *model;
+    int G;
+} variant_spec;
+static const variant_spec gpt_variant = {"gpt", 0};
+
+static void measure_variant(int world, const char *strategy, int U, int P, int zero, int N, int ckpt,
+                            const variant_spec *v, double measured[4], double model[4])
 {
     spb_config c;
     spb_config_defaults(&c);
     c.num_layers = 2, c.hidden_size = 32, c.num_heads = 4, c.vocab_size = 64, c.seq_length = N;
     c.micro_batch_size = 2, c.sp_degree = P, c.zero_stage = zero, c.checkpoint_activations = ckpt;
+    snprintf(c.model, sizeof c.model, "%s", v->model);
+    c.num_query_groups = v->G;
+    if (!strcmp(v->model, "llama")) c.ffn_hidden_size = 96;
     snprintf(c.strategy, sizeof c.strategy, "%s", strategy);
     c.ulysses_degree = U; /* hybrid only; 0: P */
     char err[256];
@@ -55,7 +66,7 @@ static void measure_u_on(int world, const char *strategy, int U, int P, int zero
 static void measure_on(int world, const char *strategy, int P, int zero, int N, int ckpt, double measured[4],
                        double model[4])
 {
-    measure_u_on(world, strategy, 0, P, zero, N, ckpt, measured, model);
+    measure_variant(world, strategy, 0, P, zero, N, ckpt, &gpt_variant, measured, model);
 }
 
 static void measure(const char *strategy, int P, int zero, int N, int ckpt, double measured[4], double model[4])
@@ -98,7 +109,7 @@ START_TEST(new_strategies_modelled)
         for (int zero = 0; zero <= 3; zero += 3)
             for (int ckpt = 0; ckpt <= 1; ckpt++) {
                 double m[4], p[4];
-                measure_u_on(4, runs[k].strategy, runs[k].U, 4, zero, 96, ckpt, m, p);
+                measure_variant(4, runs[k].strategy, runs[k].U, 4, zero, 96, ckpt, &gpt_variant, m, p);
                 for (int i = 0; i < 4; i++)
                     ck_assert_msg(m[i] == p[i], "%s U=%d ZeRO-%d ckpt=%d: %s measured %.0f, model %.0f",
                                   runs[k].strategy, runs[k].U, zero, ckpt, spb_mem_category_name(predicted[i]), m[i],
@@ -106,6 +117,33 @@ START_TEST(new_strategies_modelled)
                 say("%s U=%d ZeRO-%d ckpt=%d: activations/rank %.0f = model\n", runs[k].strategy, runs[k].U, zero,
                     ckpt, m[3]);
             }
+}
+END_TEST
+
+/* The Llama preset (SwiGLU's wider pre-activation, no biases, an untied
+ * head) with G = 1, 2, 4 K/V heads: Ulysses' and the hybrid's replicated
+ * K/V heads (G < P, G < U) and Megatron-SP's K/V shards are counted as
+ * allocated. */
+START_TEST(llama_model_equals_allocator)
+{
+    /* the hybrid with U = 2 (G = 1 < U replicates K/V heads in its groups) */
+    const char *strategies[] = {"ulysses", "megatron", "ring", "hybrid", "allgather-kv"};
+    int cases = 0;
+    for (int s = 0; s < 5; s++)
+        for (int P = 2; P <= 4; P *= 2)
+            for (int G = 1; G <= 4; G *= 2)
+                for (int zero = 0; zero <= 3; zero += 3) {
+                    if (!strcmp(strategies[s], "megatron") && G % P) continue; /* refused */
+                    variant_spec v = {"llama", G};
+                    double m[4], p[4];
+                    measure_variant(4, strategies[s], !strcmp(strategies[s], "hybrid") ? 2 : 0, P, zero, 64, 0, &v, m,
+                                    p);
+                    for (int k = 0; k < 4; k++)
+                        ck_assert_msg(m[k] == p[k], "llama %s P=%d G=%d ZeRO-%d: %s measured %.0f, model %.0f",
+                                      strategies[s], P, G, zero, spb_mem_category_name(predicted[k]), m[k], p[k]);
+                    cases++;
+                }
+    say("memory model = allocator for the Llama preset in %d configurations (G = 1, 2, 4)\n", cases);
 }
 END_TEST
 
@@ -180,6 +218,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, model_equals_allocator);
     tcase_add_test(tc, new_strategies_modelled);
+    tcase_add_test(tc, llama_model_equals_allocator);
     tcase_add_test(tc, scaling);
     tcase_add_test(tc, mixed_precision_is_modelled);
     suite_add_tcase(s, tc);

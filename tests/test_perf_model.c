@@ -44,7 +44,8 @@ static const variant variants[] = {
 enum { NUM_VARIANTS = sizeof variants / sizeof variants[0], WORLD = 4 };
 static const int degrees[] = {1, 2, 4};
 
-static int make_config(spb_config *c, const variant *v, int P, int zero, int ckpt)
+/* G > 0: the Llama preset with G K/V heads (FFN 96); 0: GPT. */
+static int make_model_config(spb_config *c, const variant *v, int P, int zero, int ckpt, int G)
 {
     spb_config_defaults(c);
     c->num_layers = 2, c->hidden_size = 32, c->num_heads = 4, c->vocab_size = 64, c->seq_length = 48;
@@ -53,19 +54,26 @@ static int make_config(spb_config *c, const variant *v, int P, int zero, int ckp
     snprintf(c->strategy, sizeof c->strategy, "%s", v->strategy);
     snprintf(c->ring_layout, sizeof c->ring_layout, "%s", v->ring_layout);
     snprintf(c->ulysses_comm, sizeof c->ulysses_comm, "%s", v->ulysses_comm);
+    if (G > 0) {
+        snprintf(c->model, sizeof c->model, "llama");
+        c->num_query_groups = G, c->ffn_hidden_size = 96;
+    }
     char err[512];
     return spb_config_finalize(c, WORLD, err, sizeof err);
 }
 
+
 static int close_enough(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-9; }
 
-START_TEST(bytes_equal_measured)
+/* The model's collectives, call by call, equal the recorded ones (G > 0:
+ * the Llama preset with G K/V heads). */
+static void check_bytes(int _i, int G)
 {
     const variant *v = &variants[_i % NUM_VARIANTS];
     const int P = degrees[(_i / NUM_VARIANTS) % 3], zero = (_i / NUM_VARIANTS / 3) % 4,
               ckpt = _i / NUM_VARIANTS / 12;
     spb_config c;
-    if ((!strcmp(v->strategy, "none")) != (P == 1) || make_config(&c, v, P, zero, ckpt)) return;
+    if ((!strcmp(v->strategy, "none")) != (P == 1) || make_model_config(&c, v, P, zero, ckpt, G)) return;
     spb_grid grid;
     spb_grid_create(&grid, MPI_COMM_WORLD, P);
     spb_trainer *t = spb_trainer_create(&c, &grid);
@@ -90,11 +98,19 @@ START_TEST(bytes_equal_measured)
             checked += r->calls > 0;
         }
     if (P > 1 || zero > 0) ck_assert_int_gt(checked, 0);
-    say("  bytes %-8s %-10s P=%d ZeRO %d ckpt %d: %d (op, phase) slots equal\n", v->strategy,
-        !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, P, zero, ckpt, checked);
+    say("  bytes %-8s %-10s P=%d ZeRO %d ckpt %d %s G=%d: %d (op, phase) slots equal\n", v->strategy,
+        !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, P, zero, ckpt, G ? "llama" : "gpt",
+        G ? G : c.num_heads, checked);
     spb_trainer_destroy(t);
     spb_grid_destroy(&grid);
 }
+
+START_TEST(bytes_equal_measured) { check_bytes(_i, 0); }
+END_TEST
+
+/* The Llama preset with one K/V head (Ulysses replicates it) and with two,
+ * without checkpointing. */
+START_TEST(llama_bytes_equal_measured) { check_bytes(_i % (NUM_VARIANTS * 12), _i < NUM_VARIANTS * 12 ? 1 : 2); }
 END_TEST
 
 static void load(const char *name, spb_profile *p)
@@ -429,6 +445,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("model");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, bytes_equal_measured, 0, NUM_VARIANTS * 3 * 4 * 2);
+    tcase_add_loop_test(tc, llama_bytes_equal_measured, 0, NUM_VARIANTS * 12 * 2);
     tcase_add_test(tc, parts_add_up_and_topology);
     tcase_add_test(tc, attention_tile_model);
     tcase_add_test(tc, every_profile_loads);

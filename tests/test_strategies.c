@@ -45,7 +45,7 @@ static void base_config(spb_config *c, const variant *v, int P, int causal, int 
 {
     spb_config_defaults(c);
     c->num_layers = 2, c->hidden_size = 32, c->num_heads = 4, c->vocab_size = 64;
-    c->seq_length = 96; /* not a power of two; 96 = 4 x 24 = 8 x 12 (zigzag chunks) */
+    c->seq_length = 96; /* not a power of two; 96 = 4 x 24 = 8 x 12 = 6 x 16 (zigzag chunks) */
     c->micro_batch_size = micro, c->global_batch_size = global;
     c->lr = 1e-2, c->weight_decay = 0.1, c->clip_grad = 0.5;
     /* AdamW's update is ~lr·sign(g) for |g| >> eps, so an element whose
@@ -62,6 +62,89 @@ static void base_config(spb_config *c, const variant *v, int P, int causal, int 
     snprintf(c->attention_mask, sizeof c->attention_mask, "%s", causal ? "causal" : "full");
 }
 
+
+/* The model a case runs (issue 35): the preset, the K/V heads (0: as many
+ * as query heads) and the ZeRO stage of the distributed run. */
+typedef struct model_case {
+    const char *model;
+    int G, zero;
+    int six_heads; /* hidden 48 in 6 heads (P = 3) instead of 32 in 4 */
+} model_case;
+
+static void apply_model(spb_config *c, const model_case *m)
+{
+    if (!m) return;
+    snprintf(c->model, sizeof c->model, "%s", m->model);
+    if (m->six_heads) c->hidden_size = 48, c->num_heads = 6;
+    c->num_query_groups = m->G;
+    if (!strcmp(m->model, "llama")) c->ffn_hidden_size = 96; /* divisible by P = 2, 3, 4 */
+}
+
+/* Whether the strategy accepts the case (Megatron-SP: G divisible by P;
+ * Ulysses: G divisible by P or P by G); when it does not, the refusal
+ * must come from finalize, with a message naming --num-query-groups. */
+static int accepted(const variant *v, int P, int causal, int batch, const model_case *m, int world)
+{
+    spb_config c;
+    base_config(&c, v, P, causal, batch / (world / P), batch);
+    apply_model(&c, m);
+    char err[256] = "";
+    if (spb_config_finalize(&c, world, err, sizeof err) == 0) return 1;
+    ck_assert_msg(strstr(err, "--num-query-groups"), "unexpected refusal: %s", err);
+    return 0;
+}
+
+/* One strategy on P ranks of comm (D = ranks / P) against one rank
+ * running `none` on the whole global batch, for a model case (NULL: GPT):
+ * loss and every gradient of one step, parameters after `steps` (the
+ * update paths matter under ZeRO; elsewhere one keeps the suite short). */
+static void compare_model(const variant *v, int P, int causal, int batch, const model_case *m, MPI_Comm comm,
+                          int steps)
+{
+    int world;
+    MPI_Comm_size(comm, &world);
+    int D = world / P;
+    spb_config rc, dc;
+    spb_grid rg, dg;
+    base_config(&rc, NULL, 1, causal, batch, batch);
+    base_config(&dc, v, P, causal, batch / D, batch);
+    apply_model(&rc, m);
+    apply_model(&dc, m);
+    dc.zero_stage = m ? m->zero : 0;
+    spb_trainer *ref = make(&rc, MPI_COMM_SELF, &rg);
+    spb_trainer *dist = make(&dc, comm, &dg);
+    long n = ref->gpt->num_global_params;
+    ck_assert_int_eq(dist->gpt->num_global_params, n);
+    const char *where = "";
+    double lr = spb_trainer_gradients(ref), ld = spb_trainer_gradients(dist);
+    float *grads = global_grads(dist);
+    double gerr = worst_tensor_error(ref->gpt, grads, ref->gpt->grads, &where);
+    free(grads);
+    say("%-8s %-10s P=%d D=%d %-6s %-5s G=%d ZeRO-%d loss %.9f vs %.9f | worst gradient %-12s %.2e", v->strategy,
+        label(v), P, D, causal ? "causal" : "full", m ? m->model : "gpt", dist->gpt->G, dc.zero_stage, ld, lr, where,
+        gerr);
+    ck_assert_double_le(fabs(ld - lr) / lr, 1e-6);
+    ck_assert_msg(gerr <= 1e-5, "%s P=%d G=%d: gradient of %s off by %.3e", v->strategy, P, dist->gpt->G, where, gerr);
+    spb_trainer_update(ref);
+    spb_trainer_update(dist);
+    for (int s = 1; s < steps; s++) {
+        double a = spb_trainer_step(ref), b = spb_trainer_step(dist);
+        ck_assert_double_le(fabs(a - b) / a, 1e-5);
+    }
+    float *local = malloc(sizeof(float) * (size_t)dist->gpt->num_params), *global = malloc(sizeof(float) * (size_t)n);
+    spb_trainer_local_params(dist, local);
+    spb_gpt_gather_global(dist->gpt, local, global);
+    double perr = worst_tensor_error(ref->gpt, global, ref->gpt->params, &where);
+    say(" | params after %d steps %-12s %.2e\n", steps, where, perr);
+    ck_assert_msg(perr <= 1e-5, "%s P=%d G=%d: parameters of %s off by %.3e", v->strategy, P, dist->gpt->G, where,
+                  perr);
+    free(local);
+    free(global);
+    spb_trainer_destroy(ref);
+    spb_trainer_destroy(dist);
+    spb_grid_destroy(&rg);
+    spb_grid_destroy(&dg);
+}
 
 static void compare_with_reference(const variant *v, int P, int causal, int batch)
 {
@@ -123,14 +206,15 @@ START_TEST(micro_batch_one)
 END_TEST
 
 /* Link bytes of one layer, forward and backward, as recorded. */
-static void measured_layer_bytes(const variant *v, int P, int N, double *fwd, double *bwd, double *payload_fwd,
-                                 spb_comm_volume *formula)
+static void measured_layer_bytes_model(const variant *v, int P, int N, double *fwd, double *bwd, double *payload_fwd,
+                                       spb_comm_volume *formula, const model_case *m)
 {
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     spb_config c;
     spb_grid g;
     base_config(&c, v, P, 1, 1, world / P); /* one micro-step */
+    apply_model(&c, m);
     c.seq_length = N;
     spb_trainer *t = make(&c, MPI_COMM_WORLD, &g);
     spb_comm_reset();
@@ -144,6 +228,12 @@ static void measured_layer_bytes(const variant *v, int P, int N, double *fwd, do
     *formula = t->gpt->strategy->comm_volume(&c, P);
     spb_trainer_destroy(t);
     spb_grid_destroy(&g);
+}
+
+static void measured_layer_bytes(const variant *v, int P, int N, double *fwd, double *bwd, double *payload_fwd,
+                                 spb_comm_volume *formula)
+{
+    measured_layer_bytes_model(v, P, N, fwd, bwd, payload_fwd, formula, NULL);
 }
 
 START_TEST(measured_bytes_equal_formula)
@@ -347,6 +437,75 @@ START_TEST(zero_equals_stage_0)
 }
 END_TEST
 
+/* The Llama preset (RoPE, RMSNorm, SwiGLU, untied head, no biases) with
+ * G = 1, 2 and 4 = heads K/V heads, P = 2 (D = 2) and 4 (D = 1), causal
+ * and full: G < P replicates K/V heads under Ulysses; Megatron-SP refuses
+ * G < P (checked: the refusal names the option). */
+START_TEST(llama_equals_single_rank)
+{
+    const variant *v = &variants[_i / 12];
+    int P = (_i / 6) % 2 ? 4 : 2, G = (int[]){1, 2, 4}[(_i / 2) % 3], causal = _i % 2;
+    model_case m = {"llama", G, 0, 0};
+    if (accepted(v, P, causal, GLOBAL_BATCH, &m, 4)) compare_model(v, P, causal, GLOBAL_BATCH, &m, MPI_COMM_WORLD, 1);
+}
+END_TEST
+
+/* ZeRO 1-3 on the Llama preset with grouped and multi-query attention
+ * (P = 2, D = 2), and GPT with two K/V groups at P = 4, against one rank. */
+START_TEST(llama_zero_equals_single_rank)
+{
+    const variant *v = &variants[_i / 6];
+    model_case m = {"llama", _i % 2 ? 2 : 1, 1 + (_i / 2) % 3, 0};
+    if (accepted(v, 2, 1, GLOBAL_BATCH, &m, 4)) compare_model(v, 2, 1, GLOBAL_BATCH, &m, MPI_COMM_WORLD, STEPS);
+    model_case gpt = {"gpt", 2, 0, 0};
+    if (_i % 6 == 0 && accepted(v, 4, 1, GLOBAL_BATCH, &gpt, 4))
+        compare_model(v, 4, 1, GLOBAL_BATCH, &gpt, MPI_COMM_WORLD, STEPS);
+}
+END_TEST
+
+/* P = 3 on three of the four ranks (6 heads, hidden 48): G = 1 (Ulysses
+ * replicates the one K/V head on every rank) and G = 3 = P. */
+START_TEST(llama_three_ranks)
+{
+    const variant *v = &variants[_i / 2];
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm three;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank, &three);
+    if (three == MPI_COMM_NULL) return;
+    model_case m = {"llama", _i % 2 ? 3 : 1, 0, 1};
+    if (accepted(v, 3, 1, 3, &m, 3)) compare_model(v, 3, 1, 3, &m, three, 1);
+    MPI_Comm_free(&three);
+}
+END_TEST
+
+/* Bytes per link of a layer for the Llama preset with G K/V heads equal
+ * each strategy's formula, and ring's K/V blocks shrink by G/H. */
+START_TEST(gqa_bytes_equal_formula)
+{
+    const variant *v = &variants[_i];
+    double ring_full = 0;
+    for (int P = 2; P <= 4; P *= 2)
+        for (int G = 4; G >= 1; G /= 2) {
+            model_case m = {"llama", G, 0, 0};
+            if (!accepted(v, P, 1, 4, &m, 4)) continue;
+            double f, b, pf;
+            spb_comm_volume vol;
+            measured_layer_bytes_model(v, P, 96, &f, &b, &pf, &vol, &m);
+            say("%-8s %-10s P=%d G=%d llama bytes/link/layer forward %.0f (formula %.0f) backward %.0f (formula "
+                "%.0f)\n",
+                v->strategy, label(v), P, G, f, vol.forward_bytes, b, vol.backward_bytes);
+            ck_assert(f > 0);
+            ck_assert_double_eq(f, vol.forward_bytes);
+            ck_assert_double_eq(b, vol.backward_bytes);
+            if (!strcmp(v->strategy, "ring")) {
+                if (G == 4) ring_full = f;
+                ck_assert_double_eq(f, ring_full * G / 4.0);
+            }
+        }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -359,6 +518,10 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, checkpointing_is_exact, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, zero_equals_stage_0, 0, NUM_VARIANTS * 12 + 6);
     tcase_add_test(tc, ulysses_volume_scales_as_the_paper_says);
+    tcase_add_loop_test(tc, llama_equals_single_rank, 0, NUM_VARIANTS * 12);
+    tcase_add_loop_test(tc, llama_zero_equals_single_rank, 0, NUM_VARIANTS * 6);
+    tcase_add_loop_test(tc, llama_three_ranks, 0, NUM_VARIANTS * 2);
+    tcase_add_loop_test(tc, gqa_bytes_equal_formula, 0, NUM_VARIANTS);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

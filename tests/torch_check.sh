@@ -53,5 +53,22 @@ run dp2-accum "$mpiexec" -np 2 "$spbench" $small_model --micro-batch-size 1 --gl
 # shellcheck disable=SC2086
 run ulysses-zero3 "$mpiexec" -np 2 "$spbench" $small --strategy ulysses --sp-degree 2 --zero-stage 3 \
     --global-batch-size 6
+# Today's models (issue 35): the Llama preset (RoPE, RMSNorm, SwiGLU, untied
+# head, no biases) with grouped-query and multi-query attention, on one rank
+# and split by Ulysses (K/V head replicated, G < P), Megatron-SP and ring;
+# GPT with some of the options alone.
+# shellcheck disable=SC2086
+run llama-gqa "$spbench" $small --model llama --num-query-groups 2 --ffn-hidden-size 48
+# shellcheck disable=SC2086
+run llama-mqa-ulysses "$mpiexec" -np 2 "$spbench" $small --model llama --num-query-groups 1 --ffn-hidden-size 48 \
+    --strategy ulysses --sp-degree 2
+# shellcheck disable=SC2086
+run llama-megatron-zero2 "$mpiexec" -np 2 "$spbench" $small --model llama --num-query-groups 2 \
+    --ffn-hidden-size 48 --strategy megatron --sp-degree 2 --zero-stage 2
+# shellcheck disable=SC2086
+run gpt-gqa-rope-ring "$mpiexec" -np 2 "$spbench" $small --num-query-groups 2 --position-embedding-type rope \
+    --strategy ring --ring-layout zigzag --sp-degree 2
+# shellcheck disable=SC2086
+run gpt-swiglu-untied "$spbench" $small --swiglu --untie-embeddings-and-output-weights --normalization rmsnorm
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -68,6 +68,11 @@ VERSION = 1
 CKPT_HEAD = struct.Struct("<8sII10qQ")
 # magic, version, header bytes, B, T, V, num_params, loss
 DUMP_HEAD = struct.Struct("<8sII4qd")
+# the model variant at byte 136: K/V heads (0: = heads), flags, RoPE base
+CKPT_VARIANT = struct.Struct("<qqd")
+VARIANT_AT = 136
+ROPE, RMSNORM, SWIGLU, UNTIED, NO_BIAS = 1, 2, 4, 8, 16
+GPT = {"kv_heads": 0, "flags": 0, "rotary_base": 0.0}
 
 LAYER_TENSORS = ("ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
                  "ln2_w", "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b")
@@ -81,17 +86,52 @@ class FormatError(Exception):
 # Model description
 # ---------------------------------------------------------------------------
 
-def param_shapes(L, C, F_, V, Pmax):
-    """[(name, shape)] in the flat parameter order of FORMATS.md."""
-    out = [("wte", (V, C)), ("wpe", (Pmax, C))]
+def param_shapes(L, C, F_, V, Pmax, H=1, variant=GPT):
+    """[(name, shape)] in the flat parameter order of FORMATS.md: GPT, or
+    its variant (RoPE: no wpe; RMSNorm: no norm biases; no-bias: no linear
+    biases; SwiGLU: fc [2F, C] as [gate; up]; G K/V heads: qkv rows
+    (H + 2G)·D; untied: lm_head [V, C] last)."""
+    fl = variant["flags"]
+    D = C // H
+    G = variant["kv_heads"] or H
+    W = (H + 2 * G) * D
+    F2 = 2 * F_ if fl & SWIGLU else F_
+    out = [("wte", (V, C))]
+    if not fl & ROPE:
+        out.append(("wpe", (Pmax, C)))
     for l in range(L):
-        shp = {"ln1_w": (C,), "ln1_b": (C,), "qkv_w": (3 * C, C),
-               "qkv_b": (3 * C,), "proj_w": (C, C), "proj_b": (C,),
-               "ln2_w": (C,), "ln2_b": (C,), "fc_w": (F_, C), "fc_b": (F_,),
+        shp = {"ln1_w": (C,), "ln1_b": (C,), "qkv_w": (W, C),
+               "qkv_b": (W,), "proj_w": (C, C), "proj_b": (C,),
+               "ln2_w": (C,), "ln2_b": (C,), "fc_w": (F2, C), "fc_b": (F2,),
                "fcproj_w": (C, F_), "fcproj_b": (C,)}
-        out += [("h%d.%s" % (l, n), shp[n]) for n in LAYER_TENSORS]
-    out += [("lnf_w", (C,)), ("lnf_b", (C,))]
+        for n in LAYER_TENSORS:
+            if n in ("ln1_b", "ln2_b") and fl & RMSNORM:
+                continue
+            if n in ("qkv_b", "proj_b", "fc_b", "fcproj_b") and fl & NO_BIAS:
+                continue
+            out.append(("h%d.%s" % (l, n), shp[n]))
+    out.append(("lnf_w", (C,)))
+    if not fl & RMSNORM:
+        out.append(("lnf_b", (C,)))
+    if fl & UNTIED:
+        out.append(("lm_head", (V, C)))
     return out
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def rope(x, base):
+    """Rotary embedding of x [B, heads, T, D] at positions 0..T-1, Llama's
+    rotate_half convention (pairs i and i + D/2)."""
+    T, D = x.shape[-2], x.shape[-1]
+    inv = base ** (-torch.arange(0, D // 2, dtype=torch.float64) * 2.0 / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]     # [T, D/2]
+    cos = torch.cat([ang.cos(), ang.cos()], dim=-1).to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], dim=-1).to(x.dtype)
+    half = torch.cat([-x[..., D // 2:], x[..., :D // 2]], dim=-1)
+    return x * cos + half * sin
 
 
 def numel(shape):
@@ -120,31 +160,51 @@ def gelu_tanh(x):
 def forward(P, cfg, idx, targets):
     """Mean cross-entropy loss.  P: {name: tensor}; idx, targets: [B, T] int64."""
     L, C, H = cfg["num_layers"], cfg["hidden"], cfg["heads"]
+    fl = cfg.get("flags", 0)
+    G = cfg.get("kv_heads", 0) or H
     D = C // H
     B, T = idx.shape
     eps = 1e-5
-    x = F.embedding(idx, P["wte"]) + P["wpe"][:T].unsqueeze(0)       # [B,T,C]
+    x = F.embedding(idx, P["wte"])                                       # [B,T,C]
+    if not fl & ROPE:
+        x = x + P["wpe"][:T].unsqueeze(0)
+
+    def norm(x, w, b):
+        return rms_norm(x, w, eps) if fl & RMSNORM else F.layer_norm(x, (C,), w, b, eps)
+
+    def linear(x, w, b):
+        y = torch.matmul(x, w.t())
+        return y if b is None else y + b
     causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     scale = 1.0 / math.sqrt(D)
     for l in range(L):
-        p = lambda n: P["h%d.%s" % (l, n)]
-        a = F.layer_norm(x, (C,), p("ln1_w"), p("ln1_b"), eps)
-        qkv = torch.matmul(a, p("qkv_w").t()) + p("qkv_b")             # [B,T,3C]
-        q, k, v = qkv.split(C, dim=-1)        # rows: q all heads | k | v
+        p = lambda n: P.get("h%d.%s" % (l, n))
+        a = norm(x, p("ln1_w"), p("ln1_b"))
+        qkv = linear(a, p("qkv_w"), p("qkv_b"))                         # [B,T,(H+2G)D]
+        q, k, v = qkv.split([H * D, G * D, G * D], dim=-1)  # rows: q all heads | k | v
         # head h = columns h*D .. h*D+D-1 of each of q, k, v
         q = q.reshape(B, T, H, D).transpose(1, 2)                      # [B,H,T,D]
-        k = k.reshape(B, T, H, D).transpose(1, 2)
-        v = v.reshape(B, T, H, D).transpose(1, 2)
+        k = k.reshape(B, T, G, D).transpose(1, 2)                      # [B,G,T,D]
+        v = v.reshape(B, T, G, D).transpose(1, 2)
+        if fl & ROPE:
+            q, k = rope(q, cfg["rotary_base"]), rope(k, cfg["rotary_base"])
+        # grouped-query attention: query head h reads K/V head h // (H/G)
+        k = k.repeat_interleave(H // G, dim=1)
+        v = v.repeat_interleave(H // G, dim=1)
         s = torch.matmul(q, k.transpose(-2, -1)) * scale               # [B,H,T,T]
         s = s.masked_fill(~causal, float("-inf"))
         att = torch.softmax(s, dim=-1)
         o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, C)
-        x = x + (torch.matmul(o, p("proj_w").t()) + p("proj_b"))
-        m = F.layer_norm(x, (C,), p("ln2_w"), p("ln2_b"), eps)
-        u = gelu_tanh(torch.matmul(m, p("fc_w").t()) + p("fc_b"))
-        x = x + (torch.matmul(u, p("fcproj_w").t()) + p("fcproj_b"))
-    y = F.layer_norm(x, (C,), P["lnf_w"], P["lnf_b"], eps)
-    logits = torch.matmul(y, P["wte"].t())                              # tied head
+        x = x + linear(o, p("proj_w"), p("proj_b"))
+        m = norm(x, p("ln2_w"), p("ln2_b"))
+        if fl & SWIGLU:
+            gate, up = linear(m, p("fc_w"), p("fc_b")).chunk(2, dim=-1)
+            u = F.silu(gate) * up
+        else:
+            u = gelu_tanh(linear(m, p("fc_w"), p("fc_b")))
+        x = x + linear(u, p("fcproj_w"), p("fcproj_b"))
+    y = norm(x, P["lnf_w"], P.get("lnf_b"))
+    logits = torch.matmul(y, P["lm_head"].t() if fl & UNTIED else P["wte"].t())  # tied unless untied
     V = P["wte"].shape[0]
     return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T))
 
@@ -181,6 +241,12 @@ def read_checkpoint(path):
             "has_optimizer")
     cfg = dict(zip(keys, f[3:13]))
     cfg["seed"] = f[13]
+    cfg["kv_heads"], cfg["flags"], cfg["rotary_base"] = CKPT_VARIANT.unpack_from(buf, VARIANT_AT)
+    if cfg["kv_heads"] < 0 or (cfg["kv_heads"] and cfg["heads"] % cfg["kv_heads"]):
+        raise FormatError("%s: K/V heads %d do not divide heads %d"
+                          % (path, cfg["kv_heads"], cfg["heads"]))
+    if cfg["flags"] & ROPE and cfg["rotary_base"] <= 1:
+        raise FormatError("%s: RoPE with base %g" % (path, cfg["rotary_base"]))
     for k in ("num_layers", "hidden", "heads", "ffn_hidden", "vocab",
               "max_position_embeddings", "seq_length"):
         if cfg[k] <= 0:
@@ -192,7 +258,7 @@ def read_checkpoint(path):
         raise FormatError("%s: has_optimizer = %d, want 0 or 1"
                           % (path, cfg["has_optimizer"]))
     shapes = param_shapes(cfg["num_layers"], cfg["hidden"], cfg["ffn_hidden"],
-                          cfg["vocab"], cfg["max_position_embeddings"])
+                          cfg["vocab"], cfg["max_position_embeddings"], cfg["heads"], cfg)
     n = sum(numel(s) for _, s in shapes)
     if cfg["num_params"] != n:
         raise FormatError("%s: num_params %d, but the sizes in the header give %d"
@@ -272,7 +338,7 @@ def write_dump(path, loss, inputs, targets, vocab, grad):
 def loss_and_grads(cfg, flat_params, inputs, targets, dtype):
     """Float loss and {name: float64 numpy grad} for flat float32 params."""
     shapes = param_shapes(cfg["num_layers"], cfg["hidden"], cfg["ffn_hidden"],
-                          cfg["vocab"], cfg["max_position_embeddings"])
+                          cfg["vocab"], cfg["max_position_embeddings"], cfg["heads"], cfg)
     P = {k: torch.tensor(v, dtype=dtype, requires_grad=True)
          for k, v in split_flat(flat_params, shapes).items()}
     loss = forward(P, cfg, torch.as_tensor(inputs), torch.as_tensor(targets))
@@ -307,10 +373,13 @@ def cmd_check(args):
         print("note: dump seq_length %d differs from checkpoint seq_length %d"
               % (d["T"], cfg["seq_length"]))
 
-    print("model: L=%d C=%d H=%d F=%d V=%d Pmax=%d | batch B=%d T=%d | "
+    fl = cfg["flags"]
+    variant = ",".join(n for bit, n in ((ROPE, "rope"), (RMSNORM, "rmsnorm"), (SWIGLU, "swiglu"),
+                                        (UNTIED, "untied"), (NO_BIAS, "no-bias")) if fl & bit) or "gpt"
+    print("model: L=%d C=%d H=%d G=%d F=%d V=%d Pmax=%d %s | batch B=%d T=%d | "
           "%d params | reference dtype %s"
-          % (cfg["num_layers"], cfg["hidden"], cfg["heads"], cfg["ffn_hidden"],
-             cfg["vocab"], cfg["max_position_embeddings"], d["B"], d["T"],
+          % (cfg["num_layers"], cfg["hidden"], cfg["heads"], cfg["kv_heads"] or cfg["heads"],
+             cfg["ffn_hidden"], cfg["vocab"], cfg["max_position_embeddings"], variant, d["B"], d["T"],
              cfg["num_params"], args.dtype))
     loss, shapes, grads = loss_and_grads(cfg, params, d["inputs"], d["targets"],
                                          dtype)

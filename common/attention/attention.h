@@ -18,7 +18,7 @@
 
 typedef struct spb_attn_desc {
     int batch;          /* sequences */
-    int heads;          /* query heads (= kv heads for now) */
+    int heads;          /* query heads (kv_heads below) */
     int head_dim;
     int q_len, k_len;   /* rows of this query block, of this key block */
     long q_offset;      /* global position of query row 0 */
@@ -45,6 +45,10 @@ typedef struct spb_attn_desc {
     int sparse_block;   /* tokens per block; 0 = dense */
     int sparse_local;   /* window half-width in blocks, own block included (>= 1) */
     int sparse_global;  /* leading key blocks every query sees */
+    /* Last, so that positional initialisers stay valid.  K/V heads (grouped-query attention, 0: = heads): query head h reads
+     * K/V head h / (heads / kv_heads) (spb_attn_kv_head); K, V, dK, dV hold
+     * kv_heads heads per token.  heads must be a multiple of it. */
+    int kv_heads;
 } spb_attn_desc;
 
 typedef struct spb_attn_backend {
@@ -61,6 +65,13 @@ typedef struct spb_attn_backend {
                      const float *v, const float *o, const float *lse,
                      const float *dout, float *dq, float *dk, float *dv);
 } spb_attn_backend;
+
+/* The K/V head query head h reads (consecutive query heads share one). */
+static inline int spb_attn_kv_head(const spb_attn_desc *d, int h)
+{
+    return d->kv_heads > 0 ? h / (d->heads / d->kv_heads) : h;
+}
+static inline int spb_attn_kv_heads(const spb_attn_desc *d) { return d->kv_heads > 0 ? d->kv_heads : d->heads; }
 
 /* Whether key j of the block is visible to query row i of the block: the
  * per-element definition (the naive backend's mask and the tests' oracle). */
@@ -152,6 +163,14 @@ static inline long spb_attn_operand_extent(const spb_attn_desc *d, int tokens, l
 {
     if (d->batch <= 0 || tokens <= 0) return 0;
     return (long)(d->batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)d->heads * d->head_dim;
+}
+
+/* The same for K and V (and dK, dV): kv_heads heads per token. */
+static inline long spb_attn_kv_extent(const spb_attn_desc *d)
+{
+    if (d->batch <= 0 || d->k_len <= 0) return 0;
+    return (long)(d->batch - 1) * d->k_batch_stride + (long)(d->k_len - 1) * d->k_token_stride +
+           (long)spb_attn_kv_heads(d) * d->head_dim;
 }
 
 extern const spb_attn_backend spb_attn_naive;  /* reference, materialises scores row by row */

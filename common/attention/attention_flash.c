@@ -469,8 +469,8 @@ static void fa_forward_tile(const spb_attn_desc *d, const spb_fa_kernels *kern, 
     const int D = d->head_dim;
     const int mr = d->q_len - i0 < SPB_FA_BR ? d->q_len - i0 : SPB_FA_BR;
     const float *qt = q + b * d->q_batch_stride + i0 * d->q_token_stride + (long)h * D;
-    const float *kb = k + b * d->k_batch_stride + (long)h * D;
-    const float *vb = v + b * d->k_batch_stride + (long)h * D;
+    const float *kb = k + b * d->k_batch_stride + (long)spb_attn_kv_head(d, h) * D;
+    const float *vb = v + b * d->k_batch_stride + (long)spb_attn_kv_head(d, h) * D;
     /* keys beyond kend are masked for every row of this tile */
     const int kend = fa_rows_init(d, i0, mr, rs);
 
@@ -559,12 +559,12 @@ static void fa_backward_head(const spb_attn_desc *d, const spb_fa_kernels *kern,
 {
     const int D = d->head_dim;
     const float *qb = q + b * d->q_batch_stride + (long)h * D;
-    const float *kb = k + b * d->k_batch_stride + (long)h * D;
-    const float *vb = v + b * d->k_batch_stride + (long)h * D;
+    const float *kb = k + b * d->k_batch_stride + (long)spb_attn_kv_head(d, h) * D;
+    const float *vb = v + b * d->k_batch_stride + (long)spb_attn_kv_head(d, h) * D;
     const long obase = b * d->o_batch_stride + (long)h * D;
     float *dqb = dq + b * d->q_batch_stride + (long)h * D; /* dQ has Q's layout */
-    float *dkb = dk + b * d->k_batch_stride + (long)h * D;
-    float *dvb = dv + b * d->k_batch_stride + (long)h * D;
+    float *dkb = dk + b * d->k_batch_stride + (long)spb_attn_kv_head(d, h) * D;
+    float *dvb = dv + b * d->k_batch_stride + (long)spb_attn_kv_head(d, h) * D;
     const float *lb = lse + ((long)b * d->heads + h) * d->q_len;
     const int qts = (int)d->q_token_stride, kts = (int)d->k_token_stride;
     const int ots = (int)d->o_token_stride;
@@ -626,7 +626,10 @@ static void flash_backward(const spb_attn_desc *d, const float *q, const float *
     if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0 || d->head_dim <= 0)
         return;
     const spb_fa_kernels kern = spb_fa_pick();
-    const long nwork = (long)d->batch * d->heads;
+    /* One work item per (sequence, K/V head): the query heads that share a
+     * K/V head accumulate into its dK and dV, so they run in one item. */
+    const int kvh = spb_attn_kv_heads(d), group = d->heads / kvh;
+    const long nwork = (long)d->batch * kvh;
     int failed = 0;
 
 #ifdef _OPENMP
@@ -646,8 +649,9 @@ static void flash_backward(const spb_attn_desc *d, const float *q, const float *
         for (long w = 0; w < nwork; w++) {
             if (!S || !dP)
                 continue;
-            fa_backward_head(d, &kern, (int)(w / d->heads), (int)(w % d->heads), q, k, v, o, lse,
-                             dout, dq, dk, dv, S, dP, Di, nvis, &rs);
+            for (int h = (int)(w % kvh) * group; h < (int)(w % kvh + 1) * group; h++)
+                fa_backward_head(d, &kern, (int)(w / kvh), h, q, k, v, o, lse, dout, dq, dk, dv, S, dP, Di,
+                                 nvis, &rs);
         }
         free(S);
         free(dP);

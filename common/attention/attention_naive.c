@@ -42,7 +42,7 @@ static void naive_forward(const spb_attn_desc *d, const float *q, const float *k
                     if (!spb_attn_visible(d, i, j))
                         continue;
                     any = 1;
-                    const float *kj = k + b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
+                    const float *kj = k + b * d->k_batch_stride + j * d->k_token_stride + (long)spb_attn_kv_head(d, h) * D;
                     double dot = 0.0;
                     for (int c = 0; c < D; c++)
                         dot += (double)qi[c] * kj[c];
@@ -62,7 +62,7 @@ static void naive_forward(const spb_attn_desc *d, const float *q, const float *k
                 for (int j = 0; j < n; j++) {
                     if (!spb_attn_visible(d, i, j))
                         continue;
-                    const float *vj = v + b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
+                    const float *vj = v + b * d->k_batch_stride + j * d->k_token_stride + (long)spb_attn_kv_head(d, h) * D;
                     double p = exp(s[j] - mx);
                     sum += p;
                     for (int c = 0; c < D; c++)
@@ -116,7 +116,7 @@ static void naive_backward(const spb_attn_desc *d, const float *q, const float *
                 for (int j = 0; j < n; j++) {
                     if (!spb_attn_visible(d, i, j))
                         continue;
-                    const long koff = b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
+                    const long koff = b * d->k_batch_stride + j * d->k_token_stride + (long)spb_attn_kv_head(d, h) * D;
                     const float *kj = k + koff;
                     const float *vj = v + koff;
                     double dot = 0.0, dp = 0.0;
@@ -138,7 +138,7 @@ static void naive_backward(const spb_attn_desc *d, const float *q, const float *
                     dqo[c] += (float)((double)d->scale * dqi[c]);
             }
             for (int j = 0; j < d->k_len; j++) {
-                const long koff = b * d->k_batch_stride + j * d->k_token_stride + (long)h * D;
+                const long koff = b * d->k_batch_stride + j * d->k_token_stride + (long)spb_attn_kv_head(d, h) * D;
                 for (int c = 0; c < D; c++) {
                     dk[koff + c] += (float)((double)d->scale * dka[(size_t)j * D + c]);
                     dv[koff + c] += (float)dva[(size_t)j * D + c];

@@ -65,8 +65,10 @@ void spb_bf16_direct_reset_counts(void) { counts = (spb_bf16_direct_counts){0}; 
 
 int spb_bf16_direct_attention_supported(const spb_attn_desc *d)
 {
+    /* grouped-query attention goes through the frames: the CUDA kernels
+     * take as many K/V heads as query heads */
     return (d->head_dim == 64 || d->head_dim == 128) && d->sparse_block <= 0 && d->batch > 0 && d->heads > 0 &&
-           d->q_len > 0 && d->k_len > 0;
+           d->q_len > 0 && d->k_len > 0 && spb_attn_kv_heads(d) == d->heads;
 }
 
 /* One operand: elements [index, index + len) of handle h, all of one
@@ -519,7 +521,7 @@ static int attention_inputs(const spb_attn_desc *d, const float *q, const float 
                             operand *ok, operand *ov)
 {
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long kx = spb_attn_kv_extent(d);
     return bf16_operand(q, qx, oq) && bf16_operand(k, kx, ok) && bf16_operand(v, kx, ov);
 }
 
@@ -557,7 +559,7 @@ int spb_bf16_direct_attention_backward(spb_direct_attention kernel, const spb_at
     const int cudnn = kernel == SPB_DIRECT_CUDNN;
     operand oq, ok_, ov, oo, ol, og;
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long kx = spb_attn_kv_extent(d);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     int ok = DIRECT(SPB_DIRECT_ATTENTION) &&
              (cudnn ? in_use->cudnn_attention_backward != NULL : spb_bf16_direct_attention_supported(d)) &&

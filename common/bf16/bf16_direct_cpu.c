@@ -262,7 +262,7 @@ static void cpu_attention_forward(const spb_attn_desc *d, const spb_bf16 *q, con
                                   spb_bf16 *o, float *lse)
 {
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long kx = spb_attn_kv_extent(d);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     float *q32 = widened(q, qx), *k32 = widened(k, kx), *v32 = widened(v, kx), *o32 = widened(o, ox);
     spb_attn_flash.forward(d, q32, k32, v32, o32, lse);
@@ -277,7 +277,7 @@ static void cpu_attention_backward(const spb_attn_desc *d, const spb_bf16 *q, co
                                    float *dv)
 {
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long kx = spb_attn_kv_extent(d);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     float *q32 = widened(q, qx), *k32 = widened(k, kx), *v32 = widened(v, kx);
     float *o32 = widened(o, ox), *g32 = widened(dout, ox);

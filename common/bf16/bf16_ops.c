@@ -109,6 +109,80 @@ void spb_bf16_layernorm_backward(float *dinp, float *dw, float *db, const float 
     spb_frame_store(&f);
 }
 
+/* The Llama-style operations (ops.h) on fp32 copies through the inner
+ * table, rounded once per output; no direct kernels.  Only tables whose
+ * inner table has them get here (config.c). */
+static const spb_backend *inner_with(const void *entry, const char *what)
+{
+    if (!entry) SPB_DIE("%s: the %s table has no such operation", what, inner->name);
+    return inner;
+}
+
+void spb_bf16_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int rows, int C)
+{
+    const spb_backend *in = inner_with((const void *)inner->rmsnorm_forward, "rmsnorm_forward");
+    spb_frame f = {0};
+    spb_frame_out(&f, &out, (long)rows * C, "rmsnorm_forward (out)");
+    spb_frame_out_f32(&f, &rstd, rows, "rmsnorm_forward (rstd)");
+    spb_frame_in(&f, &inp, (long)rows * C, "rmsnorm_forward (inp)");
+    spb_frame_in(&f, &w, C, "rmsnorm_forward (w)");
+    spb_frame_load(&f);
+    in->rmsnorm_forward(out, rstd, inp, w, rows, C);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                               const float *rstd, int rows, int C)
+{
+    const spb_backend *in = inner_with((const void *)inner->rmsnorm_backward, "rmsnorm_backward");
+    spb_frame f = {0};
+    spb_frame_out(&f, &dinp, (long)rows * C, "rmsnorm_backward (dinp)");
+    spb_frame_out(&f, &dw, C, "rmsnorm_backward (dw)");
+    spb_frame_in(&f, &dout, (long)rows * C, "rmsnorm_backward (dout)");
+    spb_frame_in(&f, &inp, (long)rows * C, "rmsnorm_backward (inp)");
+    spb_frame_in(&f, &w, C, "rmsnorm_backward (w)");
+    spb_frame_in(&f, &rstd, rows, "rmsnorm_backward (rstd)");
+    spb_frame_load(&f);
+    in->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_swiglu_forward(float *out, const float *inp, int rows, int F)
+{
+    const spb_backend *in = inner_with((const void *)inner->swiglu_forward, "swiglu_forward");
+    spb_frame f = {0};
+    spb_frame_out(&f, &out, (long)rows * F, "swiglu_forward (out)");
+    spb_frame_in(&f, &inp, (long)rows * 2 * F, "swiglu_forward (inp)");
+    spb_frame_load(&f);
+    in->swiglu_forward(out, inp, rows, F);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_swiglu_backward(float *dinp, const float *inp, const float *dout, int rows, int F)
+{
+    const spb_backend *in = inner_with((const void *)inner->swiglu_backward, "swiglu_backward");
+    spb_frame f = {0};
+    spb_frame_out(&f, &dinp, (long)rows * 2 * F, "swiglu_backward (dinp)");
+    spb_frame_in(&f, &inp, (long)rows * 2 * F, "swiglu_backward (inp)");
+    spb_frame_in(&f, &dout, (long)rows * F, "swiglu_backward (dout)");
+    spb_frame_load(&f);
+    in->swiglu_backward(dinp, inp, dout, rows, F);
+    spb_frame_store(&f);
+}
+
+void spb_bf16_rope_apply(float *x, const long *positions, int batch, int tokens, long token_stride,
+                         long batch_stride, int heads, int head_dim, double base, int inverse)
+{
+    const spb_backend *in = inner_with((const void *)inner->rope_apply, "rope_apply");
+    if (batch <= 0 || tokens <= 0) return;
+    spb_frame f = {0};
+    long extent = (long)(batch - 1) * batch_stride + (long)(tokens - 1) * token_stride + (long)heads * head_dim;
+    spb_frame_out(&f, &x, extent, "rope_apply (x)"); /* in place: read and written */
+    spb_frame_load(&f);
+    in->rope_apply(x, positions, batch, tokens, token_stride, batch_stride, heads, head_dim, base, inverse);
+    spb_frame_store(&f);
+}
+
 void spb_bf16_gelu_forward(float *out, const float *inp, long n)
 {
     if (spb_bf16_direct_gelu_forward(out, inp, n)) return;
@@ -269,7 +343,7 @@ static void attention_forward(const spb_attn_backend *kernel, const spb_attn_des
                               const float *k, const float *v, float *o, float *lse)
 {
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long kx = spb_attn_kv_extent(d);
     spb_frame f = {0};
     spb_frame_out(&f, &o, spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride), "attention (o)");
     spb_frame_out_f32(&f, &lse, (long)d->batch * d->heads * d->q_len, "attention (lse)");
@@ -286,7 +360,7 @@ static void attention_backward(const spb_attn_backend *kernel, const spb_attn_de
                                float *dq, float *dk, float *dv)
 {
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
-    long kx = spb_attn_operand_extent(d, d->k_len, d->k_token_stride, d->k_batch_stride);
+    long kx = spb_attn_kv_extent(d);
     long ox = spb_attn_operand_extent(d, d->q_len, d->o_token_stride, d->o_batch_stride);
     spb_frame f = {0};
     spb_frame_out(&f, &dq, qx, "attention backward (dq)");

@@ -59,6 +59,13 @@ void spb_bf16_layernorm_forward(float *out, float *mean, float *rstd, const floa
                                 const float *b, int rows, int C);
 void spb_bf16_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                  const float *w, const float *mean, const float *rstd, int rows, int C);
+void spb_bf16_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int rows, int C);
+void spb_bf16_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                               const float *rstd, int rows, int C);
+void spb_bf16_swiglu_forward(float *out, const float *inp, int rows, int F);
+void spb_bf16_swiglu_backward(float *dinp, const float *inp, const float *dout, int rows, int F);
+void spb_bf16_rope_apply(float *x, const long *positions, int batch, int tokens, long token_stride,
+                         long batch_stride, int heads, int head_dim, double base, int inverse);
 void spb_bf16_gelu_forward(float *out, const float *inp, long n);
 void spb_bf16_gelu_backward(float *dinp, const float *inp, const float *dout, long n);
 void spb_bf16_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
@@ -87,6 +94,9 @@ const spb_attn_backend *spb_bf16_attention(const char *name);
     .matmul_forward = spb_bf16_matmul_forward, .matmul_backward = spb_bf16_matmul_backward,                            \
     .matmul_forward_ld = spb_bf16_matmul_forward_ld, .matmul_backward_ld = spb_bf16_matmul_backward_ld,                \
     .layernorm_forward = spb_bf16_layernorm_forward, .layernorm_backward = spb_bf16_layernorm_backward,                \
+    .rmsnorm_forward = spb_bf16_rmsnorm_forward, .rmsnorm_backward = spb_bf16_rmsnorm_backward,                        \
+    .swiglu_forward = spb_bf16_swiglu_forward, .swiglu_backward = spb_bf16_swiglu_backward,                            \
+    .rope_apply = spb_bf16_rope_apply,                                                                                 \
     .gelu_forward = spb_bf16_gelu_forward, .gelu_backward = spb_bf16_gelu_backward,                                    \
     .embedding_forward = spb_bf16_embedding_forward, .embedding_backward = spb_bf16_embedding_backward,                \
     .softmax_xent_forward = spb_bf16_softmax_xent_forward, .softmax_xent_backward = spb_bf16_softmax_xent_backward,    \

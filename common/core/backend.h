@@ -94,6 +94,16 @@ typedef struct spb_backend {
                               const float *b, int rows, int C);
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                const float *w, const float *mean, const float *rstd, int rows, int C);
+    /* Llama-style layers (ops.h's contracts; wpe = NULL in the embedding
+     * means no position table).  NULL in tables that lack them: config.c
+     * refuses those options there. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int rows, int C);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int rows, int C);
+    void (*swiglu_forward)(float *out, const float *inp, int rows, int F);
+    void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int rows, int F);
+    void (*rope_apply)(float *x, const long *positions, int batch, int tokens, long token_stride, long batch_stride,
+                       int heads, int head_dim, double base, int inverse);
     void (*gelu_forward)(float *out, const float *inp, long n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, long n);
     void (*embedding_forward)(float *out, const int *tokens, const float *wte, const float *wpe,

@@ -152,6 +152,18 @@ static int all_finite(const float *x, size_t n, int nonneg)
  * before it: read as "not saved"). */
 enum { STATE_AT = 104 };
 
+/* The model's variant at bytes 136..159 (docs/FORMATS.md; zero in files
+ * written before it: GPT with as many K/V heads as heads): K/V heads, flags,
+ * RoPE base. */
+enum { VARIANT_AT = 136 };
+enum { VARIANT_ROPE = 1, VARIANT_RMSNORM = 2, VARIANT_SWIGLU = 4, VARIANT_UNTIED = 8, VARIANT_NO_BIAS = 16 };
+
+static int64_t variant_flags(const spb_gpt *g)
+{
+    return (g->rope ? VARIANT_ROPE : 0) | (g->rmsnorm ? VARIANT_RMSNORM : 0) | (g->swiglu ? VARIANT_SWIGLU : 0) |
+           (g->untied ? VARIANT_UNTIED : 0) | (g->bias ? 0 : VARIANT_NO_BIAS);
+}
+
 int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *g, const float *params,
                         const float *m, const float *v, long step, const spb_checkpoint_state *state, char *err,
                         size_t errlen)
@@ -163,6 +175,10 @@ int spb_checkpoint_save(const char *path, const spb_config *cfg, const spb_gpt *
     memcpy(h + 16, f, sizeof f);
     uint64_t seed = cfg->seed;
     memcpy(h + 96, &seed, 8);
+    int64_t variant[2] = {g->G, variant_flags(g)};
+    double base = g->rope ? g->rotary_base : 0.0;
+    memcpy(h + VARIANT_AT, variant, sizeof variant);
+    memcpy(h + VARIANT_AT + 16, &base, 8);
     if (state) {
         double scale = state->loss_scale;
         int64_t counts[3] = {state->optimizer_step, state->clean_steps, state->skipped_steps};
@@ -216,6 +232,19 @@ int spb_checkpoint_load(const char *path, const spb_config *cfg, const spb_gpt *
             goto out;
         }
     (void)cfg;
+    int64_t variant[2];
+    double base;
+    memcpy(variant, h + VARIANT_AT, sizeof variant);
+    memcpy(&base, h + VARIANT_AT + 16, 8);
+    if (variant[0] == 0) variant[0] = g->H; /* written before the field: G = H */
+    if (variant[0] != g->G || variant[1] != variant_flags(g) || (g->rope && base != g->rotary_base)) {
+        snprintf(err, errlen,
+                 "checkpoint '%s' is a different model variant (K/V heads %lld, flags %lld, rotary base %g; the run "
+                 "has %d, %lld, %g: see docs/FORMATS.md)",
+                 path, (long long)variant[0], (long long)variant[1], base, g->G, (long long)variant_flags(g),
+                 g->rope ? g->rotary_base : 0.0);
+        goto out;
+    }
     size_t n = (size_t)g->num_global_params;
     /* The header's counters and the file's length, before any tensor is read:
      * a hand-edited or torn file is refused, not half loaded. */
@@ -364,5 +393,14 @@ int spb_checkpoint_read_model(const char *path, spb_config *cfg, char *err, size
     cfg->num_layers = (int)f[0], cfg->hidden_size = (int)f[1], cfg->num_heads = (int)f[2];
     cfg->ffn_hidden_size = (int)f[3], cfg->vocab_size = (int)f[4], cfg->max_position_embeddings = (int)f[5];
     cfg->seq_length = (int)f[6];
+    int64_t variant[2];
+    memcpy(variant, h + VARIANT_AT, sizeof variant);
+    memcpy(&cfg->rotary_base, h + VARIANT_AT + 16, 8);
+    cfg->num_query_groups = (int)variant[0];
+    strcpy(cfg->position_embedding_type, variant[1] & VARIANT_ROPE ? "rope" : "learned");
+    strcpy(cfg->normalization, variant[1] & VARIANT_RMSNORM ? "rmsnorm" : "layernorm");
+    cfg->swiglu = (variant[1] & VARIANT_SWIGLU) != 0;
+    cfg->untie_embeddings_and_output_weights = (variant[1] & VARIANT_UNTIED) != 0;
+    cfg->disable_bias_linear = (variant[1] & VARIANT_NO_BIAS) != 0;
     return 0;
 }

@@ -16,45 +16,63 @@ static const char *layer_tensor_names[SPB_TENSORS_PER_LAYER] = {
     "ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
     "ln2_w", "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"};
 
-/* Fills the tensor table in the documented order (t may be NULL to count);
- * tp > 1 shards qkv/fc by rows and proj/fcproj by columns. */
-static int build_tensor_table(spb_param_tensor *t, int L, int C, int F, int V, int maxpos, int tp,
-                              long *num_local, long *num_global)
+/* Fills the tensor table in the documented order (docs/FORMATS.md; t may
+ * be NULL to count); tp > 1 shards qkv/fc by rows and proj/fcproj by
+ * columns.  The configuration's variant leaves tensors out (no position
+ * table under RoPE, no norm biases under RMSNorm, no linear biases under
+ * --disable-bias-linear) or adds one (the untied LM head, last), and sizes
+ * qkv by the K/V heads and fc by SwiGLU's gate. */
+static int build_tensor_table(spb_param_tensor *t, const spb_config *c, int tp, long *num_local, long *num_global)
 {
+    const int L = c->num_layers, C = c->hidden_size, F = c->ffn_hidden_size, V = c->vocab_size;
+    const int D = C / c->num_heads, G = c->num_query_groups > 0 ? c->num_query_groups : c->num_heads;
+    const int rope = !strcmp(c->position_embedding_type, "rope"), rms = !strcmp(c->normalization, "rmsnorm");
+    const int bias = !c->disable_bias_linear, gated = c->swiglu;
     int n = 0;
     long off = 0, goff = 0;
     const int split_rows[SPB_TENSORS_PER_LAYER] = {0, 0, SPB_SPLIT_QKV_ROWS, SPB_SPLIT_QKV_ROWS, SPB_SPLIT_COLS, 0,
                                                    0, 0, SPB_SPLIT_ROWS, SPB_SPLIT_ROWS, SPB_SPLIT_COLS, 0};
-#define ADD(nm, layer_, r, c, split_, dec)                                                                             \
+    /* row blocks of qkv ([q | k | v]) and of SwiGLU's fc ([gate | up]) */
+    const int qkv_blocks[3] = {c->num_heads * D, G * D, G * D}, fc_blocks[3] = {F, F, 0};
+#define ADD(nm, layer_, r, c_, split_, dec, slot_, blocks_)                                                            \
     do {                                                                                                               \
         int s_ = tp > 1 ? (split_) : SPB_REPLICATED;                                                                   \
         int lr_ = (s_ == SPB_SPLIT_ROWS || s_ == SPB_SPLIT_QKV_ROWS) ? (r) / tp : (r);                                 \
-        int lc_ = s_ == SPB_SPLIT_COLS ? (c) / tp : (c);                                                               \
+        int lc_ = s_ == SPB_SPLIT_COLS ? (c_) / tp : (c_);                                                             \
         if (t) {                                                                                                       \
             snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                           \
             t[n].offset = off, t[n].numel = (long)lr_ * lc_, t[n].rows = lr_, t[n].cols = lc_;                         \
-            t[n].goffset = goff, t[n].grows = (r), t[n].gcols = (c), t[n].split = (spb_split)s_;                       \
-            t[n].layer = (layer_), t[n].decay = (dec);                                                                 \
+            t[n].goffset = goff, t[n].grows = (r), t[n].gcols = (c_), t[n].split = (spb_split)s_;                      \
+            t[n].layer = (layer_), t[n].decay = (dec), t[n].slot = (slot_);                                            \
+            const int *b_ = (blocks_);                                                                                 \
+            for (int i_ = 0; i_ < 3; i_++) t[n].block_rows[i_] = b_ ? b_[i_] : 0;                                      \
         }                                                                                                              \
         off += (long)lr_ * lc_;                                                                                        \
-        goff += (long)(r) * (c);                                                                                       \
+        goff += (long)(r) * (c_);                                                                                      \
         n++;                                                                                                           \
     } while (0)
-    ADD("wte", -1, V, C, SPB_REPLICATED, 1);
-    ADD("wpe", -1, maxpos, C, SPB_REPLICATED, 1);
+    ADD("wte", -1, V, C, SPB_REPLICATED, 1, SPB_SLOT_WTE, NULL);
+    if (!rope) ADD("wpe", -1, c->max_position_embeddings, C, SPB_REPLICATED, 1, SPB_SLOT_WPE, NULL);
     for (int l = 0; l < L; l++) {
-        const int rows[SPB_TENSORS_PER_LAYER] = {C, C, 3 * C, 3 * C, C, C, C, C, F, F, C, C};
+        const int qkv_rows = (c->num_heads + 2 * G) * D, fc_rows = gated ? 2 * F : F;
+        const int rows[SPB_TENSORS_PER_LAYER] = {C, C, qkv_rows, qkv_rows, C, C, C, C, fc_rows, fc_rows, C, C};
         const int cols[SPB_TENSORS_PER_LAYER] = {1, 1, C, 1, C, 1, 1, 1, C, 1, F, 1};
+        /* which of the 12 this variant has: norm biases (1, 7), linear biases (3, 5, 9, 11) */
+        const int present[SPB_TENSORS_PER_LAYER] = {1, !rms, 1, bias, 1, bias, 1, !rms, 1, bias, 1, bias};
         for (int k = 0; k < SPB_TENSORS_PER_LAYER; k++) {
+            if (!present[k]) continue;
             char nm[32];
             snprintf(nm, sizeof nm, "h%d.%s", l, layer_tensor_names[k]);
             /* Column splits apply to the [C, C] and [C, F] matrices only. */
             int split = split_rows[k] == SPB_SPLIT_COLS && cols[k] == 1 ? SPB_REPLICATED : split_rows[k];
-            ADD(nm, l, rows[k], cols[k], split, cols[k] > 1);
+            const int *blocks = k == 2 || k == 3 ? qkv_blocks : NULL;
+            if ((k == 8 || k == 9) && gated) split = SPB_SPLIT_QKV_ROWS, blocks = fc_blocks;
+            ADD(nm, l, rows[k], cols[k], split, cols[k] > 1, k, blocks);
         }
     }
-    ADD("lnf_w", -1, C, 1, SPB_REPLICATED, 0);
-    ADD("lnf_b", -1, C, 1, SPB_REPLICATED, 0);
+    ADD("lnf_w", -1, C, 1, SPB_REPLICATED, 0, SPB_SLOT_LNF_W, NULL);
+    if (!rms) ADD("lnf_b", -1, C, 1, SPB_REPLICATED, 0, SPB_SLOT_LNF_B, NULL);
+    if (c->untie_embeddings_and_output_weights) ADD("lm_head", -1, V, C, SPB_REPLICATED, 1, SPB_SLOT_LM_HEAD, NULL);
 #undef ADD
     *num_local = off;
     *num_global = goff;
@@ -70,8 +88,7 @@ long spb_gpt_count_params(const spb_config *c)
 
 int spb_gpt_tensor_table(const spb_config *c, int tp, spb_param_tensor *t, long *num_local, long *num_global)
 {
-    return build_tensor_table(t, c->num_layers, c->hidden_size, c->ffn_hidden_size, c->vocab_size,
-                              c->max_position_embeddings, tp, num_local, num_global);
+    return build_tensor_table(t, c, tp, num_local, num_global);
 }
 
 int spb_gpt_config_tp(const spb_config *cfg)
@@ -82,17 +99,20 @@ int spb_gpt_config_tp(const spb_config *cfg)
     return s && s->tp_degree ? s->tp_degree(&shape) : 1;
 }
 
-/* The views of tensor k: one of the four globals or field k % 12 of a
- * layer's parameter struct (12 pointers in table order). */
+/* The views of tensor k: one of the globals or a field of a layer's
+ * parameter struct (12 pointers in the GPT table order), by its slot. */
 _Static_assert(sizeof(spb_layer_params) == SPB_TENSORS_PER_LAYER * sizeof(float *), "layer views in table order");
 static float **view_of(spb_gpt *g, int k, int grad)
 {
-    if (k == 0) return grad ? &g->dwte : &g->wte;
-    if (k == 1) return grad ? &g->dwpe : &g->wpe;
-    if (k == g->num_tensors - 2) return grad ? &g->dlnf_w : &g->lnf_w;
-    if (k == g->num_tensors - 1) return grad ? &g->dlnf_b : &g->lnf_b;
-    int l = (k - 2) / SPB_TENSORS_PER_LAYER, f = (k - 2) % SPB_TENSORS_PER_LAYER;
-    return (float **)(grad ? &g->dlayer[l] : &g->layer[l]) + f;
+    const spb_param_tensor *t = &g->tensors[k];
+    switch (t->slot) {
+    case SPB_SLOT_WTE: return grad ? &g->dwte : &g->wte;
+    case SPB_SLOT_WPE: return grad ? &g->dwpe : &g->wpe;
+    case SPB_SLOT_LNF_W: return grad ? &g->dlnf_w : &g->lnf_w;
+    case SPB_SLOT_LNF_B: return grad ? &g->dlnf_b : &g->lnf_b;
+    case SPB_SLOT_LM_HEAD: return grad ? &g->dlm_head : &g->lm_head;
+    default: return (float **)(grad ? &g->dlayer[t->layer] : &g->layer[t->layer]) + t->slot;
+    }
 }
 
 void spb_gpt_point_tensor(spb_gpt *g, int k, float *param, float *grad)
@@ -101,15 +121,16 @@ void spb_gpt_point_tensor(spb_gpt *g, int k, float *param, float *grad)
     if (grad) *view_of(g, k, 1) = grad;
 }
 
-void spb_gpt_unit_tensors(const spb_gpt *g, int unit, int *first, int *last)
+int spb_gpt_unit_tensors(const spb_gpt *g, int unit, int *ks)
 {
-    if (unit == SPB_UNIT_GLOBALS) {
-        *first = 0, *last = 2; /* and the final LayerNorm's two */
-        return;
-    }
-    SPB_CHECK(unit >= 0 && unit < g->L);
-    *first = 2 + SPB_TENSORS_PER_LAYER * unit;
-    *last = *first + SPB_TENSORS_PER_LAYER;
+    SPB_CHECK(unit == SPB_UNIT_GLOBALS || (unit >= 0 && unit < g->L));
+    int n = 0;
+    for (int k = 0; k < g->num_tensors; k++)
+        if (g->tensors[k].layer == (unit == SPB_UNIT_GLOBALS ? -1 : unit)) {
+            SPB_CHECK(n < SPB_TENSORS_PER_LAYER);
+            ks[n++] = k;
+        }
+    return n;
 }
 
 long spb_gpt_global_index(const spb_gpt *g, const spb_param_tensor *t, long i)
@@ -118,9 +139,16 @@ long spb_gpt_global_index(const spb_gpt *g, const spb_param_tensor *t, long i)
     switch (t->split) {
     case SPB_REPLICATED: break;
     case SPB_SPLIT_ROWS: r += (long)g->tp_rank * t->rows; break;
-    case SPB_SPLIT_QKV_ROWS: { /* local rows: [q | k | v] blocks of rows/3 each */
-        long per = t->rows / 3;
-        r = (r / per) * (t->grows / 3) + (long)g->tp_rank * per + r % per;
+    case SPB_SPLIT_QKV_ROWS: { /* local rows: this rank's 1/TP of each row block, in block order */
+        long first = 0; /* the block's first global row */
+        for (int b = 0; b < 3 && t->block_rows[b]; b++) {
+            long per = t->block_rows[b] / g->tp;
+            if (r < per) {
+                r = first + (long)g->tp_rank * per + r;
+                break;
+            }
+            r -= per, first += t->block_rows[b];
+        }
         break;
     }
     case SPB_SPLIT_COLS: c += (long)g->tp_rank * t->cols; break;
@@ -156,19 +184,10 @@ void spb_gpt_scatter_global(const spb_gpt *g, const float *global, float *local)
     }
 }
 
-static void set_views(spb_gpt *g, float *base, float **wte, float **wpe, float **lnf_w, float **lnf_b,
-                      spb_layer_params *lp)
+/* Points every view at its tensor in base (params or grads). */
+static void set_views(spb_gpt *g, float *base, int grad)
 {
-    spb_param_tensor *t = g->tensors;
-    *wte = base + t[0].offset;
-    *wpe = base + t[1].offset;
-    for (int l = 0; l < g->L; l++) {
-        float *p[SPB_TENSORS_PER_LAYER];
-        for (int k = 0; k < SPB_TENSORS_PER_LAYER; k++) p[k] = base + t[2 + SPB_TENSORS_PER_LAYER * l + k].offset;
-        lp[l] = (spb_layer_params){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
-    }
-    *lnf_w = base + t[g->num_tensors - 2].offset;
-    *lnf_b = base + t[g->num_tensors - 1].offset;
+    for (int k = 0; k < g->num_tensors; k++) *view_of(g, k, grad) = base + g->tensors[k].offset;
 }
 
 static float *act(const spb_gpt *g, long n) { return g->be->alloc(SPB_MEM_ACTIVATIONS, n); }
@@ -177,7 +196,7 @@ static float *scratch(const spb_gpt *g, long n) { return g->be->alloc(SPB_MEM_WO
 static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
 {
     return (spb_attn_ctx){.cfg = &g->cfg, .grid = g->grid, .backend = g->attn, .device = g->be, .batch = g->B, .heads = g->Hl,
-                          .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
+                          .kv_heads = g->head_blocks * g->kv_block, .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
                           .seq_length = g->seq_length, .causal = g->causal, .layer = layer, .phase = phase,
                           .flops = &g->attn_flops};
 }
@@ -218,6 +237,22 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->Ttp = g->T * g->tp;
     g->head_blocks = g->strategy->head_blocks ? g->strategy->head_blocks(grid) : 1;
     SPB_CHECK(g->Hl % g->head_blocks == 0);
+    /* Grouped-query attention: each head block gets the K/V heads its query
+     * heads read; fewer K/V heads than blocks replicate one per block (the
+     * same weight rows: the blocks' weight gradients add up in
+     * qkv_backward).  config.c and the strategies' validate made these
+     * divide. */
+    g->G = cfg->num_query_groups > 0 ? cfg->num_query_groups : g->H;
+    SPB_CHECK(g->G % g->tp == 0);
+    g->Gl = g->G / g->tp;
+    g->kv_block = g->Gl >= g->head_blocks ? g->Gl / g->head_blocks : 1;
+    SPB_CHECK(g->Gl >= g->head_blocks ? g->Gl % g->head_blocks == 0 : g->head_blocks % g->Gl == 0);
+    g->qkv_width = g->head_blocks * (g->Hl / g->head_blocks + 2 * g->kv_block) * g->D;
+    g->rope = cfg->rope, g->rmsnorm = cfg->rmsnorm, g->swiglu = cfg->swiglu;
+    g->untied = cfg->untie_embeddings_and_output_weights, g->bias = !cfg->disable_bias_linear;
+    g->rotary_base = cfg->rotary_base;
+    SPB_CHECK(!(g->rope || g->rmsnorm || g->swiglu) ||
+              (g->be->rope_apply && g->be->rmsnorm_forward && g->be->swiglu_forward)); /* config.c refused */
 
     g->positions = SPB_CHECK_PTR(malloc(sizeof(long) * (size_t)g->T));
     if (g->strategy->local_positions) {
@@ -231,11 +266,9 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     for (int t = 0; t < g->Ttp; t++)
         g->positions_tp[t] = g->tp > 1 ? t : g->positions[t];
 
-    g->num_tensors = build_tensor_table(NULL, g->L, g->C, g->F, g->V, g->maxpos, g->tp, &g->num_params,
-                                        &g->num_global_params);
+    g->num_tensors = build_tensor_table(NULL, cfg, g->tp, &g->num_params, &g->num_global_params);
     g->tensors = SPB_CHECK_PTR(calloc((size_t)g->num_tensors, sizeof *g->tensors));
-    build_tensor_table(g->tensors, g->L, g->C, g->F, g->V, g->maxpos, g->tp, &g->num_params,
-                       &g->num_global_params);
+    build_tensor_table(g->tensors, cfg, g->tp, &g->num_params, &g->num_global_params);
     for (int k = 0; k < g->num_tensors; k++) g->any_split |= g->tensors[k].split != SPB_REPLICATED;
     /* ZeRO-3 keeps parameter slices and ZeRO-2/3 gradient slices (common/
      * zero.c); their hooks point the views at gathered or per-unit buffers. */
@@ -243,11 +276,11 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->dlayer = SPB_CHECK_PTR(calloc((size_t)g->L, sizeof *g->dlayer));
     if (cfg->zero_stage < 3) {
         g->params = g->be->alloc(SPB_MEM_PARAMS, g->num_params);
-        set_views(g, g->params, &g->wte, &g->wpe, &g->lnf_w, &g->lnf_b, g->layer);
+        set_views(g, g->params, 0);
     }
     if (cfg->zero_stage < 2) {
         g->grads = g->be->alloc(SPB_MEM_GRADS, g->num_params);
-        set_views(g, g->grads, &g->dwte, &g->dwpe, &g->dlnf_w, &g->dlnf_b, g->dlayer);
+        set_views(g, g->grads, 1);
     }
 
     long BT = (long)g->B * g->T, BR = (long)g->B * g->Ttp, C = g->C;
@@ -264,14 +297,14 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
         a->ln1_out = act(g, BT * C);
         a->ln1_mean = act(g, BT);
         a->ln1_rstd = act(g, BT);
-        a->qkv = act(g, BR * 3 * g->Ca);
+        a->qkv = act(g, BR * g->qkv_width);
         a->atto = act(g, BR * g->Ca);
         a->attn_saved = act(g, saved_n);
         a->res_mid = act(g, BT * C);
         a->ln2_out = act(g, BT * C);
         a->ln2_mean = act(g, BT);
         a->ln2_rstd = act(g, BT);
-        a->fc_pre = act(g, BR * g->Fl);
+        a->fc_pre = act(g, BR * g->Fl * (g->swiglu ? 2 : 1));
         a->fc_act = act(g, BR * g->Fl);
     }
     g->lnf_out = act(g, BT * C);
@@ -281,8 +314,9 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->dx = scratch(g, BT * C);
     g->dtmp = scratch(g, BR * C);
     g->datto = scratch(g, BR * g->Ca);
-    g->dqkv = scratch(g, BR * 3 * g->Ca);
-    g->dfc = scratch(g, BR * g->Fl);
+    g->dqkv = scratch(g, BR * g->qkv_width);
+    g->dfc = scratch(g, BR * g->Fl * (g->swiglu ? 2 : 1));
+    g->dact = g->swiglu ? scratch(g, BR * g->Fl) : g->dfc;
     if (g->checkpoint) g->recompute_out = scratch(g, BT * C);
     if (g->tp > 1) {
         g->region_in = scratch(g, BR * C);
@@ -304,6 +338,7 @@ void spb_gpt_destroy(spb_gpt *g)
     float *bufs[] = {g->lnf_out, g->lnf_mean, g->lnf_rstd, g->probs, g->dx, g->dtmp, g->datto, g->dqkv, g->dfc,
                      g->region_in, g->region_out, g->recompute_out, g->params, g->grads};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) g->be->free(bufs[k]);
+    if (g->swiglu) g->be->free(g->dact); /* its own buffer only under SwiGLU */
     g->be->free(g->inputs);
     g->be->free(g->targets);
     free(g->positions);
@@ -377,39 +412,71 @@ static const float *enter_region(spb_gpt *g, int layer, const float *local, spb_
     return g->region_in;
 }
 
-/* The QKV product and the output projection, in G head blocks when the
- * strategy asks (strategy.h, head_blocks): block j's q, k and v come from
- * rows s·Ca + j·row of qkv_w, and the projection sums the blocks' products
- * with the matching column blocks of proj_w.  G = 1 is one plain product. */
-static void qkv_forward(spb_gpt *g, float *qkv, const float *h, const spb_layer_params *p)
+/* The QKV product and the output projection, in head blocks when the
+ * strategy asks (strategy.h, head_blocks): block j holds its query heads
+ * [j·qb, (j+1)·qb) and the K/V heads they read, kv_block of them from K/V
+ * head j·Gl/G_b (replicated over blocks when Gl < G_b), each from its rows
+ * of qkv_w ([q: Hl·D | k: Gl·D | v: Gl·D] rows); the projection sums the
+ * blocks' products with the matching column blocks of proj_w.  One block
+ * is one plain product: its layout is the weight's row order. */
+typedef struct qkv_part {
+    long w0;       /* first weight row */
+    int rows;      /* rows (= output columns) */
+    long dst;      /* offset in qkv of its first column */
+} qkv_part;
+
+static qkv_part qkv_part_of(const spb_gpt *g, int j, int s)
 {
-    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
-    if (G == 1) {
-        g->be->matmul_forward(qkv, h, p->qkv_w, p->qkv_b, BR, C, 3 * g->Ca);
-        return;
-    }
-    for (int j = 0; j < G; j++)
-        for (int s = 0; s < 3; s++) {
-            long w0 = (long)s * g->Ca + (long)j * row; /* first weight row of this block */
-            g->be->matmul_forward_ld(qkv + (long)j * BR * 3 * row + s * row, 3 * row, h, C, p->qkv_w + w0 * C, C,
-                                  p->qkv_b + w0, BR, C, row, 0);
-        }
+    const int D = g->D, qb = g->Hl / g->head_blocks, kvb = g->kv_block, kv0 = (int)((long)j * g->Gl / g->head_blocks);
+    const long block = (long)g->B * g->Ttp * (g->qkv_width / g->head_blocks);
+    if (s == 0) return (qkv_part){(long)j * qb * D, qb * D, j * block};
+    long k_rows = (long)g->Hl * D + (s == 2 ? (long)g->Gl * D : 0);
+    return (qkv_part){k_rows + (long)kv0 * D, kvb * D, j * block + (long)(qb + (s == 2 ? kvb : 0)) * D};
 }
 
-/* dh = d(qkv) · W (overwritten), dW and db accumulated. */
+/* RoPE on the Q and K heads of every block (they are adjacent in each
+ * token's row), at the region tokens' global positions; inverse: the
+ * backward, on dQ and dK. */
+static void rope_blocks(spb_gpt *g, float *qkv, int inverse)
+{
+    if (!g->rope) return;
+    const int bw = g->qkv_width / g->head_blocks, heads = g->Hl / g->head_blocks + g->kv_block;
+    for (int j = 0; j < g->head_blocks; j++)
+        g->be->rope_apply(qkv + (long)j * g->B * g->Ttp * bw, g->positions_tp, g->B, g->Ttp, bw, (long)g->Ttp * bw,
+                          heads, g->D, g->rotary_base, inverse);
+}
+
+static void qkv_forward(spb_gpt *g, float *qkv, const float *h, const spb_layer_params *p)
+{
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, bw = g->qkv_width / G;
+    if (G == 1) {
+        g->be->matmul_forward(qkv, h, p->qkv_w, p->qkv_b, BR, C, g->qkv_width);
+    } else {
+        for (int j = 0; j < G; j++)
+            for (int s = 0; s < 3; s++) {
+                qkv_part q = qkv_part_of(g, j, s);
+                g->be->matmul_forward_ld(qkv + q.dst, bw, h, C, p->qkv_w + q.w0 * C, C, p->qkv_b ? p->qkv_b + q.w0 : NULL,
+                                         BR, C, q.rows, 0);
+            }
+    }
+    rope_blocks(g, qkv, 0);
+}
+
+/* dh = d(qkv) · W (overwritten), dW and db accumulated (replicated K/V
+ * blocks add into the same rows).  dqkv is after the inverse RoPE. */
 static void qkv_backward(spb_gpt *g, float *dh, spb_layer_params *dp, const float *dqkv, const float *h,
                          const spb_layer_params *p)
 {
-    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, bw = g->qkv_width / G;
     if (G == 1) {
-        g->be->matmul_backward(dh, dp->qkv_w, dp->qkv_b, dqkv, h, p->qkv_w, BR, C, 3 * g->Ca, 0);
+        g->be->matmul_backward(dh, dp->qkv_w, dp->qkv_b, dqkv, h, p->qkv_w, BR, C, g->qkv_width, 0);
         return;
     }
     for (int j = 0; j < G; j++)
         for (int s = 0; s < 3; s++) {
-            long w0 = (long)s * g->Ca + (long)j * row;
-            g->be->matmul_backward_ld(dh, C, dp->qkv_w + w0 * C, C, dp->qkv_b + w0, dqkv + (long)j * BR * 3 * row + s * row,
-                                   3 * row, h, C, p->qkv_w + w0 * C, C, BR, C, row, j > 0 || s > 0);
+            qkv_part q = qkv_part_of(g, j, s);
+            g->be->matmul_backward_ld(dh, C, dp->qkv_w + q.w0 * C, C, dp->qkv_b ? dp->qkv_b + q.w0 : NULL,
+                                      dqkv + q.dst, bw, h, C, p->qkv_w + q.w0 * C, C, BR, C, q.rows, j > 0 || s > 0);
         }
 }
 
@@ -428,6 +495,54 @@ static void proj_backward(spb_gpt *g, float *datto, spb_layer_params *dp, const 
     for (int j = 0; j < G; j++)
         g->be->matmul_backward_ld(datto + (long)j * BR * row, row, dp->proj_w + (long)j * row, g->Ca, NULL, dy, C,
                                atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, BR, row, C, 0);
+}
+
+/* LayerNorm or RMSNorm (mean and b unused by RMSNorm; b NULL there). */
+static void norm_forward(spb_gpt *g, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int rows)
+{
+    if (g->rmsnorm)
+        g->be->rmsnorm_forward(out, rstd, inp, w, rows, g->C);
+    else
+        g->be->layernorm_forward(out, mean, rstd, inp, w, b, rows, g->C);
+}
+
+static void norm_backward(spb_gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int rows)
+{
+    if (g->rmsnorm)
+        g->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, g->C);
+    else
+        g->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, g->C);
+}
+
+/* GELU, or SwiGLU on fc_pre's [gate | up] halves of each row. */
+static void activation_forward(spb_gpt *g, float *act_out, const float *pre, int rows)
+{
+    if (g->swiglu)
+        g->be->swiglu_forward(act_out, pre, rows, g->Fl);
+    else
+        g->be->gelu_forward(act_out, pre, (long)rows * g->Fl);
+}
+
+/* d(act) -> d(pre) in dfc: GELU in place (dact = dfc); SwiGLU's d(pre)
+ * is twice as wide, so its d(act) is in a buffer of its own (g->dact). */
+static void activation_backward(spb_gpt *g, float *dfc, const float *dact, const float *pre, int rows)
+{
+    if (g->swiglu)
+        g->be->swiglu_backward(dfc, pre, dact, rows, g->Fl);
+    else
+        g->be->gelu_backward(dfc, pre, dact, (long)rows * g->Fl);
+}
+
+static void add_bias(spb_gpt *g, float *x, const float *b, long rows)
+{
+    if (b) g->be->add_bias_rows(x, b, rows, g->C);
+}
+
+static void bias_grad(spb_gpt *g, float *db, const float *dy, long rows)
+{
+    if (db) g->be->bias_grad_rows(db, dy, rows, g->C);
 }
 
 /* Row-parallel output: the product is written to `out` directly when TP = 1;
@@ -450,23 +565,23 @@ static void layer_forward(spb_gpt *g, int l, spb_layer_acts *a, const float *x, 
     const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     const spb_layer_params *p = &g->layer[l];
     /* attention block */
-    g->be->layernorm_forward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT, C);
+    norm_forward(g, a->ln1_out, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, BT);
     const float *h = enter_region(g, l, a->ln1_out, phase);
     qkv_forward(g, a->qkv, h, p);
     spb_attn_ctx ctx = region_ctx(g, l, phase);
     g->strategy->attention_forward(&ctx, a->qkv, a->atto, a->attn_saved);
     proj_forward(g, region_product_target(g, a->res_mid), a->atto, p);
     exit_region(g, l, a->res_mid, phase);
-    g->be->add_bias_rows(a->res_mid, p->proj_b, BT, C);
+    add_bias(g, a->res_mid, p->proj_b, BT);
     g->be->add_inplace(a->res_mid, x, (long)BT * C);
     /* MLP block */
-    g->be->layernorm_forward(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT, C);
+    norm_forward(g, a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2_w, p->ln2_b, BT);
     h = enter_region(g, l, a->ln2_out, phase);
-    g->be->matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl);
-    g->be->gelu_forward(a->fc_act, a->fc_pre, (long)BR * g->Fl);
+    g->be->matmul_forward(a->fc_pre, h, p->fc_w, p->fc_b, BR, C, g->Fl * (g->swiglu ? 2 : 1));
+    activation_forward(g, a->fc_act, a->fc_pre, BR);
     g->be->matmul_forward(region_product_target(g, x_out), a->fc_act, p->fcproj_w, NULL, BR, g->Fl, C);
     exit_region(g, l, x_out, phase);
-    g->be->add_bias_rows(x_out, p->fcproj_b, BT, C);
+    add_bias(g, x_out, p->fcproj_b, BT);
     g->be->add_inplace(x_out, a->res_mid, (long)BT * C);
 }
 
@@ -487,8 +602,9 @@ double spb_gpt_forward(spb_gpt *g, const int *inputs, const int *targets)
         layer_forward(g, l, layer_acts(g, l), g->x[l], g->x[l + 1], SPB_PHASE_FORWARD);
         unit_after(g, l, SPB_PHASE_FORWARD);
     }
-    g->be->layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT, C);
-    g->be->matmul_forward(g->probs, g->lnf_out, g->wte, NULL, BT, C, g->V);
+    norm_forward(g, g->lnf_out, g->lnf_mean, g->lnf_rstd, g->x[g->L], g->lnf_w, g->lnf_b, BT);
+    /* the LM head: the token embedding (tied) or its own matrix */
+    g->be->matmul_forward(g->probs, g->lnf_out, g->untied ? g->lm_head : g->wte, NULL, BT, C, g->V);
     double loss_sum = g->be->softmax_xent_forward(g->probs, g->targets, BT, g->V);
     unit_after(g, SPB_UNIT_GLOBALS, SPB_PHASE_FORWARD);
     spb_timer_end(timed);
@@ -519,11 +635,11 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
     const int BT = g->B * g->T, BR = g->B * g->Ttp, C = g->C;
     unit_before(g, SPB_UNIT_GLOBALS, SPB_PHASE_BACKWARD);
     g->be->softmax_xent_backward(g->probs, g->targets, BT, g->V, loss_scale);
-    /* LM head (tied): dlnf_out = dlogits · wte, dwte += dlogitsᵀ · lnf_out */
-    g->be->matmul_backward(g->dtmp, g->dwte, NULL, g->probs, g->lnf_out, g->wte, BT, C, g->V, 0);
+    /* LM head: dlnf_out = dlogits · W, dW += dlogitsᵀ · lnf_out, W = wte (tied) or lm_head */
+    g->be->matmul_backward(g->dtmp, g->untied ? g->dlm_head : g->dwte, NULL, g->probs, g->lnf_out,
+                           g->untied ? g->lm_head : g->wte, BT, C, g->V, 0);
     g->be->zero(g->dx, (long)BT * C);
-    g->be->layernorm_backward(g->dx, g->dlnf_w, g->dlnf_b, g->dtmp, g->x[g->L], g->lnf_w, g->lnf_mean, g->lnf_rstd,
-                           BT, C);
+    norm_backward(g, g->dx, g->dlnf_w, g->dlnf_b, g->dtmp, g->x[g->L], g->lnf_w, g->lnf_mean, g->lnf_rstd, BT);
     /* Local rows of a region-input gradient when TP > 1.  region_in is free
      * by then: the gathered LN output it held has been used. */
     float *dlocal = g->region_in;
@@ -537,27 +653,26 @@ void spb_gpt_backward(spb_gpt *g, float loss_scale)
          * recomputation gives the same bits. */
         if (g->checkpoint) layer_forward(g, l, a, g->x[l], g->recompute_out, SPB_PHASE_RECOMPUTE);
         /* MLP block */
-        g->be->bias_grad_rows(dp->fcproj_b, g->dx, BT, C);
+        bias_grad(g, dp->fcproj_b, g->dx, BT);
         const float *dy = exit_region_backward(g, l, g->dx);
-        g->be->matmul_backward(g->dfc, dp->fcproj_w, NULL, dy, a->fc_act, p->fcproj_w, BR, g->Fl, C, 0);
-        g->be->gelu_backward(g->dfc, a->fc_pre, g->dfc, (long)BR * g->Fl);
+        g->be->matmul_backward(g->dact, dp->fcproj_w, NULL, dy, a->fc_act, p->fcproj_w, BR, g->Fl, C, 0);
+        activation_backward(g, g->dfc, g->dact, a->fc_pre, BR);
         /* Megatron-SP keeps only local LN outputs and gathers them again here. */
         const float *h = enter_region(g, l, a->ln2_out, SPB_PHASE_BACKWARD);
-        g->be->matmul_backward(g->dtmp, dp->fc_w, dp->fc_b, g->dfc, h, p->fc_w, BR, C, g->Fl, 0);
+        g->be->matmul_backward(g->dtmp, dp->fc_w, dp->fc_b, g->dfc, h, p->fc_w, BR, C, g->Fl * (g->swiglu ? 2 : 1), 0);
         const float *dln = enter_region_backward(g, l, g->dtmp, dlocal);
-        g->be->layernorm_backward(g->dx, dp->ln2_w, dp->ln2_b, dln, a->res_mid, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                               BT, C);
+        norm_backward(g, g->dx, dp->ln2_w, dp->ln2_b, dln, a->res_mid, p->ln2_w, a->ln2_mean, a->ln2_rstd, BT);
         /* attention block */
-        g->be->bias_grad_rows(dp->proj_b, g->dx, BT, C);
+        bias_grad(g, dp->proj_b, g->dx, BT);
         dy = exit_region_backward(g, l, g->dx);
         proj_backward(g, g->datto, dp, dy, a->atto, p);
         spb_attn_ctx ctx = region_ctx(g, l, SPB_PHASE_BACKWARD);
         g->strategy->attention_backward(&ctx, a->qkv, a->atto, a->attn_saved, g->datto, g->dqkv);
+        rope_blocks(g, g->dqkv, 1); /* d(rotated) -> d(unrotated): the rotation's transpose */
         h = enter_region(g, l, a->ln1_out, SPB_PHASE_BACKWARD);
         qkv_backward(g, g->dtmp, dp, g->dqkv, h, p);
         dln = enter_region_backward(g, l, g->dtmp, dlocal);
-        g->be->layernorm_backward(g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT,
-                               C);
+        norm_backward(g, g->dx, dp->ln1_w, dp->ln1_b, dln, g->x[l], p->ln1_w, a->ln1_mean, a->ln1_rstd, BT);
         unit_after(g, l, SPB_PHASE_BACKWARD);
     }
     g->be->embedding_backward(g->dwte, g->dwpe, g->dx, g->inputs, g->positions, BT, g->T, C);

@@ -18,11 +18,15 @@
 #include "config.h"
 #include "grid.h"
 
+/* At most this many tensors per layer (GPT's 12; --disable-bias-linear and
+ * --normalization rmsnorm leave some out) and per unit (the globals: at
+ * most wte, wpe, lnf_w, lnf_b, lm_head). */
 enum { SPB_TENSORS_PER_LAYER = 12 };
 
 typedef enum spb_split {
     SPB_REPLICATED = 0,
-    SPB_SPLIT_QKV_ROWS, /* [3C, in]: rows of this rank's heads in each of q, k, v */
+    SPB_SPLIT_QKV_ROWS, /* [out, in] in row blocks (q, k, v; or SwiGLU's gate, up):
+                           this rank's share of each block (block_rows) */
     SPB_SPLIT_ROWS,     /* [out, in]: a contiguous block of output rows */
     SPB_SPLIT_COLS,     /* [out, in]: a contiguous block of input columns */
 } spb_split;
@@ -37,8 +41,15 @@ typedef struct spb_param_tensor {
     spb_split split;
     int layer;        /* -1 outside the blocks */
     int decay;        /* AdamW weight decay applies (matrices, embeddings) */
+    int slot;         /* its view: a field of spb_layer_params (0-11), or SPB_SLOT_* */
+    int block_rows[3]; /* SPB_SPLIT_QKV_ROWS: global rows of each block (0: none) */
 } spb_param_tensor;
 
+/* The views of the tensors outside the layers. */
+enum { SPB_SLOT_WTE = 100, SPB_SLOT_WPE, SPB_SLOT_LNF_W, SPB_SLOT_LNF_B, SPB_SLOT_LM_HEAD };
+
+/* A tensor the configuration leaves out (a bias under
+ * --disable-bias-linear, a norm bias under rmsnorm) has a NULL view. */
 typedef struct spb_layer_params {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
@@ -46,11 +57,11 @@ typedef struct spb_layer_params {
 
 typedef struct spb_layer_acts {
     float *ln1_out, *ln1_mean, *ln1_rstd; /* local tokens */
-    float *qkv, *atto;                    /* TP region tokens, local heads */
+    float *qkv, *atto;                    /* TP region tokens, local heads (qkv: qkv_width per token) */
     float *attn_saved;                    /* the strategy's (log-sum-exp, ...) */
     float *res_mid;                       /* residual after attention, local */
     float *ln2_out, *ln2_mean, *ln2_rstd;
-    float *fc_pre, *fc_act;               /* TP region tokens, local ffn columns */
+    float *fc_pre, *fc_act;               /* TP region tokens, local ffn columns (fc_pre: 2 Fl under SwiGLU) */
 } spb_layer_acts;
 
 /* Where a unit of parameters lives for the duration of its use: ZeRO-3
@@ -76,7 +87,13 @@ typedef struct spb_gpt {
     int tp, tp_rank;   /* tensor-parallel degree and rank (over the SP group) */
     int Hl, Ca, Fl;    /* local heads, attention width H/TP·D, ffn width F/TP */
     int Ttp;           /* tokens per sequence inside a TP region (T·TP) */
-    int head_blocks;   /* G: qkv and atto in G head blocks (strategy.h) */
+    int head_blocks;   /* qkv and atto in this many head blocks (strategy.h) */
+    int G;             /* K/V heads (--num-query-groups) */
+    int Gl;            /* K/V heads of this rank's weight shard: G/TP */
+    int kv_block;      /* K/V heads in each head block: Gl/head_blocks, at least 1 (replicated) */
+    int qkv_width;     /* floats of one token's qkv: head_blocks·(Hl/head_blocks + 2·kv_block)·D */
+    int rope, rmsnorm, swiglu, untied, bias; /* the model's variant (config.h) */
+    double rotary_base;
     int checkpoint;    /* activation checkpointing: keep layer inputs, recompute */
     long *positions;   /* [T] global positions of the local tokens */
     long *positions_tp; /* [Ttp] positions of the TP-region tokens */
@@ -96,8 +113,8 @@ typedef struct spb_gpt {
                               or ZeRO-2/3 (grads) keep only slices */
     spb_param_hooks hooks;
     /* views into params / grads, or into the hooks' buffers */
-    float *wte, *wpe, *lnf_w, *lnf_b;
-    float *dwte, *dwpe, *dlnf_w, *dlnf_b;
+    float *wte, *wpe, *lnf_w, *lnf_b, *lm_head; /* NULL: not in this model */
+    float *dwte, *dwpe, *dlnf_w, *dlnf_b, *dlm_head;
     spb_layer_params *layer, *dlayer;
 
     /* activations of the last forward (the backward needs them) */
@@ -107,6 +124,7 @@ typedef struct spb_gpt {
     float *lnf_out, *lnf_mean, *lnf_rstd, *probs;
     /* scratch */
     float *dx, *dtmp, *datto, *dqkv, *dfc;
+    float *dact; /* d of the MLP activation: dfc itself, or its own buffer under SwiGLU */
     float *region_in, *region_out; /* [B*Ttp][C] TP-region buffers (TP > 1) */
     float *recompute_out;          /* [B*T][C] a recomputed layer's output (discarded) */
 
@@ -131,9 +149,10 @@ int spb_gpt_tensor_table(const spb_config *cfg, int tp, spb_param_tensor *t, lon
 int spb_gpt_config_tp(const spb_config *cfg);
 /* Points the core's view of tensor k at param and/or grad (NULL: unchanged). */
 void spb_gpt_point_tensor(spb_gpt *g, int k, float *param, float *grad);
-/* Tensors [first, last) of a unit (a layer or SPB_UNIT_GLOBALS: the
- * globals are tensors 0, 1 and the last two, returned as two ranges). */
-void spb_gpt_unit_tensors(const spb_gpt *g, int unit, int *first, int *last);
+/* The tensor indices of a unit (a layer, or SPB_UNIT_GLOBALS: those
+ * outside the layers, at both ends of the table) into ks (room for
+ * SPB_TENSORS_PER_LAYER); returns how many. */
+int spb_gpt_unit_tensors(const spb_gpt *g, int unit, int *ks);
 
 /* Parameter count of a configuration, unsharded (no allocation). */
 long spb_gpt_count_params(const spb_config *cfg);

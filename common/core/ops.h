@@ -35,6 +35,22 @@ void spb_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 void spb_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                             const float *mean, const float *rstd, int rows, int C);
 
+/* RMSNorm (common/core/ops_llama_cpu.c): y = x · rstd · w, rstd = (mean(x²) + eps)^-1/2
+ * per row; backward: dinp +=, dw += (as LayerNorm's). */
+void spb_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int rows, int C);
+void spb_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, int rows, int C);
+/* SwiGLU: inp rows are [gate F | up F]; out = silu(gate) * up, [rows][F].
+ * Backward writes d[gate | up] (dinp must not alias dout). */
+void spb_swiglu_forward(float *out, const float *inp, int rows, int F);
+void spb_swiglu_backward(float *dinp, const float *inp, const float *dout, int rows, int F);
+/* Rotary position embedding in place on `heads` consecutive heads of each
+ * token row (rotate-half pairs (i, i + D/2), angle pos · base^(-2i/D));
+ * token t of each sequence sits at global position positions[t].
+ * inverse: rotate back (the transpose: the backward of the rotation). */
+void spb_rope_apply(float *x, const long *positions, int batch, int tokens, long token_stride, long batch_stride,
+                    int heads, int head_dim, double base, int inverse);
+
 void spb_gelu_forward(float *out, const float *inp, long n);
 /* dinp = dout * gelu'(inp)  (dinp may alias dout) */
 void spb_gelu_backward(float *dinp, const float *inp, const float *dout, long n);

@@ -148,8 +148,12 @@ void spb_embedding_forward(float *out, const int *tokens, const float *wte, cons
 {
     for (int r = 0; r < rows; r++) {
         const float *e = wte + (long)tokens[r] * C;
-        const float *p = wpe + positions[r % T] * C;
         float *y = out + (long)r * C;
+        if (!wpe) { /* no position table (rotary positions) */
+            for (int i = 0; i < C; i++) y[i] = e[i];
+            continue;
+        }
+        const float *p = wpe + positions[r % T] * C;
         for (int i = 0; i < C; i++) y[i] = e[i] + p[i];
     }
 }
@@ -160,11 +164,10 @@ void spb_embedding_backward(float *dwte, float *dwpe, const float *dout, const i
     for (int r = 0; r < rows; r++) {
         const float *d = dout + (long)r * C;
         float *de = dwte + (long)tokens[r] * C;
+        for (int i = 0; i < C; i++) de[i] += d[i];
+        if (!dwpe) continue; /* no position table */
         float *dp = dwpe + positions[r % T] * C;
-        for (int i = 0; i < C; i++) {
-            de[i] += d[i];
-            dp[i] += d[i];
-        }
+        for (int i = 0; i < C; i++) dp[i] += d[i];
     }
 }
 

@@ -55,18 +55,8 @@ static void build_class(spb_zero *z, int cls, const spb_gpt *g, MPI_Comm comm)
     if (z->stage >= 2 && c->size > 1) c->reduced = be->alloc(SPB_MEM_COMM, largest / c->size);
 }
 
-/* The tensors of a unit: a layer's 12, or the four globals. */
-static int unit_tensors(const spb_gpt *g, int unit, int *ks)
-{
-    if (unit == SPB_UNIT_GLOBALS) {
-        ks[0] = 0, ks[1] = 1, ks[2] = g->num_tensors - 2, ks[3] = g->num_tensors - 1;
-        return 4;
-    }
-    int first, last;
-    spb_gpt_unit_tensors(g, unit, &first, &last);
-    for (int k = first; k < last; k++) ks[k - first] = k;
-    return last - first;
-}
+/* The tensors of a unit: a layer's, or the globals (gpt.h). */
+static int unit_tensors(const spb_gpt *g, int unit, int *ks) { return spb_gpt_unit_tensors(g, unit, ks); }
 
 static long padded_of(const spb_zero *z, const spb_gpt *g, int k)
 {

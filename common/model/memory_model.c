@@ -43,17 +43,23 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double Ttp = T * tp, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
     const double D_head = C / H, Hl = H / tp, BT = B * T, BR = B * Ttp;
     /* The strategy's attention state per layer: its log-sum-exp, and for
-     * Ulysses the head-layout QKV and O before it: H/U heads of the U·T
-     * tokens of its all-to-all group (U = P: all N; the hybrid's groups of
-     * --ulysses-degree U hold N/R, R = P/U, and their ring keeps the
+     * Ulysses the head-layout QKV and O before it: H/U query heads of the
+     * U·T tokens of its all-to-all group (U = P: all N; the hybrid's groups
+     * of --ulysses-degree U hold N/R, R = P/U, and their ring keeps the
      * log-sum-exp of those).  allgather-kv keeps the log-sum-exp of its
      * own queries, as ring does. */
-    double lse, head_copies = 0;
+    /* K/V heads in a rank's qkv (common/core/gpt.c): G/TP, and under Ulysses
+     * and the hybrid max(G, U) (one replica per rank of the group when G < U). */
     const int hybrid = !strcmp(c->strategy, "hybrid");
-    if (!strcmp(c->strategy, "ulysses") || hybrid) {
-        double U = hybrid && c->ulysses_degree > 0 ? c->ulysses_degree : P;
+    const int ulysses = !strcmp(c->strategy, "ulysses") || hybrid;
+    const double U = hybrid && c->ulysses_degree > 0 ? c->ulysses_degree : P;
+    const double G = c->num_query_groups > 0 ? c->num_query_groups : H;
+    const double Gq = ulysses ? (G > U ? G : U) : G / tp;
+    const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
+    double lse, head_copies = 0;
+    if (ulysses) {
         double Hp = Hl / U, Ng = T * U;
-        head_copies = B * Ng * 4.0 * Hp * D_head;
+        head_copies = B * Ng * (2.0 * Hp + 2.0 * Gq / U) * D_head; /* Q/K/V and O, head layout */
         lse = B * Hp * Ng;
     } else {
         lse = B * Hl * Ttp;
@@ -63,10 +69,10 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
      * (a bf16 log-sum-exp of a few units errs by ~1e-2 absolute, scaling
      * every recomputed softmax row by that much). */
     double per_layer = BT * C                  /* ln1 out */
-                       + BR * 3 * Ca + BR * Ca /* qkv, attention output */
+                       + BR * (Hl + 2 * Gq) * D_head + BR * Ca /* qkv, attention output */
                        + head_copies + BT * C  /* residual after attention */
                        + BT * C                /* ln2 out */
-                       + 2 * BR * Fl;          /* fc before and after GELU */
+                       + BR * fc_width;        /* fc before and after the activation */
     double stats_per_layer = 2 * BT + 2 * BT + lse; /* ln1, ln2 mean and rstd; log-sum-exp */
     double layers = c->checkpoint_activations ? 1 : c->num_layers;
     double values = layers * per_layer + (c->num_layers + 1.0) * BT * C /* residual streams */

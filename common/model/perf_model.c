@@ -12,6 +12,7 @@
 
 #include "strategy.h"
 #include "flops.h"
+#include "gpt.h"
 #include "zero.h"
 
 static const char *elem_names[SPB_ELEM_NUM] = {"ln_fwd", "ln_bwd", "gelu_fwd", "gelu_bwd", "xent_fwd",
@@ -690,6 +691,8 @@ static void elems(compute *c, const spb_profile *p, double scale, spb_elem_kind 
 typedef struct dims {
     double B, N, P, T, C, F, H, hd, V, tp, Ttp, BR, BT, Ca, Fl, Hl, G;
     double Bseq;         /* rows LayerNorm, dropout and residuals run on: BT, or BR without sequence parallelism */
+    double kvb;          /* K/V heads per head block (grouped-query attention; common/core/gpt.c's kv_block) */
+    double gated;        /* 2 under SwiGLU (fc computes [gate | up]), else 1 */
     int ring, zigzag, causal, dropout, fused;
 } dims;
 
@@ -702,6 +705,11 @@ static dims dims_of(const spb_config *c)
     d.Ttp = d.T * d.tp, d.BR = d.B * d.Ttp, d.BT = d.B * d.T;
     d.Ca = d.C / d.tp, d.Fl = d.F / d.tp, d.Hl = d.H / d.tp;
     d.G = !strcmp(c->strategy, "ulysses") ? d.P : 1;
+    {
+        double kv = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / d.tp; /* this rank's K/V heads */
+        d.kvb = kv >= d.G ? kv / d.G : 1;
+    }
+    d.gated = c->swiglu ? 2 : 1;
     d.ring = !strcmp(c->strategy, "ring");
     d.zigzag = d.ring && !strcmp(c->ring_layout, "zigzag");
     d.causal = c->causal;
@@ -714,13 +722,15 @@ static double pairs_square(double n, int causal) { return causal ? n * (n + 1) /
 /* Matrix products of one layer (forward or backward) for one micro-batch. */
 static void layer_gemms(compute *c, const spb_profile *p, double s, const dims *d, int bwd)
 {
+    const double kv_width = d->kvb * d->hd; /* K or V of a head block */
     if (d->G == 1) {
-        linear(c, p, s, d->BR, d->C, 3 * d->Ca, bwd, 1);
-    } else {
-        linear(c, p, s, d->BR, d->C, d->Ca / d->G, bwd, 3 * d->G); /* head blocks (Ulysses) */
+        linear(c, p, s, d->BR, d->C, d->Ca + 2 * kv_width, bwd, 1);
+    } else { /* head blocks (Ulysses): Q, K and V of each block */
+        linear(c, p, s, d->BR, d->C, d->Ca / d->G, bwd, d->G);
+        linear(c, p, s, d->BR, d->C, kv_width, bwd, 2 * d->G);
     }
     linear(c, p, s, d->BR, d->Ca / d->G, d->C, bwd, d->G);
-    linear(c, p, s, d->BR, d->C, d->Fl, bwd, 1);
+    linear(c, p, s, d->BR, d->C, d->gated * d->Fl, bwd, 1);
     linear(c, p, s, d->BR, d->Fl, d->C, bwd, 1);
 }
 
@@ -806,6 +816,14 @@ static void acc(compute *a, const compute *b, double times)
 }
 static double total(const compute *c) { return c->gemm + c->attn + c->other; }
 
+/* Whether the configuration is one of the Llama variants (docs/FORMATS.md;
+ * after spb_config_finalize). */
+static int is_variant(const spb_config *c)
+{
+    return (c->num_query_groups > 0 && c->num_query_groups != c->num_heads) || c->rope || c->rmsnorm || c->swiglu ||
+           c->untie_embeddings_and_output_weights || c->disable_bias_linear;
+}
+
 /* Parameters this rank holds (before ZeRO) and owns under ZeRO >= 1. */
 static void param_counts(const spb_config *c, int world, double *local, double *owned)
 {
@@ -813,6 +831,17 @@ static void param_counts(const spb_config *c, int world, double *local, double *
     double tp = !strcmp(c->strategy, "megatron") ? c->sp_degree : 1;
     double rep = (double)c->vocab_size * C + (double)c->max_position_embeddings * C + L * 6.0 * C + 2.0 * C;
     double shard = L * (3.0 * C * C + 3.0 * C + C * C + F * C + F + C * F);
+    if (is_variant(c)) {
+        /* the variants' tensors, by the core's own table (common/core/gpt.c): the
+         * split ones are the tensor-parallel shards */
+        long n_local = 0, n_global = 0;
+        int n = spb_gpt_tensor_table(c, 1, NULL, &n_local, &n_global);
+        spb_param_tensor *t = calloc((size_t)n, sizeof *t);
+        spb_gpt_tensor_table(c, tp > 1 ? (int)tp : 2, t, &n_local, &n_global);
+        rep = shard = 0;
+        for (int k = 0; k < n; k++) *(t[k].split == SPB_REPLICATED ? &rep : &shard) += (double)t[k].grows * t[k].gcols;
+        free(t);
+    }
     *local = rep + shard / tp;
     /* replicated tensors are cut over D x P ranks, tensor-parallel shards over D */
     double shard_group = tp > 1 ? world / c->sp_degree : world;

@@ -44,6 +44,20 @@ static const option_spec options[] = {
     OPT("seq-length", OPT_INT, seq_length, "sequence length N"),
     OPT("max-position-embeddings", OPT_INT, max_position_embeddings, "position table size (default N)"),
     OPT("init-method-std", OPT_DOUBLE, init_std, "std of weight initialisation (0.02)"),
+    OPT("model", OPT_STRING, model,
+        "gpt (default) | llama: --position-embedding-type rope, --normalization rmsnorm, --swiglu, "
+        "--untie-embeddings-and-output-weights, --disable-bias-linear (the two strings still overridable)"),
+    OPT("num-query-groups", OPT_INT, num_query_groups,
+        "K/V heads G of grouped-query attention (default: --num-attention-heads; 1 = multi-query)"),
+    OPT("position-embedding-type", OPT_STRING, position_embedding_type,
+        "learned (a position table, GPT) | rope (rotary on Q and K at global positions)"),
+    OPT("rotary-base", OPT_DOUBLE, rotary_base, "RoPE base theta (10000)"),
+    OPT("normalization", OPT_STRING, normalization, "layernorm | rmsnorm"),
+    OPT("swiglu", OPT_FLAG, swiglu,
+        "gated MLP silu(x Wg) * (x Wu); --ffn-hidden-size default int(8h/3 / 64) * 64 (Megatron-LM's rule)"),
+    OPT("untie-embeddings-and-output-weights", OPT_FLAG, untie_embeddings_and_output_weights,
+        "an output layer of its own instead of the token embedding"),
+    OPT("disable-bias-linear", OPT_FLAG, disable_bias_linear, "no biases in the QKV, projection and MLP layers"),
     OPT("micro-batch-size", OPT_INT, micro_batch_size, "sequences per rank per micro-step"),
     OPT("global-batch-size", OPT_INT, global_batch_size, "sequences per iteration (default micro x data-parallel)"),
     OPT("train-iters", OPT_INT, train_iters, "iterations"),
@@ -434,9 +448,9 @@ static int check_sizes(const spb_config *c, char *err, size_t errlen)
     for (size_t k = 0; k < sizeof tensors / sizeof tensors[0]; k++)
         if (checked_product(&elems, SPB_MAX_ELEMENTS, 3, tensors[k].a, tensors[k].b, tensors[k].d))
             return fail(err, errlen, "%s is beyond what spbench addresses (more than 2^40 elements)", tensors[k].what);
-    /* parameters: embeddings + L x (4h^2 + 2hF + small) */
+    /* parameters: embeddings + L x (4h^2 + 3hF + small): 3hF bounds SwiGLU's three MLP matrices */
     int64_t per_layer = 0, embed = 0;
-    if (checked_product(&per_layer, SPB_MAX_ELEMENTS, 2, C, 4 * C + 2 * F + 16) ||
+    if (checked_product(&per_layer, SPB_MAX_ELEMENTS, 2, C, 4 * C + 3 * F + 16) ||
         checked_product(&total, SPB_MAX_ELEMENTS, 2, L, per_layer) ||
         checked_product(&embed, SPB_MAX_ELEMENTS, 2, V + Pmax, C) || total + embed > SPB_MAX_ELEMENTS)
         return fail(err, errlen, "a model of --num-layers %d, --hidden-size %d, --ffn-hidden-size %d, --vocab-size %d "
@@ -444,6 +458,53 @@ static int check_sizes(const spb_config *c, char *err, size_t errlen)
                     c->hidden_size, c->ffn_hidden_size, c->vocab_size);
     if (L > (1 << 24)) /* the tensor table holds ~12 entries per layer, counted in ints */
         return fail(err, errlen, "--num-layers %d is beyond what spbench addresses (at most %d)", c->num_layers, 1 << 24);
+    return 0;
+}
+
+/* --model's preset and the issue-35 options' checks; fills the defaults
+ * that depend on them (before the generic ffn default). */
+static int model_options(spb_config *c, char *err, size_t errlen)
+{
+    if (!c->model[0]) strcpy(c->model, "gpt");
+    if (strcmp(c->model, "gpt") && strcmp(c->model, "llama"))
+        return fail(err, errlen, "unknown --model '%s' (gpt, llama)", c->model);
+    if (!strcmp(c->model, "llama")) {
+        if (!c->position_embedding_type[0]) strcpy(c->position_embedding_type, "rope");
+        if (!c->normalization[0]) strcpy(c->normalization, "rmsnorm");
+        c->swiglu = c->untie_embeddings_and_output_weights = c->disable_bias_linear = 1;
+    }
+    if (!c->position_embedding_type[0]) strcpy(c->position_embedding_type, "learned");
+    if (!c->normalization[0]) strcpy(c->normalization, "layernorm");
+    if (strcmp(c->position_embedding_type, "learned") && strcmp(c->position_embedding_type, "rope"))
+        return fail(err, errlen, "unknown --position-embedding-type '%s' (learned, rope)", c->position_embedding_type);
+    if (strcmp(c->normalization, "layernorm") && strcmp(c->normalization, "rmsnorm"))
+        return fail(err, errlen, "unknown --normalization '%s' (layernorm, rmsnorm)", c->normalization);
+    c->rope = !strcmp(c->position_embedding_type, "rope");
+    c->rmsnorm = !strcmp(c->normalization, "rmsnorm");
+    if (c->rotary_base == 0) c->rotary_base = 10000.0;
+    if (!(c->rotary_base > 1.0)) return fail(err, errlen, "--rotary-base must be > 1 (got %g)", c->rotary_base);
+    if (c->rope && (c->hidden_size / c->num_heads) % 2)
+        return fail(err, errlen, "--position-embedding-type rope rotates pairs: head dim %d (hidden / heads) must be "
+                                 "even", c->hidden_size / c->num_heads);
+    if (c->num_query_groups == 0) c->num_query_groups = c->num_heads;
+    if (c->num_query_groups < 0 || c->num_heads % c->num_query_groups)
+        return fail(err, errlen, "--num-query-groups %d must divide --num-attention-heads %d", c->num_query_groups,
+                    c->num_heads);
+    if (c->swiglu && c->ffn_hidden_size == 0) {
+        /* Megatron-LM's default for --swiglu: 2/3 of 4h, down to a multiple of 64 */
+        c->ffn_hidden_size = (int)(4.0 * c->hidden_size * 2.0 / 3.0 / 64.0) * 64;
+        if (c->ffn_hidden_size == 0)
+            return fail(err, errlen, "--swiglu with --hidden-size %d: Megatron-LM's default MLP width "
+                                     "int(8h/3 / 64)·64 is 0; give --ffn-hidden-size", c->hidden_size);
+    }
+    int modern = c->num_query_groups != c->num_heads || c->rope || c->rmsnorm || c->swiglu ||
+                 c->untie_embeddings_and_output_weights || c->disable_bias_linear;
+    /* the CUDA table has no RMSNorm, SwiGLU or RoPE kernels and its attention
+     * kernels take as many K/V heads as heads; the CPU's fp32 table has them
+     * and the 16-bit emulation runs them on fp32 copies */
+    if (modern && strcmp(c->device, "cpu"))
+        return fail(err, errlen, "--model llama and its options (--num-query-groups < heads, rope, rmsnorm, swiglu, "
+                                 "untied head, no biases) run on --device cpu only so far (got %s)", c->device);
     return 0;
 }
 
@@ -476,6 +537,7 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (c->hidden_size > INT_MAX / 4) /* 4h below, 3h in the QKV product: ints */
         return fail(err, errlen, "--hidden-size %d is beyond what spbench addresses (at most %d)", c->hidden_size,
                     INT_MAX / 4);
+    if (model_options(c, err, errlen)) return -1;
     if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
     if (c->ffn_hidden_size < 0) return fail(err, errlen, "--ffn-hidden-size must be positive (got %d)", c->ffn_hidden_size);
     if (c->vocab_size <= 0) return fail(err, errlen, "--vocab-size must be positive (got %d)", c->vocab_size);

@@ -22,6 +22,17 @@ typedef struct spb_config {
     int seq_length;
     int max_position_embeddings; /* default seq_length */
     double init_std;
+    /* today's models (issue 35; Megatron-LM's option names).  --model llama
+     * presets rope, rmsnorm, swiglu, an untied head and no linear biases. */
+    char model[SPB_NAME_MAX];   /* gpt | llama */
+    int num_query_groups;       /* K/V heads G (grouped-query attention); default num_heads */
+    char position_embedding_type[SPB_NAME_MAX]; /* learned | rope */
+    double rotary_base;         /* RoPE theta (10000) */
+    char normalization[SPB_NAME_MAX]; /* layernorm | rmsnorm */
+    int swiglu;                 /* gated MLP: silu(x·Wgᵀ) * (x·Wuᵀ) */
+    int untie_embeddings_and_output_weights; /* an LM head of its own */
+    int disable_bias_linear;    /* no biases on the four linear layers */
+    int rope, rmsnorm;          /* derived from the two strings */
     /* batch */
     int micro_batch_size;
     int global_batch_size;      /* default micro * data-parallel degree */
