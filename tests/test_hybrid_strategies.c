@@ -217,7 +217,7 @@ END_TEST
 START_TEST(replays_run)
 {
     int world = world_size();
-    hcase k = {"hybrid", "zigzag", NULL, world, 2, 1, 0, 0};
+    hcase k = {"hybrid", "zigzag", NULL, world, 2, 1, 0, 0, 0};
     spb_config c;
     spb_grid g;
     config(&c, &k, world, world);
