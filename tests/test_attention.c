@@ -403,9 +403,15 @@ static void compare_backends(const cfg *c, uint64_t seed, double tol)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Grid: lengths x head_dim x causal, fused QKV layout, B = 2, H = 3. */
+/* Grid: lengths x head_dim x causal, fused QKV layout, B = 2, H = 3.
+ * Lengths reach every path of the 64 x 64 tiles: one partial tile, one
+ * just under, exactly, just over a tile, and 130: two full tiles and a
+ * partial one (causal: tiles skipped above the diagonal, fully visible
+ * below it, masked across it).  257 (four full tiles and one row) took
+ * three quarters of the grid's time and reached no other path; it stays in
+ * the offset cases below. */
 
-static const int grid_len[] = {1, 7, 63, 64, 65, 130, 257};
+static const int grid_len[] = {1, 7, 63, 64, 65, 130};
 static const int grid_dim[] = {16, 32, 64};
 #define N_LEN ((int)(sizeof grid_len / sizeof grid_len[0]))
 #define N_DIM ((int)(sizeof grid_dim / sizeof grid_dim[0]))
@@ -876,7 +882,14 @@ END_TEST
 
 /* spb_attn_visible_keys / key_end / row_spans / visible_pairs (used for the
  * counted FLOPs and the flash tile walk) against counting ref_visible
- * element by element, over many shapes and patterns. */
+ * element by element, over many shapes and patterns.  The element checks
+ * are plain comparisons, asserted once per shape with the first mismatch
+ * named: a ck_assert per element (about 15 million) spent most of this
+ * test's time reporting its location to Check's parent process. */
+#define VISIBLE_EXPECT(cond, ...)                                                                                 \
+    do {                                                                                                        \
+        if (!(cond) && !bad++) snprintf(first, sizeof first, __VA_ARGS__);                                      \
+    } while (0)
 START_TEST(test_sparse_visible_counts)
 {
     const int lens[] = {1, 13, 64, 100};
@@ -896,33 +909,40 @@ START_TEST(test_sparse_visible_counts)
                             d.q_offset = c.qoff, d.k_offset = c.koff, d.causal = causal;
                             d.sparse_block = c.sb, d.sparse_local = c.sl, d.sparse_global = c.sg;
                             double pairs = 0;
+                            long bad = 0;
+                            char first[160] = "";
                             for (int i = 0; i < c.Tq; i++) {
                                 int n = 0, end = 0;
                                 for (int j = 0; j < c.Tk; j++) {
                                     int v = ref_visible(&c, c.qoff + i, c.koff + j);
-                                    ck_assert_int_eq(spb_attn_visible(&d, i, j), v);
+                                    VISIBLE_EXPECT(spb_attn_visible(&d, i, j) == v, "visible(%d, %d) != %d", i, j, v);
                                     n += v;
                                     if (v)
                                         end = j + 1;
                                 }
-                                ck_assert_int_eq(spb_attn_visible_keys(&d, i), n);
-                                ck_assert_int_eq(spb_attn_key_end(&d, i), end);
+                                VISIBLE_EXPECT(spb_attn_visible_keys(&d, i) == n, "visible_keys(%d) != %d", i, n);
+                                VISIBLE_EXPECT(spb_attn_key_end(&d, i) == end, "key_end(%d) != %d", i, end);
                                 int span[4], ns = spb_attn_row_spans(&d, i, span);
                                 for (int j = 0; j < c.Tk; j++) {
                                     int in = 0;
                                     for (int s2 = 0; s2 < ns; s2++)
                                         in |= j >= span[2 * s2] && j < span[2 * s2 + 1];
-                                    ck_assert_int_eq(in, ref_visible(&c, c.qoff + i, c.koff + j));
+                                    VISIBLE_EXPECT(in == ref_visible(&c, c.qoff + i, c.koff + j),
+                                                   "row_spans(%d) wrong at key %d", i, j);
                                 }
                                 pairs += n;
                                 checked++;
                             }
+                            ck_assert_msg(bad == 0,
+                                          "Tq %d Tk %d offsets %ld %ld causal %d sparse %d/%d/%d: %ld mismatches, first %s",
+                                          c.Tq, c.Tk, c.qoff, c.koff, causal, c.sb, c.sl, c.sg, bad, first);
                             ck_assert(spb_attn_visible_pairs(&d) == pairs * 6);
                         }
     if (verbose())
         printf("sparse visible counts: %ld rows checked\n", checked);
 }
 END_TEST
+#undef VISIBLE_EXPECT
 
 /* Naive (and flash) sparse attention against a brute force written here:
  * the mask materialised as a matrix from ref_visible, a dense softmax of the

@@ -143,11 +143,11 @@ static double ref_loss(const ref_model *m, const int *in, const int *tg, int T)
 }
 
 /* model: "gpt" or "llama" (with G K/V heads; the MLP 24 wide). */
-static void run_gradcheck(const char *attention, int T, const char *model, int G)
+static void run_gradcheck(const char *attention, int T, int layers, const char *model, int G)
 {
     spb_config cfg;
     spb_config_defaults(&cfg);
-    cfg.num_layers = 2, cfg.hidden_size = 16, cfg.num_heads = 4, cfg.seq_length = T, cfg.vocab_size = 32;
+    cfg.num_layers = layers, cfg.hidden_size = 16, cfg.num_heads = 4, cfg.seq_length = T, cfg.vocab_size = 32;
     cfg.micro_batch_size = B;
     snprintf(cfg.model, sizeof cfg.model, "%s", model);
     cfg.num_query_groups = G;
@@ -209,23 +209,26 @@ static void run_gradcheck(const char *attention, int T, const char *model, int G
     spb_grid_destroy(&grid);
 }
 
-START_TEST(gradcheck_naive) { run_gradcheck("naive", 8, "gpt", 0); }
+START_TEST(gradcheck_naive) { run_gradcheck("naive", 8, 2, "gpt", 0); }
 END_TEST
 
-START_TEST(gradcheck_flash) { run_gradcheck("flash", 8, "gpt", 0); }
+START_TEST(gradcheck_flash) { run_gradcheck("flash", 8, 2, "gpt", 0); }
 END_TEST
 
-/* Longer than one 64-row flash tile, not a multiple of it. */
-START_TEST(gradcheck_flash_multi_tile) { run_gradcheck("flash", 70, "gpt", 0); }
+/* Longer than one 64-row flash tile, not a multiple of it.  One layer: each
+ * layer runs the same code, and the gradient's way from one layer into the
+ * one below is checked by the two cases above (with both backends); a
+ * second layer here doubled the test's time for no other path. */
+START_TEST(gradcheck_flash_multi_tile) { run_gradcheck("flash", 70, 1, "gpt", 0); }
 END_TEST
 
 /* The Llama variant: RoPE, RMSNorm, SwiGLU, untied head, no biases, with
  * two K/V groups and multi-query attention (GPT with grouped queries and
  * biases: tests/torch_check.sh's gpt-gqa-rope-ring). */
-START_TEST(gradcheck_llama_gqa) { run_gradcheck("flash", 8, "llama", 2); }
+START_TEST(gradcheck_llama_gqa) { run_gradcheck("flash", 8, 2, "llama", 2); }
 END_TEST
 
-START_TEST(gradcheck_llama_mqa) { run_gradcheck("naive", 8, "llama", 1); }
+START_TEST(gradcheck_llama_mqa) { run_gradcheck("naive", 8, 2, "llama", 1); }
 END_TEST
 
 int main(int argc, char **argv)
