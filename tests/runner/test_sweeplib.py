@@ -59,7 +59,7 @@ class Parser(unittest.TestCase):
         self.assertEqual({p.series for p in sl.expand(hy, "cpu")}, {"u1", "u2", "u4", "allgather-kv"})
         hp = sl.expand(hy, "paper")
         self.assertEqual({p.series for p in hp}, {"a100", "h100"})
-        self.assertEqual({p.options["ulysses-degree"] for p in hp}, {"1", "2", "4", "8", "16", "32"})
+        self.assertEqual({p.options["ulysses-degree"] for p in hp}, {"1", "2", "4", "8", "16", "32", "64"})
         self.assertTrue(all("scales" not in p.runner for p in hp))
 
     def check_bad(self, name, *fragments):
