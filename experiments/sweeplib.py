@@ -101,13 +101,14 @@ RUNNER_KEYS = {
     "record-loss": "bool",    # pass --loss-log and keep the curve per point
     "timeout": "seconds",     # seconds per point (positive, finite)
     "label": "str",           # series: legend text
+    "scales": "str",          # series: the scales it runs at (default: every scale)
 }
 # Options only the performance model takes (build/spbench-model; docs/MODEL.md),
 # written model.OPTION in [paper].
 MODEL_OPTIONS = {"attn-density": "float", "precision": ("fp32", "bf16", "fp16"), "max-seq": "flag"}
 SWEEP_KEYS = {"name": True, "title": True, "paper": True, "claim": True, "shows": False, "plots": False,
               "description": False}
-PLOT_KINDS = ("seqlen", "gpus", "scaling", "loss", "breakdown", "memory", "bytes", "spdegree")
+PLOT_KINDS = ("seqlen", "gpus", "scaling", "loss", "breakdown", "memory", "bytes", "spdegree", "udegree")
 SCALES = ("cpu", "paper")
 
 # Statuses of a row (docs/FORMATS.md).
@@ -246,8 +247,10 @@ def parse_sweep(path, text=None):
         if kind is None:
             raise SweepError("%s: unknown key '%s' (not a spbench option nor a runner key; see docs/RUNNER.md)"
                              % (where, key))
-        if okey == "label" and section[0] != "series":
-            raise SweepError("%s: 'label' belongs in a [series] section" % where)
+        if okey in ("label", "scales") and section[0] != "series":
+            raise SweepError("%s: '%s' belongs in a [series] section" % (where, okey))
+        if okey == "scales" and any(v not in SCALES for v in value.split()):
+            raise SweepError("%s: bad value '%s' for scales (%s)" % (where, value, ", ".join(SCALES)))
         if tune and (section[0] != "scale" or okey not in SPB_OPTIONS):
             raise SweepError("%s: '%s': tune.OPTION goes in [cpu] or [paper] and names a spbench option" % (where, key))
         values = [value] if kind in ("str", "keys") or okey in ("label",) else value.split()
@@ -323,6 +326,8 @@ def expand(sw, scale, np_override=None):
     order = []   # (combination index, series index): the sweep runs the series back to back at each
                  # combination, so a burst of load on a shared machine does not fall on one series only
     for si, (sname, sopts) in enumerate(sw.series):
+        if "scales" in sopts and scale not in sopts["scales"][0][0].split():
+            continue
         combo = 0
         merged = dict(base)
         merged.update(sopts)
@@ -344,7 +349,7 @@ def expand(sw, scale, np_override=None):
                     vals["sp-degree"] = str(np_)
                 opts = {k: v for k, v in vals.items() if k in SPB_OPTIONS}
                 model_opts = {k[6:]: v for k, v in vals.items() if k.startswith("model.")}
-                runner = {k: v for k, v in vals.items() if k in RUNNER_KEYS}
+                runner = {k: v for k, v in vals.items() if k in RUNNER_KEYS and k != "scales"}
                 axes = [("np", str(np_))] + [(k, vals[k]) for k in zipped + axes_cross if k != "np"]
                 label = runner.pop("label", sname)
                 pt = Point(sw.name, scale, sname, label, opts, np_, axes, runner)

@@ -1,7 +1,8 @@
 /* The performance model (common/model/perf_model.c), under mpiexec -np 4.
  *
  * bytes_equal_measured: for every strategy (Ulysses with all-to-all and
- * with allgather, Megatron-SP, ring contiguous and zigzag, none), P in
+ * with allgather, Megatron-SP, ring contiguous and zigzag, hybrid with U in
+ * {1, 2, 4} dividing P, none), P in
  * {1, 2, 4} (D = 4/P), ZeRO stages 0-3, with and without activation
  * checkpointing, gradient accumulation 2: one real training iteration
  * through common/core/train.h on a tiny model, and the accounting layer's
@@ -34,12 +35,15 @@ static const char *profiles_dir = "profiles";
 
 typedef struct variant {
     const char *strategy, *ring_layout, *ulysses_comm;
+    int ulysses_degree; /* hybrid: U */
 } variant;
 
 static const variant variants[] = {
-    {"none", "contiguous", "alltoall"},    {"ulysses", "contiguous", "alltoall"},
-    {"ulysses", "contiguous", "allgather"}, {"megatron", "contiguous", "alltoall"},
-    {"ring", "contiguous", "alltoall"},    {"ring", "zigzag", "alltoall"},
+    {"none", "contiguous", "alltoall", 0},    {"ulysses", "contiguous", "alltoall", 0},
+    {"ulysses", "contiguous", "allgather", 0}, {"megatron", "contiguous", "alltoall", 0},
+    {"ring", "contiguous", "alltoall", 0},    {"ring", "zigzag", "alltoall", 0},
+    {"hybrid", "zigzag", "alltoall", 1},   {"hybrid", "zigzag", "alltoall", 2},
+    {"hybrid", "contiguous", "allgather", 2}, {"hybrid", "contiguous", "alltoall", 4},
 };
 enum { NUM_VARIANTS = sizeof variants / sizeof variants[0], WORLD = 4 };
 static const int degrees[] = {1, 2, 4};
@@ -54,6 +58,7 @@ static int make_model_config(spb_config *c, const variant *v, int P, int zero, i
     snprintf(c->strategy, sizeof c->strategy, "%s", v->strategy);
     snprintf(c->ring_layout, sizeof c->ring_layout, "%s", v->ring_layout);
     snprintf(c->ulysses_comm, sizeof c->ulysses_comm, "%s", v->ulysses_comm);
+    c->ulysses_degree = v->ulysses_degree;
     if (G > 0) {
         snprintf(c->model, sizeof c->model, "llama");
         c->num_query_groups = G, c->ffn_hidden_size = 96;
@@ -73,9 +78,12 @@ static void check_bytes(int _i, int G)
     const int P = degrees[(_i / NUM_VARIANTS) % 3], zero = (_i / NUM_VARIANTS / 3) % 4,
               ckpt = _i / NUM_VARIANTS / 12;
     spb_config c;
-    if ((!strcmp(v->strategy, "none")) != (P == 1) || make_model_config(&c, v, P, zero, ckpt, G)) return;
+    if ((!strcmp(v->strategy, "none")) != (P == 1) || P % (v->ulysses_degree > 0 ? v->ulysses_degree : 1) ||
+        make_model_config(&c, v, P, zero, ckpt, G))
+        return;
     spb_grid grid;
-    spb_grid_create(&grid, MPI_COMM_WORLD, P);
+    if (v->ulysses_degree > 0) spb_grid_create_nested(&grid, MPI_COMM_WORLD, P, v->ulysses_degree);
+    else spb_grid_create(&grid, MPI_COMM_WORLD, P);
     spb_trainer *t = spb_trainer_create(&c, &grid);
     spb_trainer_step(t); /* warm-up iteration, then one recorded */
     spb_comm_reset();
@@ -89,18 +97,18 @@ static void check_bytes(int _i, int G)
             /* ranks agree on bytes; check on every rank */
             if (!close_enough(r->link_bytes, plan.link[op][ph]) || !close_enough(r->payload_bytes, plan.payload[op][ph]) ||
                 !close_enough((double)r->calls, plan.calls[op][ph]))
-                ck_abort_msg("%s %s P=%d ZeRO %d ckpt %d: %s/%s measured calls %ld payload %.0f link %.0f, model "
+                ck_abort_msg("%s %s U=%d P=%d ZeRO %d ckpt %d: %s/%s measured calls %ld payload %.0f link %.0f, model "
                              "calls %.0f payload %.0f link %.0f",
-                             v->strategy, !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, P, zero,
-                             ckpt, spb_comm_op_name((spb_comm_op)op), spb_comm_phase_name((spb_comm_phase)ph),
+                             v->strategy, !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm,
+                             v->ulysses_degree, P, zero, ckpt, spb_comm_op_name((spb_comm_op)op), spb_comm_phase_name((spb_comm_phase)ph),
                              r->calls, r->payload_bytes, r->link_bytes, plan.calls[op][ph], plan.payload[op][ph],
                              plan.link[op][ph]);
             checked += r->calls > 0;
         }
     if (P > 1 || zero > 0) ck_assert_int_gt(checked, 0);
-    say("  bytes %-8s %-10s P=%d ZeRO %d ckpt %d %s G=%d: %d (op, phase) slots equal\n", v->strategy,
-        !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, P, zero, ckpt, G ? "llama" : "gpt",
-        G ? G : c.num_heads, checked);
+    say("  bytes %-8s %-10s U=%d P=%d ZeRO %d ckpt %d %s G=%d: %d (op, phase) slots equal\n", v->strategy,
+        !strcmp(v->strategy, "ring") ? v->ring_layout : v->ulysses_comm, v->ulysses_degree, P, zero, ckpt,
+        G ? "llama" : "gpt", G ? G : c.num_heads, checked);
     spb_trainer_destroy(t);
     spb_grid_destroy(&grid);
 }
@@ -437,6 +445,114 @@ START_TEST(layout_terms_by_hand)
 }
 END_TEST
 
+/* The 7B shape as a hybrid of P = U x R ranks (world = P, 8 GPUs a node). */
+static void seven_b_hybrid(spb_config *c, int P, int U, int N, const char *layout)
+{
+    spb_config_defaults(c);
+    c->num_layers = 32, c->hidden_size = 4096, c->num_heads = 32, c->vocab_size = 50257, c->seq_length = N;
+    c->sp_degree = P, c->micro_batch_size = 1, c->checkpoint_activations = 1, c->zero_stage = 3;
+    c->ulysses_degree = U;
+    snprintf(c->strategy, sizeof c->strategy, "hybrid");
+    snprintf(c->ring_layout, sizeof c->ring_layout, "%s", layout);
+    char err[512];
+    ck_assert_msg(spb_config_finalize(c, P, err, sizeof err) == 0, "%s", err);
+}
+
+static void same_prediction(const spb_perf_prediction *a, const spb_perf_prediction *b, const char *what, int exact)
+{
+    ck_assert_msg(fabs(a->iter_time - b->iter_time) <= 1e-12 * b->iter_time, "%s: iteration %.12g vs %.12g", what,
+                  a->iter_time, b->iter_time);
+    if (exact) ck_assert_msg(a->mem.total == b->mem.total, "%s: memory", what);
+    for (int op = 0; op < SPB_NUM_OPS; op++)
+        for (int ph = 0; ph < SPB_NUM_PHASES; ph++)
+            ck_assert_msg(fabs(a->comm_exposed[op][ph] - b->comm_exposed[op][ph]) <= 1e-12 * a->iter_time &&
+                              fabs(a->comm_overlapped[op][ph] - b->comm_overlapped[op][ph]) <= 1e-12 * a->iter_time &&
+                              close_enough(a->plan.link[op][ph], b->plan.link[op][ph]) &&
+                              (!exact || a->plan.calls[op][ph] == b->plan.calls[op][ph]),
+                          "%s: %s/%s differs", what, spb_comm_op_name((spb_comm_op)op),
+                          spb_comm_phase_name((spb_comm_phase)ph));
+}
+
+/* The hybrid's ends are Ulysses (U = P) and ring (U = 1; memory aside), and its two
+ * groups are priced by where they run, by hand: on 8-GPU nodes,
+ * A100-80GB-DGX (NVSwitch 240 GB/s + 10 us, InfiniBand 22.5 GB/s + 25 us),
+ * bf16 (2 bytes), 7B (h = 4096, 32 layers, checkpointing: forward and
+ * recompute move the same), b = 1. */
+START_TEST(hybrid_groups_by_hand)
+{
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    char err[512];
+    spb_config c, ref;
+    spb_perf_prediction h, r;
+    /* U = P = 8: Ulysses' prediction; U = 1: ring's, both layouts */
+    seven_b_hybrid(&c, 8, 8, 65536, "contiguous");
+    seven_b(&ref, "ulysses", 8, 65536, 8);
+    ck_assert_int_eq(spb_perf_predict(&c, 8, p, NULL, &h, err, sizeof err), 0);
+    ck_assert_int_eq(spb_perf_predict(&ref, 8, p, NULL, &r, err, sizeof err), 0);
+    same_prediction(&h, &r, "hybrid U = P = 8 vs ulysses", 1);
+    const char *layouts[] = {"contiguous", "zigzag"};
+    for (int k = 0; k < 2; k++) {
+        seven_b_hybrid(&c, 16, 1, 262144, layouts[k]);
+        ref = c;
+        snprintf(ref.strategy, sizeof ref.strategy, "ring");
+        ref.ulysses_degree = 0;
+        ck_assert_int_eq(spb_perf_predict(&c, 16, p, NULL, &h, err, sizeof err), 0);
+        ck_assert_int_eq(spb_perf_predict(&ref, 16, p, NULL, &r, err, sizeof err), 0);
+        /* time and bytes; not memory nor calls: the hybrid keeps the exchange's
+         * head-side copies and its all-to-alls even over one rank (no bytes, no
+         * time; strategies/hybrid.c) */
+        same_prediction(&h, &r, layouts[k], 0);
+        if (k == 0)
+            say("  hybrid U = 1 vs ring, 7B P=16 N=256K: memory %.3f vs %.3f GiB per rank\n", h.mem.total / 1073741824.0,
+                r.mem.total / 1073741824.0);
+    }
+
+    /* P = 16 = U 8 x R 2, N = 256K: T = 16384 tokens a rank.  The all-to-all
+     * stays in the node: 2 calls a layer forward, QKV (3 T h) and O (T h)
+     * elements of 2 bytes, 7/8 of each on the links, at 10 us + bytes / 240
+     * GB/s.  The ring's 2 ranks are 8 apart, on two nodes: 1 hop forward of
+     * K and V (2 T h x 2 bytes) at 25 us + bytes / 22.5 GB/s, hidden or not. */
+    const double T = 16384, hdim = 4096, L = 32;
+    seven_b_hybrid(&c, 16, 8, 262144, "zigzag");
+    ck_assert_int_eq(spb_perf_predict(&c, 16, p, NULL, &h, err, sizeof err), 0);
+    const double qkv = 3 * T * hdim * 2 * 7 / 8, o = T * hdim * 2 * 7 / 8;
+    CLOSE(h.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], L * (2 * 10e-6 + (qkv + o) / 240e9));
+    CLOSE(h.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_RECOMPUTE], L * (2 * 10e-6 + (qkv + o) / 240e9));
+    ck_assert_int_eq(h.plan.group[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], 8);
+    ck_assert_int_eq(h.plan.group[SPB_OP_SENDRECV][SPB_PHASE_FORWARD], 2);
+    ck_assert(h.plan.strided[SPB_OP_SENDRECV][SPB_PHASE_FORWARD]);
+    const double block = 2 * T * hdim * 2;
+    CLOSE(h.plan.link[SPB_OP_SENDRECV][SPB_PHASE_FORWARD], L * block);
+    CLOSE(h.comm_exposed[SPB_OP_SENDRECV][SPB_PHASE_FORWARD] + h.comm_overlapped[SPB_OP_SENDRECV][SPB_PHASE_FORWARD],
+          L * (25e-6 + block / 22.5e9));
+    /* backward, R = 2: K/V out, dK/dV back, the home run: 3 hops across nodes */
+    CLOSE(h.comm_exposed[SPB_OP_SENDRECV][SPB_PHASE_BACKWARD] + h.comm_overlapped[SPB_OP_SENDRECV][SPB_PHASE_BACKWARD],
+          L * 3 * (25e-6 + block / 22.5e9));
+    say("  hybrid 7B P=16 U=8 N=256K: a2a fwd %.4g s (NVSwitch); ring fwd %.4g s exposed, %.4g s hidden (InfiniBand)\n",
+        h.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], h.comm_exposed[SPB_OP_SENDRECV][SPB_PHASE_FORWARD],
+        h.comm_overlapped[SPB_OP_SENDRECV][SPB_PHASE_FORWARD]);
+
+    /* P = 8 = U 2 x R 4 on one node: the ring inside it too, at NVSwitch rates (N = 64K: T = 8192) */
+    seven_b_hybrid(&c, 8, 2, 65536, "contiguous");
+    ck_assert_int_eq(spb_perf_predict(&c, 8, p, NULL, &h, err, sizeof err), 0);
+    const double b8 = 2 * 8192 * hdim * 2;
+    CLOSE(h.comm_exposed[SPB_OP_SENDRECV][SPB_PHASE_FORWARD] + h.comm_overlapped[SPB_OP_SENDRECV][SPB_PHASE_FORWARD],
+          L * 3 * (10e-6 + b8 / 240e9));
+    CLOSE(h.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], L * (2 * 10e-6 + 4 * 8192 * hdim * 2 / 2 / 240e9));
+
+    /* P = 32 = U 16 x R 2: the all-to-all spans two nodes: each rank's payload,
+     * 8/16 of it off the node through its NIC while 7/16 stays on NVSwitch
+     * (N = 256K: T = 8192) */
+    seven_b_hybrid(&c, 32, 16, 262144, "zigzag");
+    ck_assert_int_eq(spb_perf_predict(&c, 32, p, NULL, &h, err, sizeof err), 0);
+    const double pay = 4 * 8192 * hdim * 2;
+    CLOSE(h.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD],
+          L * (2 * 25e-6 + fmax(pay * 8 / 16 / 22.5e9, pay * 7 / 16 / 240e9)));
+    free(p);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -452,6 +568,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, pipeline_terms_by_hand);
     tcase_add_test(tc, unfused_attention_by_hand);
     tcase_add_test(tc, layout_terms_by_hand);
+    tcase_add_test(tc, hybrid_groups_by_hand);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

@@ -472,18 +472,26 @@ typedef struct item_list {
     plan_item it[MAX_ITEMS];
 } item_list;
 
-static void add_item(item_list *l, spb_comm_plan *plan, spb_comm_op op, spb_comm_phase phase, int group, int stride,
-                     double calls, double link)
+/* payload < 0: link bytes over the operation's bus factor (a collective
+ * over one rank moves nothing over a link: its payload must be given) */
+static void add_item_payload(item_list *l, spb_comm_plan *plan, spb_comm_op op, spb_comm_phase phase, int group,
+                             int stride, double calls, double link, double payload)
 {
     if (link <= 0 && calls <= 0) return;
     double bf = spb_comm_bus_factor(op, group);
-    double payload = bf > 0 ? link / bf : 0;
+    if (payload < 0) payload = bf > 0 ? link / bf : 0;
     if (l && l->n < MAX_ITEMS) l->it[l->n++] = (plan_item){op, phase, group, stride, calls, payload, link};
     plan->calls[op][phase] += calls;
     plan->payload[op][phase] += payload;
     plan->link[op][phase] += link;
     plan->group[op][phase] = group;
     plan->strided[op][phase] = stride > 1;
+}
+
+static void add_item(item_list *l, spb_comm_plan *plan, spb_comm_op op, spb_comm_phase phase, int group, int stride,
+                     double calls, double link)
+{
+    add_item_payload(l, plan, op, phase, group, stride, calls, link, -1);
 }
 
 /* How a strategy's per-layer volume splits over operations and calls
@@ -539,10 +547,44 @@ static int strategy_layer_ops(const spb_config *c, layer_ops *o)
         o->calls_bwd[0] = o->calls_bwd[1] = 1;
         return 0;
     }
-    /* hybrid: its all-to-all runs over U contiguous ranks and its ring over
-     * R = P/U ranks strided by U, which this table's one group per
-     * strategy (P, stride 1) cannot price yet */
+    /* hybrid: two groups, hybrid_items */
     return -1;
+}
+
+/* The hybrid's items (strategies/hybrid.c): per layer and micro-batch, the
+ * exchange (2 all-to-alls or allgathers forward, 2 back) over the U
+ * contiguous ranks of a Ulysses group, and the ring over the R = P/U ranks
+ * strided by U that hold the same heads: R-1 hops forward, 2R-1 back.
+ * Bytes from the hooks: the hybrid's ring block (H/U heads of N/R tokens)
+ * is plain ring's block at degree P, so ring's comm_volume over its P-1
+ * (2P-1) hops gives one hop; the rest of the hybrid's comm_volume is the
+ * exchange.  An exchange over one rank (U = 1) still records its calls and
+ * payload (Ulysses' per-rank buffer; allgather: U/P of Ulysses' at P). */
+static void hybrid_items(const spb_config *c, double scale, double per_iter, spb_comm_plan *plan, item_list *items)
+{
+    const int P = c->sp_degree, U = c->ulysses_degree > 0 ? c->ulysses_degree : P, R = P / U;
+    const int gather = !strcmp(c->ulysses_comm, "allgather");
+    const spb_comm_op xop = gather ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL;
+    spb_comm_volume v = spb_strategy_by_name("hybrid")->comm_volume(c, P);
+    spb_comm_volume ring = spb_strategy_by_name("ring")->comm_volume(c, P);
+    spb_comm_volume uly = spb_strategy_by_name("ulysses")->comm_volume(c, P);
+    const double hop_f = ring.forward_bytes / (P - 1), hop_b = ring.backward_bytes / (2.0 * P - 1);
+    const double ring_calls_b = R > 1 ? 2.0 * R - 1 : 0; /* R = 1: no ring, no home run */
+    const double ring_f = (R - 1) * hop_f, ring_b = ring_calls_b * hop_b;
+    const double x_f = v.forward_bytes - ring_f, x_b = v.backward_bytes - ring_b;
+    const double bfU = spb_comm_bus_factor(xop, U), bfP = spb_comm_bus_factor(xop, P);
+    const double share = gather ? (double)U / P : 1.0;
+    const double xp_f = U > 1 ? x_f / bfU : uly.forward_bytes / bfP * share,
+                 xp_b = U > 1 ? x_b / bfU : uly.backward_bytes / bfP * share;
+    const int passes = c->checkpoint_activations ? 3 : 2;
+    for (int k = 0; k < passes; k++) {
+        const spb_comm_phase ph = k == 0 ? SPB_PHASE_FORWARD : k == 1 ? SPB_PHASE_BACKWARD : SPB_PHASE_RECOMPUTE;
+        const int bwd = ph == SPB_PHASE_BACKWARD;
+        add_item_payload(items, plan, xop, ph, U, 1, 2 * per_iter, (bwd ? x_b : x_f) * scale * per_iter,
+                         (bwd ? xp_b : xp_f) * scale * per_iter);
+        add_item(items, plan, SPB_OP_SENDRECV, ph, R, U, (bwd ? ring_calls_b : R - 1) * per_iter,
+                 (bwd ? ring_b : ring_f) * scale * per_iter);
+    }
 }
 
 static int build_plan(const spb_config *c, int world, double elem_bytes, double grad_bytes, spb_comm_plan *plan,
@@ -552,10 +594,12 @@ static int build_plan(const spb_config *c, int world, double elem_bytes, double 
     if (items) items->n = 0;
     const spb_strategy *s = spb_strategy_by_name(c->strategy);
     layer_ops lo;
-    if (!s || strategy_layer_ops(c, &lo)) return -1;
+    const int hybrid = s && !strcmp(c->strategy, "hybrid");
+    if (!s || (strategy_layer_ops(c, &lo) && !hybrid)) return -1;
     const int P = c->sp_degree;
     const double per_iter = (double)c->num_layers * spb_config_accum_steps(c, world);
-    if (P > 1 && s->comm_volume) {
+    if (P > 1 && hybrid) hybrid_items(c, elem_bytes / 4.0, per_iter, plan, items);
+    else if (P > 1 && s->comm_volume) {
         spb_comm_volume v = s->comm_volume(c, P);
         const double scale = elem_bytes / 4.0; /* comm_volume is fp32 bytes */
         for (int k = 0; k < lo.n; k++) {
@@ -690,6 +734,7 @@ static void elems(compute *c, const spb_profile *p, double scale, spb_elem_kind 
 
 typedef struct dims {
     double B, N, P, T, C, F, H, hd, V, tp, Ttp, BR, BT, Ca, Fl, Hl, G;
+    double U, R, Tr;     /* ring attention's groups: R ranks strided by U (U heads-exchange degree), blocks of Tr = N/R tokens */
     double Bseq;         /* rows LayerNorm, dropout and residuals run on: BT, or BR without sequence parallelism */
     double kvb;          /* K/V heads per head block (grouped-query attention; common/core/gpt.c's kv_block) */
     double gated;        /* 2 under SwiGLU (fc computes [gate | up]), else 1 */
@@ -705,12 +750,21 @@ static dims dims_of(const spb_config *c)
     d.Ttp = d.T * d.tp, d.BR = d.B * d.Ttp, d.BT = d.B * d.T;
     d.Ca = d.C / d.tp, d.Fl = d.F / d.tp, d.Hl = d.H / d.tp;
     d.G = !strcmp(c->strategy, "ulysses") ? d.P : 1;
-    {
-        double kv = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / d.tp; /* this rank's K/V heads */
-        d.kvb = kv >= d.G ? kv / d.G : 1;
-    }
     d.gated = c->swiglu ? 2 : 1;
     d.ring = !strcmp(c->strategy, "ring");
+    d.U = 1, d.R = d.P;
+    if (!strcmp(c->strategy, "hybrid")) {
+        /* Ulysses over U ranks (U head blocks, H/U heads a rank), ring attention over R = P/U; R = 1 is Ulysses */
+        d.U = d.G = c->ulysses_degree > 0 ? c->ulysses_degree : d.P;
+        d.R = d.P / d.U;
+        d.ring = d.R > 1;
+    }
+    d.Tr = d.N / d.R;
+    {
+        /* this rank's K/V heads, over the G head blocks (Ulysses: P; hybrid: U; set above) */
+        double kv = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / d.tp;
+        d.kvb = kv >= d.G ? kv / d.G : 1;
+    }
     d.zigzag = d.ring && !strcmp(c->ring_layout, "zigzag");
     d.causal = c->causal;
     d.Bseq = d.BT, d.dropout = 0, d.fused = 0;
@@ -740,17 +794,17 @@ static void layer_gemms(compute *c, const spb_profile *p, double s, const dims *
 static void ring_steps(const spb_profile *p, double s, const spb_perf_options *o, const dims *d, int bwd,
                        compute *first, compute *later)
 {
-    double BH = d->B * d->H;
+    double BH = d->B * d->H / d->G; /* ring: all heads; hybrid: H/U on the head side */
     memset(first, 0, sizeof *first);
     memset(later, 0, sizeof *later);
     if (!d->zigzag) {
-        double T = d->T;
+        double T = d->Tr;
         attn_call(first, p, s, o, BH, pairs_square(T, d->causal), d->hd, d->causal, T, bwd);
         /* steps >= 1: the slowest rank (the last) sees the whole block */
         attn_call(later, p, s, o, BH, T * T, d->hd, 0, T, bwd);
     } else {
         /* each chunk pair a call over BH heads: the factors count the calls */
-        double cch = d->T / 2;
+        double cch = d->Tr / 2;
         if (d->causal) {
             attn_call(first, p, s, o, BH, 2 * pairs_square(cch, 1), d->hd, 1, cch, bwd);
             attn_call(first, p, s, o, BH, cch * cch, d->hd, 0, cch, bwd);
@@ -785,7 +839,7 @@ static void layer_other(compute *c, const spb_profile *p, double s, const dims *
         if (d->tp > 1 && !d->fused) elems(c, p, s, SPB_ELEM_COPY, 4 * BR * C); /* region <-> blocks */
         if (d->ring) {
             elems(c, p, s, SPB_ELEM_COPY, 3 * BT * C);            /* pack K,V; clear O */
-            elems(c, p, s, SPB_ELEM_ADD, 2 * d->P * BT * C);     /* log-sum-exp merges */
+            elems(c, p, s, SPB_ELEM_ADD, 2 * d->R * BT * C);     /* log-sum-exp merges */
         }
     } else {
         elems(c, p, s, SPB_ELEM_LN_BWD, 2 * BS * C);
@@ -793,8 +847,8 @@ static void layer_other(compute *c, const spb_profile *p, double s, const dims *
         elems(c, p, s, SPB_ELEM_ADD, BR * (3 * d->Ca + d->Fl) + 4 * BS * C); /* bias grads, residual grads */
         if (d->tp > 1 && !d->fused) elems(c, p, s, SPB_ELEM_COPY, 6 * BR * C);
         if (d->ring) {
-            elems(c, p, s, SPB_ELEM_COPY, (7 + 2 * d->P) * BT * C); /* clear dQKV, pack, per-step clears, home copy */
-            elems(c, p, s, SPB_ELEM_ADD, 2 * (d->P - 1) * BT * C);  /* received dK/dV */
+            elems(c, p, s, SPB_ELEM_COPY, (7 + 2 * d->R) * BT * C); /* clear dQKV, pack, per-step clears, home copy */
+            elems(c, p, s, SPB_ELEM_ADD, 2 * (d->R - 1) * BT * C);  /* received dK/dV */
         }
     }
 }
@@ -921,26 +975,26 @@ int spb_perf_predict(const spb_config *cfg, int world, const spb_profile *prof_i
 
     /* attention and, for ring, the overlap of transfers with block compute */
     double ring_exposed_f = 0, ring_exposed_b = 0, ring_total_f = 0, ring_total_b = 0;
-    if (d.ring && d.P > 1) {
+    if (d.ring && d.R > 1) {
         compute f0, fl, b0, bl;
         ring_steps(prof, s, &o, &d, 0, &f0, &fl);
         ring_steps(prof, s, &o, &d, 1, &b0, &bl);
-        acc(&lf, &f0, 1), acc(&lf, &fl, d.P - 1);
-        acc(&lb, &b0, 1), acc(&lb, &bl, d.P - 1);
-        double block = out->plan.link[SPB_OP_SENDRECV][SPB_PHASE_FORWARD] / (L * accum) / (d.P - 1);
-        double t1 = spb_perf_collective_time(prof, SPB_OP_SENDRECV, block, block, (int)d.P, 1, world);
-        double t2 = spb_perf_collective_time(prof, SPB_OP_SENDRECV, 2 * block, 2 * block, (int)d.P, 1, world);
+        acc(&lf, &f0, 1), acc(&lf, &fl, d.R - 1);
+        acc(&lb, &b0, 1), acc(&lb, &bl, d.R - 1);
+        double block = out->plan.link[SPB_OP_SENDRECV][SPB_PHASE_FORWARD] / (L * accum) / (d.R - 1);
+        double t1 = spb_perf_collective_time(prof, SPB_OP_SENDRECV, block, block, (int)d.R, (int)d.U, world);
+        double t2 = spb_perf_collective_time(prof, SPB_OP_SENDRECV, 2 * block, 2 * block, (int)d.R, (int)d.U, world);
         /* forward: the transfer posted at step k hides behind step k's blocks */
-        ring_exposed_f = fmax(0, t1 - total(&f0)) + (d.P - 2) * fmax(0, t1 - total(&fl));
-        ring_total_f = (d.P - 1) * t1;
+        ring_exposed_f = fmax(0, t1 - total(&f0)) + (d.R - 2) * fmax(0, t1 - total(&fl));
+        ring_total_f = (d.R - 1) * t1;
         /* backward: K/V at step 0, K/V and dK/dV together at steps 1..P-2,
          * dK/dV at step P-1, then the home run, exposed whole */
-        if (d.P == 2)
+        if (d.R == 2)
             ring_exposed_b = fmax(0, t1 - total(&b0)) + fmax(0, t1 - total(&bl)) + t1;
         else
-            ring_exposed_b = fmax(0, t1 - total(&b0)) + (d.P - 2) * fmax(0, t2 - total(&bl)) +
+            ring_exposed_b = fmax(0, t1 - total(&b0)) + (d.R - 2) * fmax(0, t2 - total(&bl)) +
                              fmax(0, t1 - total(&bl)) + t1;
-        ring_total_b = 2 * t1 + (d.P - 2) * t2 + t1;
+        ring_total_b = 2 * t1 + (d.R - 2) * t2 + t1;
     } else if (d.ring) {
         compute f0, fl, b0, bl;
         ring_steps(prof, s, &o, &d, 0, &f0, &fl);

@@ -54,6 +54,13 @@ class Parser(unittest.TestCase):
         f6 = [p for p in sl.expand(sl.parse_sweep(os.path.join(SWEEPS, "fig6.sweep")), "paper") if p.series == "megatron"]
         self.assertEqual([(p.options["seq-length"], p.model_options["attn-density"]) for p in f6][:2],
                          [("8192", "1"), ("16384", "0.5")])
+        # a series' `scales`: the hybrid's U = 1, 2, 4 series at CPU scale, its U axis per profile at paper scale
+        hy = sl.parse_sweep(os.path.join(SWEEPS, "hybrid.sweep"))
+        self.assertEqual({p.series for p in sl.expand(hy, "cpu")}, {"u1", "u2", "u4", "allgather-kv"})
+        hp = sl.expand(hy, "paper")
+        self.assertEqual({p.series for p in hp}, {"a100", "h100"})
+        self.assertEqual({p.options["ulysses-degree"] for p in hp}, {"1", "2", "4", "8", "16", "32", "64"})
+        self.assertTrue(all("scales" not in p.runner for p in hp))
 
     def check_bad(self, name, *fragments):
         path = os.path.join(HERE, "bad", name + ".sweep")
@@ -88,7 +95,9 @@ class Parser(unittest.TestCase):
                  ("[sweep]\nname = x\n[cpu]\nmemory-budget = lots\n", "a size such as"),
                  ("[sweep]\nname = x\n[paper]\nmodel.speed = 2\n", "unknown key 'model.speed'"),
                  ("[sweep]\nname = x\n[cpu]\nmodel.attn-density = 0.5\n", "belongs in [paper]"),
-                 ("[sweep]\nname = x\n[paper]\nmodel.attn-density = half\n", "bad value 'half'")]
+                 ("[sweep]\nname = x\n[paper]\nmodel.attn-density = half\n", "bad value 'half'"),
+                 ("[sweep]\nname = x\n[cpu]\nscales = cpu\n", "belongs in a [series] section"),
+                 ("[sweep]\nname = x\n[series a]\nscales = gpu\n", "bad value 'gpu' for scales")]
         for text, frag in cases:
             with self.assertRaises(sl.SweepError, msg=text) as cm:
                 sl.parse_sweep("inline.sweep", text)
