@@ -144,21 +144,29 @@ static void hybrid_backward(const spb_attn_ctx *c, const float *qkv, const float
  *     forward 8·b·T·Gu·D·(R−1), backward 8·b·T·Gu·D·(2R−1) bytes (R = 1: 0).
  * U = P gives Ulysses' formula, U = 1 ring's (Gu = G).  Summed here in the
  * order the accounting layer's tests add them (all-to-alls, then sendrecvs). */
-static spb_comm_volume hybrid_comm_volume(const spb_config *cfg, int sp_degree)
+void spb_hybrid_volume_parts(const spb_config *cfg, int sp_degree, double *exchange_payload, double *ring_block)
 {
-    int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree, R = sp_degree / U;
+    int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree;
     const int H = cfg->num_heads, D = cfg->hidden_size / H;
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H, Gu = G > U ? G : U;
     double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);
     double local_floats = local_tokens * cfg->hidden_size;
     int gather = !strcmp(cfg->ulysses_comm, "allgather");
-    double share = spb_comm_bus_factor(gather ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL, U);
     double qkv_payload = 4.0 * local_tokens * (double)(H + 2 * Gu) * D * (gather ? U : 1);
     double o_payload = 4.0 * local_floats * (gather ? U : 1);
-    double block_bytes = 4.0 * 2.0 * local_tokens * (double)Gu * D;
+    *exchange_payload = qkv_payload + o_payload;
+    *ring_block = 4.0 * 2.0 * local_tokens * (double)Gu * D;
+}
+
+static spb_comm_volume hybrid_comm_volume(const spb_config *cfg, int sp_degree)
+{
+    int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree, R = sp_degree / U;
+    double payload, block_bytes;
+    spb_hybrid_volume_parts(cfg, sp_degree, &payload, &block_bytes);
+    double share = spb_comm_bus_factor(!strcmp(cfg->ulysses_comm, "allgather") ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL, U);
     spb_comm_volume v;
-    v.forward_bytes = qkv_payload * share + o_payload * share;
-    v.backward_bytes = o_payload * share + qkv_payload * share;
+    v.forward_bytes = payload * share;
+    v.backward_bytes = payload * share;
     if (R > 1) {
         v.forward_bytes += (R - 1) * block_bytes;
         v.backward_bytes += (2.0 * R - 1) * block_bytes;

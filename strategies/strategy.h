@@ -114,6 +114,11 @@ extern const spb_strategy spb_strategy_megatron;
 extern const spb_strategy spb_strategy_ulysses;
 extern const spb_strategy spb_strategy_ring;
 extern const spb_strategy spb_strategy_hybrid;
+/* The hybrid's bytes in parts (fp32, per rank, per direction of one layer):
+ * the payload of its two exchanges over U ranks (Q, K, V and O; link bytes
+ * = payload x the collective's bus factor) and one ring hop's K/V block.
+ * comm_volume and the performance model both build on them. */
+void spb_hybrid_volume_parts(const spb_config *cfg, int sp_degree, double *exchange_payload, double *ring_block);
 extern const spb_strategy spb_strategy_allgather_kv;
 
 #endif

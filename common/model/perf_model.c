@@ -565,17 +565,13 @@ static void hybrid_items(const spb_config *c, double scale, double per_iter, spb
     const int P = c->sp_degree, U = c->ulysses_degree > 0 ? c->ulysses_degree : P, R = P / U;
     const int gather = !strcmp(c->ulysses_comm, "allgather");
     const spb_comm_op xop = gather ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL;
-    spb_comm_volume v = spb_strategy_by_name("hybrid")->comm_volume(c, P);
-    spb_comm_volume ring = spb_strategy_by_name("ring")->comm_volume(c, P);
-    spb_comm_volume uly = spb_strategy_by_name("ulysses")->comm_volume(c, P);
-    const double hop_f = ring.forward_bytes / (P - 1), hop_b = ring.backward_bytes / (2.0 * P - 1);
+    /* the strategy's own parts (strategies/hybrid.c): exchange payload and ring block, K/V heads included */
+    double payload, block;
+    spb_hybrid_volume_parts(c, P, &payload, &block);
     const double ring_calls_b = R > 1 ? 2.0 * R - 1 : 0; /* R = 1: no ring, no home run */
-    const double ring_f = (R - 1) * hop_f, ring_b = ring_calls_b * hop_b;
-    const double x_f = v.forward_bytes - ring_f, x_b = v.backward_bytes - ring_b;
-    const double bfU = spb_comm_bus_factor(xop, U), bfP = spb_comm_bus_factor(xop, P);
-    const double share = gather ? (double)U / P : 1.0;
-    const double xp_f = U > 1 ? x_f / bfU : uly.forward_bytes / bfP * share,
-                 xp_b = U > 1 ? x_b / bfU : uly.backward_bytes / bfP * share;
+    const double ring_f = (R - 1) * block, ring_b = ring_calls_b * block;
+    const double x_f = payload * spb_comm_bus_factor(xop, U), x_b = x_f;
+    const double xp_f = payload, xp_b = payload;
     const int passes = c->checkpoint_activations ? 3 : 2;
     for (int k = 0; k < passes; k++) {
         const spb_comm_phase ph = k == 0 ? SPB_PHASE_FORWARD : k == 1 ? SPB_PHASE_BACKWARD : SPB_PHASE_RECOMPUTE;
