@@ -11,12 +11,27 @@ if(Python3_Interpreter_FOUND AND BUILD_TESTING)
            COMMAND ${CMAKE_SOURCE_DIR}/tests/outputs_safety.sh $<TARGET_FILE:spbench> ${MPIEXEC_EXECUTABLE})
   add_test(NAME runner_robust
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/test_robust.py $<TARGET_FILE:spbench>)
-  add_test(NAME fuzz_spbench_args
-           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/fuzz_spbench.py $<TARGET_FILE:spbench>
-                   ${MPIEXEC_EXECUTABLE} --seed 39 --seconds 40)
-  add_test(NAME fuzz_runner_sweeps
-           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/fuzz_sweeps.py $<TARGET_FILE:spbench>
-                   --seed 39 --seconds 40)
-  set_tests_properties(bad_input_issue39 outputs_safety runner_robust fuzz_spbench_args fuzz_runner_sweeps
+  # The fuzzers: 40 s each under scripts/test --full (label full), a 10 s twin
+  # with another seed in the quick mode (label quick).
+  foreach(budget 40 10)
+    if(budget EQUAL 40)
+      set(suffix "")
+      set(seed 39)
+      set(mode full)
+    else()
+      set(suffix "_quick")
+      set(seed 139)
+      set(mode quick)
+    endif()
+    add_test(NAME fuzz_spbench_args${suffix}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/fuzz_spbench.py $<TARGET_FILE:spbench>
+                     ${MPIEXEC_EXECUTABLE} --seed ${seed} --seconds ${budget})
+    add_test(NAME fuzz_runner_sweeps${suffix}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/runner/fuzz_sweeps.py $<TARGET_FILE:spbench>
+                     --seed ${seed} --seconds ${budget})
+    set_tests_properties(fuzz_spbench_args${suffix} fuzz_runner_sweeps${suffix}
+                         PROPERTIES ENVIRONMENT "${SPB_ROBUST_ENV}" TIMEOUT 300 LABELS "robust;${mode}")
+  endforeach()
+  set_tests_properties(bad_input_issue39 outputs_safety runner_robust
                        PROPERTIES ENVIRONMENT "${SPB_ROBUST_ENV}" TIMEOUT 300 LABELS robust)
 endif()

@@ -207,32 +207,6 @@ fi
 
 passed=0
 failed=0
-check_case() { # label, case text, command...
-  local label=$1 text=$2; shift 2
-  local start=$SECONDS
-  timeout 60 "$@" > "$tmp/out" 2> "$tmp/err"
-  local rc=$?
-  local took=$((SECONDS - start))
-  local lines
-  lines=$(grep -c '^spbench: error:' "$tmp/err")
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ] && [ "$took" -lt 30 ]; then
-    passed=$((passed + 1))
-    printf 'ok   %-4s %-52s rc=%d %ds: %s\n' "$label" "$text" "$rc" "$took" "$(grep '^spbench: error:' "$tmp/err")"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %-4s rc=%d after %ds, %d error lines: %s\n' "$label" "$rc" "$took" "$lines" "$*"
-    sed 's/^/     | /' "$tmp/err" | head -20
-  fi
-}
-
-[ "$set_name" = issue39 ] && cases=()
-for c in "${cases[@]}"; do
-  # shellcheck disable=SC2086
-  check_case "np1" "$c" "$spbench" $c
-  # shellcheck disable=SC2086
-  check_case "np2" "$c" "$mpiexec" -np 2 "$spbench" $c
-done
-if [ "$set_name" != base ]; then
 
 # These cases wait mostly on process start-up: four at a time, each with its own files,
 # the verdicts printed in order afterwards.
@@ -252,6 +226,30 @@ run_case() { # id, label, case text, command...: writes the verdict to $tmp/res.
   rm -f "$tmp/out.$id" "$tmp/err.$id"
 }
 throttle() { while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done; }
+collect() { # the verdicts 1..n, in order
+  for i in $(seq 1 "$n"); do
+    cat "$tmp/res.$i"
+    if grep -q '^ok' "$tmp/res.$i"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    rm -f "$tmp/res.$i"
+  done
+}
+
+[ "$set_name" = issue39 ] && cases=()
+n=0
+for c in "${cases[@]}"; do
+  throttle
+  n=$((n + 1))
+  # shellcheck disable=SC2086
+  run_case "$n" "np1" "$c" "$spbench" $c &
+  throttle
+  n=$((n + 1))
+  # shellcheck disable=SC2086
+  run_case "$n" "np2" "$c" "$mpiexec" -np 2 "$spbench" $c &
+done
+wait
+collect
+if [ "$set_name" != base ]; then
+
 n=0
 k=0
 for c in "${cases39[@]}"; do
@@ -274,11 +272,7 @@ for c in "${exact_cases[@]}"; do
   run_case "$n" "np1" "$c" "$spbench" "${words[@]}" &
 done
 wait
-for i in $(seq 1 "$n"); do
-  cat "$tmp/res.$i"
-  if grep -q '^ok' "$tmp/res.$i"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-  rm -f "$tmp/res.$i"
-done
+collect
 echo "issue 39 cases: ${#cases39[@]} + ${#exact_cases[@]}"
 
 # Nothing clobbered: the files the cases named are as they were.
