@@ -39,24 +39,8 @@ static long q_row(const spb_attn_ctx *c) { return (long)c->heads * c->head_dim; 
 static long kv_row(const spb_attn_ctx *c) { return (long)kv_heads_of(c) * c->head_dim; }
 static long qkv_row(const spb_attn_ctx *c) { return q_row(c) + 2 * kv_row(c); }
 
-static int agkv_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
-{
-    (void)world_size;
-    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
-        snprintf(err, errlen, "--ring-layout zigzag needs --seq-length divisible by 2 x --sp-degree (got %d and %d)",
-                 cfg->seq_length, cfg->sp_degree);
-        return -1;
-    }
-    return 0;
-}
-
-static void agkv_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
-{
-    spb_ring_run runs[SPB_RING_MAX_RUNS];
-    int n = spb_ring_layout_runs(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank, runs);
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < runs[k].len; i++) positions[runs[k].row + i] = runs[k].pos + i;
-}
+/* Its layout and its checks are ring's (zigzag: chunks r and 2P-1-r):
+ * spb_ring_validate_layout, spb_ring_local_positions (sp_parts.h). */
 
 static size_t agkv_saved_floats(const spb_attn_ctx *c)
 {
@@ -212,8 +196,8 @@ const spb_strategy spb_strategy_allgather_kv = {
     .name = "allgather-kv",
     .summary = "Llama 3 context parallelism: K/V all-gathered, queries local, dK/dV reduce-scattered (layout "
                "contiguous or zigzag)",
-    .validate = agkv_validate,
-    .local_positions = agkv_local_positions,
+    .validate = spb_ring_validate_layout,
+    .local_positions = spb_ring_local_positions,
     .attn_saved_floats = agkv_saved_floats,
     .attention_forward = agkv_forward,
     .attention_backward = agkv_backward,

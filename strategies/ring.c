@@ -48,7 +48,7 @@ int spb_ring_layout_runs(int zigzag, long seq_length, int sp_size, int owner, ri
 
 int spb_ring_is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout, "zigzag"); }
 
-static int ring_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
+int spb_ring_validate_layout(const spb_config *cfg, int world_size, char *err, size_t errlen)
 {
     (void)world_size;
     if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
@@ -59,7 +59,7 @@ static int ring_validate(const spb_config *cfg, int world_size, char *err, size_
     return 0;
 }
 
-static void ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
+void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
 {
     ring_run runs[RING_MAX_RUNS];
     int n = spb_ring_layout_runs(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank, runs);
@@ -311,8 +311,8 @@ static spb_comm_volume ring_comm_volume(const spb_config *cfg, int sp_degree)
 const spb_strategy spb_strategy_ring = {
     .name = "ring",
     .summary = "ring attention: K/V blocks circulate, online-softmax merge (layout contiguous or zigzag)",
-    .validate = ring_validate,
-    .local_positions = ring_local_positions,
+    .validate = spb_ring_validate_layout,
+    .local_positions = spb_ring_local_positions,
     .attn_saved_floats = ring_saved_floats,
     .attention_forward = ring_forward,
     .attention_backward = ring_backward,

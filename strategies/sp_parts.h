@@ -36,6 +36,10 @@ typedef struct spb_ring_run {
  * of seq_length / (2·size) tokens); returns how many. */
 int spb_ring_layout_runs(int zigzag, long seq_length, int size, int owner, spb_ring_run runs[SPB_RING_MAX_RUNS]);
 int spb_ring_is_zigzag(const spb_config *cfg);
+/* ring's layout checks and token positions, shared by the strategies that
+ * lay tokens out as ring does (allgather-kv) */
+int spb_ring_validate_layout(const spb_config *cfg, int world_size, char *err, size_t errlen);
+void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions);
 
 /* Ring attention of the ctx's tokens (a [B][tokens][heads + 2·kv][D] block:
  * Q, then the kv = ctx kv_heads K and V heads (0: heads), tokens =
