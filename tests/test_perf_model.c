@@ -553,6 +553,38 @@ START_TEST(hybrid_groups_by_hand)
 }
 END_TEST
 
+/* allgather-kv's attention, by hand: each rank's query runs (ring's layout)
+ * against the keys they can see, priced for the slowest rank.  Causal, 7B,
+ * P = 8, N = 64K, T = N/P: zigzag gives every rank N(N+1)/(2P) pairs a head,
+ * as zigzag ring does; contiguous leaves the last rank T(N-T) + T(T+1)/2.
+ * (The model once priced all N x N pairs on every rank: P times too many.) */
+START_TEST(allgather_kv_attention_by_hand)
+{
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    char err[512];
+    const int P = 8, N = 65536;
+    const double T = N / P;
+    spb_config c;
+    spb_perf_prediction zz, ring_zz, contig;
+    seven_b(&c, "allgather-kv", P, N, P);
+    ck_assert(c.causal);
+    snprintf(c.ring_layout, sizeof c.ring_layout, "zigzag");
+    ck_assert_int_eq(spb_perf_predict(&c, P, p, NULL, &zz, err, sizeof err), 0);
+    snprintf(c.strategy, sizeof c.strategy, "ring");
+    ck_assert_int_eq(spb_perf_predict(&c, P, p, NULL, &ring_zz, err, sizeof err), 0);
+    CLOSE(zz.attn_flops, ring_zz.attn_flops);
+    snprintf(c.strategy, sizeof c.strategy, "allgather-kv");
+    snprintf(c.ring_layout, sizeof c.ring_layout, "contiguous");
+    ck_assert_int_eq(spb_perf_predict(&c, P, p, NULL, &contig, err, sizeof err), 0);
+    const double balanced = (double)N * (N + 1) / (2.0 * P), last = T * (N - T) + T * (T + 1) / 2;
+    CLOSE(contig.attn_flops / zz.attn_flops, last / balanced);
+    say("  allgather-kv 7B P=8 N=64K causal: attention %.4g s zigzag, %.4g s contiguous (ring zigzag %.4g s)\n",
+        zz.t_attn, contig.t_attn, ring_zz.t_attn);
+    free(p);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -569,6 +601,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, unfused_attention_by_hand);
     tcase_add_test(tc, layout_terms_by_hand);
     tcase_add_test(tc, hybrid_groups_by_hand);
+    tcase_add_test(tc, allgather_kv_attention_by_hand);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

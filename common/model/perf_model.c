@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "strategy.h"
+#include "sp_parts.h"
 #include "flops.h"
 #include "gpt.h"
 #include "zero.h"
@@ -734,7 +735,8 @@ typedef struct dims {
     double Bseq;         /* rows LayerNorm, dropout and residuals run on: BT, or BR without sequence parallelism */
     double kvb;          /* K/V heads per head block (grouped-query attention; common/core/gpt.c's kv_block) */
     double gated;        /* 2 under SwiGLU (fc computes [gate | up]), else 1 */
-    int ring, zigzag, causal, dropout, fused;
+    double KVw;          /* one token's K/V heads, G·hd (allgather-kv's gathered rows are 2·KVw) */
+    int ring, zigzag, causal, dropout, fused, agkv;
 } dims;
 
 static dims dims_of(const spb_config *c)
@@ -761,7 +763,9 @@ static dims dims_of(const spb_config *c)
         double kv = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / d.tp;
         d.kvb = kv >= d.G ? kv / d.G : 1;
     }
-    d.zigzag = d.ring && !strcmp(c->ring_layout, "zigzag");
+    d.agkv = !strcmp(c->strategy, "allgather-kv");
+    d.KVw = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) * d.hd;
+    d.zigzag = (d.ring || d.agkv) && !strcmp(c->ring_layout, "zigzag");
     d.causal = c->causal;
     d.Bseq = d.BT, d.dropout = 0, d.fused = 0;
     return d;
@@ -812,11 +816,39 @@ static void ring_steps(const spb_profile *p, double s, const spb_perf_options *o
     }
 }
 
+static void acc(compute *a, const compute *b, double times)
+{
+    a->gemm += b->gemm * times, a->attn += b->attn * times, a->other += b->other * times;
+    a->softmax += b->softmax * times;
+    a->gemm_flops += b->gemm_flops * times, a->attn_flops += b->attn_flops * times;
+}
+static double total(const compute *c) { return c->gemm + c->attn + c->other; }
+
 /* Attention of one layer, forward or backward, one micro-batch, without ring:
  * Ulysses' and Megatron-SP's calls hold H/P heads of every sequence. */
 static void layer_attention(compute *c, const spb_profile *p, double s, const spb_perf_options *o, const dims *d,
                             int bwd)
 {
+    if (d->agkv) {
+        /* allgather-kv (strategies/allgather_kv.c): each of this rank's
+         * query runs (ring's layout) in one call over all H heads against
+         * the keys it can see (causal: up to its last position); priced for
+         * the slowest rank, whose calls bound the step */
+        compute worst = {0};
+        for (int r = 0; r < (int)d->P; r++) {
+            spb_ring_run runs[SPB_RING_MAX_RUNS];
+            int n = spb_ring_layout_runs(d->zigzag, (long)d->N, (int)d->P, r, runs);
+            compute mine = {0};
+            for (int k = 0; k < n; k++) {
+                double len = runs[k].len, pos = (double)runs[k].pos;
+                double pairs = d->causal ? len * pos + len * (len + 1) / 2 : len * d->N;
+                attn_call(&mine, p, s, o, d->B * d->H, pairs, d->hd, d->causal, d->causal ? pos + len : d->N, bwd);
+            }
+            if (total(&mine) > total(&worst)) worst = mine;
+        }
+        acc(c, &worst, 1);
+        return;
+    }
     double heads = d->G > 1 ? d->H / d->P : d->Hl;
     attn_call(c, p, s, o, d->B * heads, pairs_square(d->N, d->causal), d->hd, d->causal, d->N, bwd);
 }
@@ -833,6 +865,8 @@ static void layer_other(compute *c, const spb_profile *p, double s, const dims *
         if (!d->fused) elems(c, p, s, SPB_ELEM_COPY, BR * (3 * d->Ca + d->Fl));  /* biases into outputs */
         elems(c, p, s, SPB_ELEM_GELU_FWD, BR * d->Fl);
         if (d->tp > 1 && !d->fused) elems(c, p, s, SPB_ELEM_COPY, 4 * BR * C); /* region <-> blocks */
+        if (d->agkv) /* pack local K/V; gathered blocks to global positions */
+            elems(c, p, s, SPB_ELEM_COPY, 2 * d->KVw * (BT + d->B * d->N));
         if (d->ring) {
             elems(c, p, s, SPB_ELEM_COPY, 3 * BT * C);            /* pack K,V; clear O */
             elems(c, p, s, SPB_ELEM_ADD, 2 * d->R * BT * C);     /* log-sum-exp merges */
@@ -842,6 +876,8 @@ static void layer_other(compute *c, const spb_profile *p, double s, const dims *
         elems(c, p, s, SPB_ELEM_GELU_BWD, BR * d->Fl);
         elems(c, p, s, SPB_ELEM_ADD, BR * (3 * d->Ca + d->Fl) + 4 * BS * C); /* bias grads, residual grads */
         if (d->tp > 1 && !d->fused) elems(c, p, s, SPB_ELEM_COPY, 6 * BR * C);
+        if (d->agkv) /* the gather again, dK/dV cleared, back to owner order, into dQKV */
+            elems(c, p, s, SPB_ELEM_COPY, 2 * d->KVw * (2 * BT + 3 * d->B * d->N));
         if (d->ring) {
             elems(c, p, s, SPB_ELEM_COPY, (7 + 2 * d->R) * BT * C); /* clear dQKV, pack, per-step clears, home copy */
             elems(c, p, s, SPB_ELEM_ADD, 2 * (d->R - 1) * BT * C);  /* received dK/dV */
@@ -858,13 +894,6 @@ static void head(compute *c, const spb_profile *p, double s, const dims *d, int 
     if (bwd) elems(c, p, s, SPB_ELEM_COPY, d->BT * d->C);
 }
 
-static void acc(compute *a, const compute *b, double times)
-{
-    a->gemm += b->gemm * times, a->attn += b->attn * times, a->other += b->other * times;
-    a->softmax += b->softmax * times;
-    a->gemm_flops += b->gemm_flops * times, a->attn_flops += b->attn_flops * times;
-}
-static double total(const compute *c) { return c->gemm + c->attn + c->other; }
 
 /* Whether the configuration is one of the Llama variants (docs/FORMATS.md;
  * after spb_config_finalize). */
