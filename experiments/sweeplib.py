@@ -31,7 +31,7 @@ SPB_OPTIONS = {
     "ffn-hidden-size": ("int", None, "ffn_hidden_size"),
     # today's models (issue 35; docs/FORMATS.md): a preset and its parts
     "model": (("gpt", "llama"), "gpt", None),
-    "num-query-groups": ("int", None, None),
+    "num-query-groups": ("int", None, "num_query_groups"),
     "position-embedding-type": (("learned", "rope"), None, None),
     "rotary-base": ("float", None, None),
     "normalization": (("layernorm", "rmsnorm"), None, None),
@@ -108,7 +108,7 @@ RUNNER_KEYS = {
 MODEL_OPTIONS = {"attn-density": "float", "precision": ("fp32", "bf16", "fp16"), "max-seq": "flag"}
 SWEEP_KEYS = {"name": True, "title": True, "paper": True, "claim": True, "shows": False, "plots": False,
               "description": False}
-PLOT_KINDS = ("seqlen", "gpus", "scaling", "loss", "breakdown", "memory", "bytes", "spdegree", "udegree")
+PLOT_KINDS = ("seqlen", "gpus", "scaling", "loss", "breakdown", "memory", "bytes", "spdegree", "udegree", "groups", "pgroups")
 SCALES = ("cpu", "paper")
 
 # Statuses of a row (docs/FORMATS.md).
@@ -253,7 +253,8 @@ def parse_sweep(path, text=None):
             raise SweepError("%s: bad value '%s' for scales (%s)" % (where, value, ", ".join(SCALES)))
         if tune and (section[0] != "scale" or okey not in SPB_OPTIONS):
             raise SweepError("%s: '%s': tune.OPTION goes in [cpu] or [paper] and names a spbench option" % (where, key))
-        values = [value] if kind in ("str", "keys") or okey in ("label",) else value.split()
+        # profile names have no spaces: several are an axis (one point per machine profile)
+        values = [value] if (kind in ("str", "keys") and okey != "profile") or okey in ("label",) else value.split()
         if kind == "keys":
             values = value.split()
             for z in values:
@@ -369,7 +370,7 @@ def expand(sw, scale, np_override=None):
 # The sweep CSV
 # --------------------------------------------------------------------------
 RUNNER_COLUMNS = ["sweep", "scale", "point", "series", "label", "status", "message", "np", "ulysses_comm",
-                  "ulysses_degree",
+                  "ulysses_degree", "num_query_groups",
                   "memory_budget", "tune_choice", "tune_tried", "profile", "loss_log", "elapsed_s",
                   "layer_link_bytes_measured", "layer_link_bytes_predicted"]
 # spbench's results row (experiments/run_summary.c), in its order.

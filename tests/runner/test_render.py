@@ -92,6 +92,56 @@ class Render(unittest.TestCase):
             with open(os.path.join(res, "REPORT.md")) as f:
                 self.assertIn("405 of 406 kernel checks", f.read())
 
+    def test_gqa_grid_and_band(self):
+        """The gqa figures (groups: against G; pgroups: against P): a refused point is a marker at
+        the panel's foot, never a line point (not a zero); a MODELLED row's bars are the model's
+        band, a measured row's its min-max."""
+        import importlib.machinery
+        import importlib.util
+        loader = importlib.machinery.SourceFileLoader("render_mod", RENDER)
+        render = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+        loader.exec_module(render)
+        sl = render.sl
+
+        def row(series, label, status, g, np_, t=1.0, scale="paper"):
+            r = {"sweep": "synthetic", "scale": scale, "series": series, "label": label, "status": status,
+                 "point": "%s/np=%d/num-query-groups=%d" % (series, np_, g), "np": np_, "sp": np_,
+                 "num_query_groups": g, "num_layers": 2, "hidden_size": 64, "num_heads": 8, "seq_length": 4096,
+                 "profile": "profiles/a100.profile"}
+            if status in sl.DONE_STATUSES:
+                r.update(iter_time_median_s=t, iter_time_low_s=0.8 * t, iter_time_high_s=1.5 * t,
+                         iter_time_min_s=0.95 * t, iter_time_max_s=1.05 * t,
+                         layer_link_bytes_measured=1048576 * g)
+            return r
+        rows = [row("u", "Ulysses", "modelled", g, 4, 1.0 + g) for g in (8, 4, 2, 1)]
+        rows += [row("m", "Megatron-SP", "modelled", 8, 4, 3.0), row("m", "Megatron-SP", "invalid", 4, 4)]
+        rows += [row("r", "ring", "modelled", 2, p, 2.0) for p in (2, 4)]
+        for got, want in ((render.time_bars(rows[0]), (9.0, 7.2, 13.5)),                          # the band
+                          (render.time_bars(dict(rows[0], status="ok", scale="cpu")), (9.0, 8.55, 9.45))):  # min-max
+            for a, b in zip(got, want):
+                self.assertAlmostEqual(a, b)
+        with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as tmp:
+            csv_path = os.path.join(out, "results.csv")
+            sl.write_all(csv_path, rows)
+            ctx = render.Ctx(csv_path, sl.read_rows(csv_path), out, tmp, True)
+            self.assertTrue(render.plot_groups(ctx))
+            self.assertTrue(render.plot_pgroups(ctx))
+            for k in ("groups", "pgroups"):
+                self.assertGreater(os.path.getsize(os.path.join(out, "synthetic-%s.png" % k)), 2000)
+            with open(os.path.join(tmp, "synthetic-groups-panels.dat")) as f:
+                panels = f.read()
+            # Megatron-SP's refused G = 4: a cross (pt 2) at x = 4 in both panels, and no line point there
+            self.assertEqual(panels.count("at first 4, graph 0.05 point pt 2"), 2, panels)
+            lines = {}
+            for name in os.listdir(tmp):
+                if name.startswith("synthetic-groups-p") and name.endswith(".dat") and "panels" not in name:
+                    with open(os.path.join(tmp, name)) as f:
+                        lines[name] = [l.split() for l in f.read().splitlines() if l.strip()]
+            megatron_time = lines["synthetic-groups-p2-1.dat"]   # panel 2 (time), second label
+            self.assertEqual(megatron_time, [["8", "3", "2.4", "4.5"]])
+            ulysses_time = lines["synthetic-groups-p2-0.dat"]
+            self.assertEqual(ulysses_time[0], ["1", "2", "1.6", "3"])
+
     def test_bad_input(self):
         with tempfile.TemporaryDirectory() as out:
             empty = os.path.join(out, "empty.csv")
