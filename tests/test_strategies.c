@@ -72,6 +72,7 @@ typedef struct model_case {
     int G, zero;
     int six_heads; /* hidden 48 in 6 heads (P = 3) instead of 32 in 4 */
     int micro;     /* micro-batch of the distributed run (0: the batch over D, one micro-step) */
+    int ulysses_degree; /* hybrid's U (0: P) */
 } model_case;
 
 static void apply_model(spb_config *c, const model_case *m)
@@ -81,6 +82,7 @@ static void apply_model(spb_config *c, const model_case *m)
     if (m->six_heads) c->hidden_size = 48, c->num_heads = 6;
     c->num_query_groups = m->G;
     if (!strcmp(m->model, "llama")) c->ffn_hidden_size = 96; /* divisible by P = 2, 3, 4 */
+    if (!strcmp(c->strategy, "hybrid")) c->ulysses_degree = m->ulysses_degree;
 }
 
 /* Whether the strategy accepts the case (Megatron-SP: G divisible by P;
@@ -448,7 +450,7 @@ START_TEST(llama_equals_single_rank)
 {
     const variant *v = &variants[_i / 12];
     int P = (_i / 6) % 2 ? 4 : 2, G = (int[]){1, 2, 4}[(_i / 2) % 3], causal = _i % 2;
-    model_case m = {"llama", G, 0, 0, 0};
+    model_case m = {"llama", G, 0, 0, 0, 0};
     if (accepted(v, P, causal, GLOBAL_BATCH, &m, 4)) compare_model(v, P, causal, GLOBAL_BATCH, &m, MPI_COMM_WORLD, 1);
 }
 END_TEST
@@ -458,9 +460,9 @@ END_TEST
 START_TEST(llama_zero_equals_single_rank)
 {
     const variant *v = &variants[_i / 6];
-    model_case m = {"llama", _i % 2 ? 2 : 1, 1 + (_i / 2) % 3, 0, 0};
+    model_case m = {"llama", _i % 2 ? 2 : 1, 1 + (_i / 2) % 3, 0, 0, 0};
     if (accepted(v, 2, 1, GLOBAL_BATCH, &m, 4)) compare_model(v, 2, 1, GLOBAL_BATCH, &m, MPI_COMM_WORLD, STEPS);
-    model_case gpt = {"gpt", 2, 0, 0, 0};
+    model_case gpt = {"gpt", 2, 0, 0, 0, 0};
     if (_i % 6 == 0 && accepted(v, 4, 1, GLOBAL_BATCH, &gpt, 4))
         compare_model(v, 4, 1, GLOBAL_BATCH, &gpt, MPI_COMM_WORLD, STEPS);
 }
@@ -476,7 +478,7 @@ START_TEST(llama_three_ranks)
     MPI_Comm three;
     MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank, &three);
     if (three == MPI_COMM_NULL) return;
-    model_case m = {"llama", _i % 2 ? 3 : 1, 0, 1, 0};
+    model_case m = {"llama", _i % 2 ? 3 : 1, 0, 1, 0, 0};
     if (accepted(v, 3, 1, 3, &m, 3)) compare_model(v, 3, 1, 3, &m, three, 1);
     MPI_Comm_free(&three);
 }
@@ -490,7 +492,7 @@ START_TEST(gqa_bytes_equal_formula)
     double ring_full = 0;
     for (int P = 2; P <= 4; P *= 2)
         for (int G = 4; G >= 1; G /= 2) {
-            model_case m = {"llama", G, 0, 0, 0};
+            model_case m = {"llama", G, 0, 0, 0, 0};
             if (!accepted(v, P, 1, 4, &m, 4)) continue;
             double f, b, pf;
             spb_comm_volume vol;
@@ -526,7 +528,7 @@ static void megatron_replicas_case(int P, int G, int zero, int causal, int micro
     int world;
     MPI_Comm_size(comm, &world);
     int D = world / P, batch = P == 3 ? 3 : GLOBAL_BATCH;
-    model_case m = {"gpt", G, zero, six_heads, micro};
+    model_case m = {"gpt", G, zero, six_heads, micro, 0};
     compare_model(v, P, causal, batch, &m, comm, STEPS);
 
     spb_config c;
@@ -605,12 +607,60 @@ START_TEST(megatron_kv_replicas_three_ranks)
 }
 END_TEST
 
+/* Issue 35's whole matrix (ctest strategies_gqa_matrix_mpi4, label full:
+ * SPB_GQA_MATRIX=1): every strategy (Megatron-SP, Ulysses and its
+ * allgather ablation, ring contiguous and zigzag, the hybrid at U = 2 (U = 1
+ * at P = 3: R = 3 ring blocks), allgather-kv) with the Llama preset, at
+ * D x P = 2 x 2, 1 x 4 and 1 x 3 (three of the four ranks, six heads), G = 1,
+ * 2 and heads, ZeRO 0-3, causal and full, against one rank: loss and every
+ * gradient, parameters after 3 steps.  Pairs a strategy refuses must be
+ * refused naming --num-query-groups (Megatron-SP and Ulysses at P = 3, G = 2). */
+typedef struct matrix_variant {
+    variant v;
+    int U;
+} matrix_variant;
+static const matrix_variant matrix_variants[] = {
+    {{"megatron", "contiguous", "alltoall"}, 0}, {{"ulysses", "contiguous", "alltoall"}, 0},
+    {{"ulysses", "contiguous", "allgather"}, 0}, {{"ring", "contiguous", "alltoall"}, 0},
+    {{"ring", "zigzag", "alltoall"}, 0},         {{"hybrid", "zigzag", "alltoall"}, 2},
+    {{"allgather-kv", "zigzag", "alltoall"}, 0},
+};
+enum { MATRIX_VARIANTS = sizeof matrix_variants / sizeof matrix_variants[0], MATRIX_CASES = MATRIX_VARIANTS * 3 * 3 * 4 * 2 };
+
+START_TEST(gqa_matrix)
+{
+    const matrix_variant *mv = &matrix_variants[_i / (3 * 3 * 4 * 2)];
+    int shape = (_i / (3 * 4 * 2)) % 3, gi = (_i / (4 * 2)) % 3, zero = (_i / 2) % 4, causal = _i % 2;
+    int P = (int[]){2, 4, 3}[shape], six = P == 3, heads = six ? 6 : 4, G = (int[]){1, 2, heads}[gi];
+    model_case m = {"llama", G, zero, six, 0, mv->U > 0 && P % mv->U == 0 ? mv->U : 1};
+    if (P != 3) {
+        if (accepted(&mv->v, P, causal, GLOBAL_BATCH, &m, 4))
+            compare_model(&mv->v, P, causal, GLOBAL_BATCH, &m, MPI_COMM_WORLD, STEPS);
+        return;
+    }
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm three;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank, &three);
+    if (three == MPI_COMM_NULL) return;
+    if (accepted(&mv->v, 3, causal, 3, &m, 3)) compare_model(&mv->v, 3, causal, 3, &m, three, STEPS);
+    MPI_Comm_free(&three);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     Suite *s = suite_create("strategies");
     TCase *tc = tcase_create("reproduce_single_rank");
     tcase_set_timeout(tc, 600);
+    const char *matrix = getenv("SPB_GQA_MATRIX");
+    if (matrix && !strcmp(matrix, "1")) {
+        tcase_set_timeout(tc, 1800);
+        tcase_add_loop_test(tc, gqa_matrix, 0, MATRIX_CASES);
+        suite_add_tcase(s, tc);
+        return spb_run_suite_and_finalize(s);
+    }
     tcase_add_loop_test(tc, strategy_equals_single_rank, 0, NUM_VARIANTS * 6);
     tcase_add_loop_test(tc, micro_batch_one, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, measured_bytes_equal_formula, 0, NUM_VARIANTS);
