@@ -510,38 +510,65 @@ def machine():
     return "%s/%dcores" % (socket.gethostname(), os.cpu_count() or 0)
 
 
-def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p, precision="fp32", ulysses_degree=0):
+def predicted_layer_bytes(strategy, ulysses_comm, n, h, b, p, precision="fp32", ulysses_degree=0, heads=0, groups=0):
     """Bytes per link per layer per micro-step, forward + backward, of the
     layer collectives: the formulas of strategies/*.c comm_volume restated
     (4-byte floats; half that under bf16).  Ulysses 8bNh(P-1)/P^2 (all-to-all)
     or P times that (allgather); Megatron-SP 10·4bNh(P-1)/P; ring 3P-2 blocks
     of 8bNh/P; hybrid Ulysses' over U plus ring's over R = P/U on blocks of
-    8bNh/P; allgather-kv 3 collectives of 8bNh(P-1)/P."""
+    8bNh/P; allgather-kv 3 collectives of 8bNh(P-1)/P.  With G = groups K/V
+    heads of H = heads (0: G = H; docs/STRATEGIES.md): ring's and
+    allgather-kv's blocks carry G/H of h; Ulysses' QKV exchange carries
+    H + 2·max(G, P) heads instead of 3H (the hybrid's max(G, U)); Megatron-SP
+    moves activations only (its K/V replicas' gradient all-reduce for G < P
+    is per iteration: kv_replica_link_bytes)."""
     if p <= 1 or strategy == "none":
         return 0.0
     scale = 0.5 if precision in ("bf16", "fp16") else 1.0
-    return scale * _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p, ulysses_degree)
+    return scale * _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p, ulysses_degree, heads, groups)
 
 
-def _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p, ulysses_degree=0):
+def kv_replica_link_bytes(strategy, h, heads, groups, p, bias=True, precision="fp32"):
+    """Megatron-SP with G = groups < P K/V heads: bytes per link of one
+    layer's all-reduce of its replicated K/V weight rows over R = P/G ranks,
+    4·(2dh + 2d)·2(R-1)/R (no 2d without biases; d = h/H), once per
+    iteration (ZeRO 0-1) or per micro-step (ZeRO 2-3): strategies'
+    spb_zero_comm_items restated.  0 elsewhere."""
+    if strategy != "megatron" or not groups or not heads or groups >= p:
+        return 0.0
+    d, r = h / heads, p // groups
+    scale = 0.5 if precision in ("bf16", "fp16") else 1.0
+    return scale * 4.0 * (2 * d * h + (2 * d if bias else 0)) * 2 * (r - 1) / r
+
+
+def _fp32_layer_bytes(strategy, ulysses_comm, n, h, b, p, ulysses_degree=0, heads=0, groups=0):
     local = b * (n / p) * h
+    # K/V heads as a share of the hidden size (G/H; 1 without grouped-query attention)
+    kv_share = groups / heads if heads and groups else 1.0
+
+    def qkv_heads_share(degree):  # (H + 2·max(G, degree)) / H, 3 when G = H
+        if not (heads and groups):
+            return 3.0
+        return (heads + 2 * max(groups, degree)) / heads
+
     if strategy == "hybrid":
         u = ulysses_degree or p
         r = p // u
         f = (u - 1) / u
-        a2a = 2 * (4.0 * 4 * local) * f * (u if ulysses_comm == "allgather" else 1)
-        return a2a + (3 * r - 2) * 4.0 * 2 * local if r > 1 else a2a
+        gu_share = max(groups, u) / heads if heads and groups else 1.0
+        a2a = 2 * (4.0 * (qkv_heads_share(u) + 1) * local) * f * (u if ulysses_comm == "allgather" else 1)
+        return a2a + (3 * r - 2) * 4.0 * 2 * local * gu_share if r > 1 else a2a
     if strategy == "allgather-kv":
-        return 3 * 4.0 * 2 * local * p * (p - 1) / p
+        return 3 * 4.0 * 2 * local * kv_share * p * (p - 1) / p
     if strategy == "ulysses":
         f = (p - 1) / p
-        base = 2 * (4.0 * 4 * local) * f
+        base = 2 * (4.0 * (qkv_heads_share(p) + 1) * local) * f
         return base * p if ulysses_comm == "allgather" else base
     if strategy == "megatron":
         region = 4.0 * b * n * h * (p - 1) / p
         return 10 * region
     if strategy == "ring":
-        return (3 * p - 2) * 4.0 * 2 * b * (n / p) * h
+        return (3 * p - 2) * 4.0 * 2 * b * (n / p) * h * kv_share
     return None
 
 
@@ -675,7 +702,7 @@ def run_point(point, spbench, model, mpiexec, outdir, peak_override=None, tune=F
                         float(got[-1].get("memory_capacity_bytes") or "nan") / 2 ** 30)
         row["status"], row["message"] = status, " ".join(msg.split())
         if status in DONE_STATUSES:
-            _derive(row)
+            _derive(row, point.options)
             peak = peak_override if peak_override is not None else float(point.runner.get("peak-tflops", 0) or 0)
             if peak > 0:
                 # Executed work above the device's peak means a wrong
@@ -704,8 +731,10 @@ def run_point(point, spbench, model, mpiexec, outdir, peak_override=None, tune=F
             os.unlink(tmp)
 
 
-def _derive(row):
-    """Measured and predicted bytes per link per layer per micro-step."""
+def _derive(row, options=None):
+    """Measured and predicted bytes per link per layer per micro-step
+    (options: the point's spbench options, for its K/V heads)."""
+    options = options or {}
     try:
         L = int(row["num_layers"])
         b = int(row["micro_batch_size"])
@@ -720,7 +749,8 @@ def _derive(row):
         else:
             pred = predicted_layer_bytes(row["strategy"], row.get("ulysses_comm") or "alltoall",
                                          int(row["seq_length"]), int(row["hidden_size"]), b, int(row["sp"]),
-                                         row.get("precision") or "fp32", int(row.get("ulysses_degree") or 0))
+                                         row.get("precision") or "fp32", int(row.get("ulysses_degree") or 0),
+                                         int(row.get("num_heads") or 0), int(options.get("num-query-groups") or 0))
         if pred is not None:
             row["layer_link_bytes_predicted"] = "%.0f" % pred
     except (KeyError, ValueError, ZeroDivisionError):

@@ -1,6 +1,7 @@
 /* Megatron-LM sequence parallelism (Korthikanti et al. 2022): tensor
  * parallelism of degree P over the SP group.  QKV and fc are column-parallel
- * (this rank's H/P heads, F/P ffn columns), proj and fcproj row-parallel; the
+ * (this rank's H/P heads with G/P K/V heads, or one replicated K/V head when
+ * G < P; F/P ffn columns), proj and fcproj row-parallel; the
  * LayerNorm/residual regions stay split over the sequence.  An allgather over
  * the sequence enters each tensor-parallel region and a reduce-scatter
  * leaves it; backward swaps them.  As in Megatron-LM, only the local
@@ -23,14 +24,17 @@ static int megatron_validate(const spb_config *cfg, int world_size, char *err, s
                  cfg->num_heads, P);
         return -1;
     }
-    /* Megatron-LM's own rule (num_query_groups % tensor parallel size == 0):
-     * each TP rank holds G/P whole K/V heads beside its H/P query heads.
-     * Fewer K/V heads than ranks would replicate K/V weights over TP ranks
-     * and need their gradients summed over those ranks: not built. */
-    if (cfg->num_query_groups > 0 && cfg->num_query_groups % P) {
+    /* K/V heads over the tensor-parallel ranks: G/P whole heads each when P
+     * divides G (Megatron-LM's own rule); when G divides P, each K/V head's
+     * weight rows are replicated on the P/G ranks whose query heads read it,
+     * and their gradients summed over those ranks (common/core/
+     * kv_replicas.h).  Anything else would split a K/V head or give one
+     * rank's query heads two of them. */
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads;
+    if (G % P && P % G) {
         snprintf(err, errlen,
-                 "--num-query-groups %d is not divisible by --sp-degree %d (Megatron-SP shards K/V heads over its "
-                 "tensor-parallel ranks, as Megatron-LM requires)", cfg->num_query_groups, P);
+                 "--num-query-groups %d and --sp-degree %d: one must divide the other (Megatron-SP shards K/V heads "
+                 "over its tensor-parallel ranks, or replicates each on P/G of them)", G, P);
         return -1;
     }
     if (cfg->ffn_hidden_size % P) {
@@ -85,7 +89,12 @@ static void reduce_scatter_sequence(const spb_attn_ctx *c, const float *region, 
 
 /* The exchanges move [b][N][h] activations, never Q, K or V: grouped-query
  * attention (fewer K/V heads) and the other Llama options change the
- * product shapes but not these bytes.
+ * product shapes but not these bytes.  With G < P the replicated K/V
+ * weight rows add one gradient all-reduce per layer over the R = P/G
+ * replicas, 2·(h/H)·h (+ 2·h/H bias) floats, each link carrying 2(R−1)/R of
+ * it; it runs once per iteration with the gradient reduction, not per
+ * micro-batch and layer pass, so it is counted there (spb_zero_comm_items,
+ * phase grad_reduce), not here.
  * Bytes per link of one allgather or reduce-scatter of the region
  * [b][N][h] over P ranks: nccl-tests' size is the whole region (b·N·h
  * floats) and each rank's link carries (P−1)/P of it.

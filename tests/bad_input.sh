@@ -50,7 +50,7 @@ cases=(
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
   "--strategy megatron --sp-degree 2 --seq-length 63"
   "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
-  "--strategy megatron --sp-degree 2 --num-query-groups 1"  # Megatron-SP: G divisible by P
+  "--strategy megatron --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # Megatron-SP: G % P, P % G
   "--strategy ulysses --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % P, P % G
   "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % U, U % G
   "--strategy ulysses --sp-degree 2 --num-query-groups 2 --ulysses-overlap 2"  # overlapped exchange: G = heads only

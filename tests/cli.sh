@@ -42,6 +42,20 @@ tail -n 3 "$tmp/resumed.csv" | cut -d, -f1-2 > "$tmp/r.tail"
 cmp -s "$tmp/s.tail" "$tmp/r.tail" && cmp -s "$tmp/s.ckpt" "$tmp/r.ckpt"
 verdict "save after 3, load, 3 more: same losses and same checkpoint as 6 straight" $?
 
+# 2b. The same resume for Megatron-SP with one K/V head replicated on both
+# ranks (ZeRO-1: the moments of the replicated rows are sliced too), and its
+# checkpoint loads under another split (one rank, no strategy).
+mega=("${base[@]}" --micro-batch-size 4 --strategy megatron --sp-degree 2 --num-query-groups 1 --zero-stage 1)
+"$mpiexec" -np 2 "$spbench" "${mega[@]}" --train-iters 6 --loss-log "$tmp/ms.csv" --save "$tmp/ms.ckpt" &&
+"$mpiexec" -np 2 "$spbench" "${mega[@]}" --train-iters 3 --save "$tmp/mh.ckpt" &&
+"$mpiexec" -np 2 "$spbench" "${mega[@]}" --train-iters 3 --load "$tmp/mh.ckpt" --loss-log "$tmp/mr.csv" \
+    --save "$tmp/mr.ckpt" &&
+"$spbench" "${base[@]}" --micro-batch-size 4 --num-query-groups 1 --train-iters 1 --load "$tmp/mh.ckpt"
+tail -n 3 "$tmp/ms.csv" | cut -d, -f1-2 > "$tmp/ms.tail"
+tail -n 3 "$tmp/mr.csv" | cut -d, -f1-2 > "$tmp/mr.tail"
+cmp -s "$tmp/ms.tail" "$tmp/mr.tail" && cmp -s "$tmp/ms.ckpt" "$tmp/mr.ckpt"
+verdict "megatron G=1 < P=2: save after 3, load, 3 more = 6 straight; loads on one rank" $?
+
 # 3. Results rows: one header, one whole row per run, fixed column count.
 "$spbench" "${args[@]}" --train-iters 2 --results "$tmp/r.csv" --run-name first &&
 "$mpiexec" -np 2 "$spbench" "${args[@]}" --train-iters 2 --results "$tmp/r.csv" --run-name second

@@ -263,8 +263,9 @@ END_TEST
 /* The Llama preset in the 16-bit emulation (RMSNorm, SwiGLU and RoPE on
  * fp32 copies, rounded once each; grouped-query attention through the
  * frames): against fp32 and against one rank's bf16 run, the bounds of the
- * GPT cases above, with G = 1 (Ulysses replicating at P = 2, ring) and
- * G = 2 (Ulysses at P = 4, Megatron-SP with ZeRO-3). */
+ * GPT cases above, with G = 1 (Ulysses replicating at P = 2, ring,
+ * Megatron-SP replicating K/V weight rows at P = 4 with ZeRO-2) and G = 2
+ * (Ulysses at P = 4, Megatron-SP with ZeRO-3). */
 START_TEST(llama_bf16_tracks_fp32)
 {
     static const struct {
@@ -272,7 +273,7 @@ START_TEST(llama_bf16_tracks_fp32)
         int G;
     } cases[] = {{{"none", "contiguous", 1, 0, 0}, 2},     {{"ulysses", "contiguous", 2, 0, 0}, 1},
                  {{"ulysses", "contiguous", 4, 1, 0}, 2},  {{"megatron", "contiguous", 2, 3, 0}, 2},
-                 {{"ring", "zigzag", 2, 0, 1}, 1}};
+                 {{"ring", "zigzag", 2, 0, 1}, 1},         {{"megatron", "contiguous", 4, 2, 0}, 1}};
     variant_model = "llama";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const run_case *k = &cases[i].k;

@@ -14,6 +14,8 @@
 #include "comm.h"
 #include "memory.h"
 #include "train.h"
+#include "kv_replicas.h"
+#include "zero.h"
 #include "mpi_check.h"
 #include "strategy_check.h"
 
@@ -69,6 +71,8 @@ typedef struct model_case {
     const char *model;
     int G, zero;
     int six_heads; /* hidden 48 in 6 heads (P = 3) instead of 32 in 4 */
+    int micro;     /* micro-batch of the distributed run (0: the batch over D, one micro-step) */
+    int ulysses_degree; /* hybrid's U (0: P) */
 } model_case;
 
 static void apply_model(spb_config *c, const model_case *m)
@@ -78,6 +82,7 @@ static void apply_model(spb_config *c, const model_case *m)
     if (m->six_heads) c->hidden_size = 48, c->num_heads = 6;
     c->num_query_groups = m->G;
     if (!strcmp(m->model, "llama")) c->ffn_hidden_size = 96; /* divisible by P = 2, 3, 4 */
+    if (!strcmp(c->strategy, "hybrid")) c->ulysses_degree = m->ulysses_degree;
 }
 
 /* Whether the strategy accepts the case (Megatron-SP: G divisible by P;
@@ -107,7 +112,7 @@ static void compare_model(const variant *v, int P, int causal, int batch, const 
     spb_config rc, dc;
     spb_grid rg, dg;
     base_config(&rc, NULL, 1, causal, batch, batch);
-    base_config(&dc, v, P, causal, batch / D, batch);
+    base_config(&dc, v, P, causal, m && m->micro ? m->micro : batch / D, batch);
     apply_model(&rc, m);
     apply_model(&dc, m);
     dc.zero_stage = m ? m->zero : 0;
@@ -120,9 +125,9 @@ static void compare_model(const variant *v, int P, int causal, int batch, const 
     float *grads = global_grads(dist);
     double gerr = worst_tensor_error(ref->gpt, grads, ref->gpt->grads, &where);
     free(grads);
-    say("%-8s %-10s P=%d D=%d %-6s %-5s G=%d ZeRO-%d loss %.9f vs %.9f | worst gradient %-12s %.2e", v->strategy,
-        label(v), P, D, causal ? "causal" : "full", m ? m->model : "gpt", dist->gpt->G, dc.zero_stage, ld, lr, where,
-        gerr);
+    say("%-8s %-10s P=%d D=%d %-6s %-5s G=%d ZeRO-%d A=%d loss %.9f vs %.9f | worst gradient %-12s %.2e", v->strategy,
+        label(v), P, D, causal ? "causal" : "full", m ? m->model : "gpt", dist->gpt->G, dc.zero_stage,
+        spb_config_accum_steps(&dc, world), ld, lr, where, gerr);
     ck_assert_double_le(fabs(ld - lr) / lr, 1e-6);
     ck_assert_msg(gerr <= 1e-5, "%s P=%d G=%d: gradient of %s off by %.3e", v->strategy, P, dist->gpt->G, where, gerr);
     spb_trainer_update(ref);
@@ -445,7 +450,7 @@ START_TEST(llama_equals_single_rank)
 {
     const variant *v = &variants[_i / 12];
     int P = (_i / 6) % 2 ? 4 : 2, G = (int[]){1, 2, 4}[(_i / 2) % 3], causal = _i % 2;
-    model_case m = {"llama", G, 0, 0};
+    model_case m = {"llama", G, 0, 0, 0, 0};
     if (accepted(v, P, causal, GLOBAL_BATCH, &m, 4)) compare_model(v, P, causal, GLOBAL_BATCH, &m, MPI_COMM_WORLD, 1);
 }
 END_TEST
@@ -455,9 +460,9 @@ END_TEST
 START_TEST(llama_zero_equals_single_rank)
 {
     const variant *v = &variants[_i / 6];
-    model_case m = {"llama", _i % 2 ? 2 : 1, 1 + (_i / 2) % 3, 0};
+    model_case m = {"llama", _i % 2 ? 2 : 1, 1 + (_i / 2) % 3, 0, 0, 0};
     if (accepted(v, 2, 1, GLOBAL_BATCH, &m, 4)) compare_model(v, 2, 1, GLOBAL_BATCH, &m, MPI_COMM_WORLD, STEPS);
-    model_case gpt = {"gpt", 2, 0, 0};
+    model_case gpt = {"gpt", 2, 0, 0, 0, 0};
     if (_i % 6 == 0 && accepted(v, 4, 1, GLOBAL_BATCH, &gpt, 4))
         compare_model(v, 4, 1, GLOBAL_BATCH, &gpt, MPI_COMM_WORLD, STEPS);
 }
@@ -473,7 +478,7 @@ START_TEST(llama_three_ranks)
     MPI_Comm three;
     MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank, &three);
     if (three == MPI_COMM_NULL) return;
-    model_case m = {"llama", _i % 2 ? 3 : 1, 0, 1};
+    model_case m = {"llama", _i % 2 ? 3 : 1, 0, 1, 0, 0};
     if (accepted(v, 3, 1, 3, &m, 3)) compare_model(v, 3, 1, 3, &m, three, 1);
     MPI_Comm_free(&three);
 }
@@ -487,7 +492,7 @@ START_TEST(gqa_bytes_equal_formula)
     double ring_full = 0;
     for (int P = 2; P <= 4; P *= 2)
         for (int G = 4; G >= 1; G /= 2) {
-            model_case m = {"llama", G, 0, 0};
+            model_case m = {"llama", G, 0, 0, 0, 0};
             if (!accepted(v, P, 1, 4, &m, 4)) continue;
             double f, b, pf;
             spb_comm_volume vol;
@@ -506,12 +511,156 @@ START_TEST(gqa_bytes_equal_formula)
 }
 END_TEST
 
+/* Megatron-SP with fewer K/V heads than ranks (G | P): each K/V head's
+ * rows of qkv_w and qkv_b sit on R = P/G ranks and their gradients are
+ * summed over them (common/core/kv_replicas.h).  GPT (with biases, so
+ * qkv_b's replicas count too), against one rank: loss, every gradient,
+ * parameters after 3 steps; the replicas' parameters stay bit-identical;
+ * and the gradient-reduction and ZeRO bytes per link equal
+ * spb_zero_comm_items, whose replica item equals the formula written out
+ * here: per layer an all-reduce of the 2·D·h + 2·D replicated floats over
+ * R ranks, 2(R−1)/R of it on each link, once per iteration (ZeRO 0-1) or
+ * per micro-step (ZeRO 2-3). */
+static void megatron_replicas_case(int P, int G, int zero, int causal, int micro, int six_heads, MPI_Comm comm)
+{
+    const variant *v = &variants[0];
+    ck_assert_str_eq(v->strategy, "megatron");
+    int world;
+    MPI_Comm_size(comm, &world);
+    int D = world / P, batch = P == 3 ? 3 : GLOBAL_BATCH;
+    model_case m = {"gpt", G, zero, six_heads, micro, 0};
+    compare_model(v, P, causal, batch, &m, comm, STEPS);
+
+    spb_config c;
+    spb_grid g;
+    base_config(&c, v, P, causal, micro ? micro : batch / D, batch);
+    apply_model(&c, &m);
+    c.zero_stage = zero;
+    spb_trainer *t = make(&c, comm, &g);
+    const int R = P / G, A = spb_config_accum_steps(&c, world);
+    ck_assert_int_eq(t->gpt->kv_replicas, R);
+    spb_comm_reset();
+    spb_trainer_step(t);
+    double measured = phase_link(SPB_PHASE_GRAD_REDUCE) + phase_link(SPB_PHASE_ZERO);
+    double measured_allreduce = spb_comm_record_get(SPB_OP_ALLREDUCE, SPB_PHASE_GRAD_REDUCE)->link_bytes;
+    spb_comm_item items[SPB_ZERO_MAX_ITEMS];
+    int n_items = spb_zero_comm_items(&c, world, items);
+    double predicted = 0, predicted_replicas = 0;
+    for (int k = 0; k < n_items; k++) {
+        predicted += items[k].link_bytes;
+        if (items[k].group == SPB_GROUP_SP) predicted_replicas += items[k].link_bytes;
+    }
+    const double Dh = (double)c.hidden_size / c.num_heads, bias = c.disable_bias_linear ? 0 : 1;
+    double formula = c.num_layers * (zero >= 2 ? A : 1) * 4.0 * (2 * Dh * c.hidden_size + bias * 2 * Dh) * 2.0 *
+                     (R - 1) / R;
+    /* Equal up to the rounding of (R−1)/R (not a binary fraction at R = 3). */
+    ck_assert_double_eq_tol(predicted_replicas, formula, 1e-12 * formula);
+    ck_assert_double_eq_tol(measured, predicted, 1e-12 * predicted);
+    /* ZeRO 2-3 reduce-scatter everything else under phase "zero": the
+     * grad_reduce all-reduces are the replicas' alone. */
+    if (zero >= 2) ck_assert_double_eq_tol(measured_allreduce, formula, 1e-12 * formula);
+    /* The replicas' rows stay equal, bit for bit, on every rank holding them. */
+    float *local = malloc(sizeof(float) * (size_t)t->gpt->num_params);
+    spb_trainer_local_params(t, local);
+    int differ = 0;
+    for (int k = 0; k < t->gpt->num_tensors; k++) {
+        long lo, n;
+        if (!spb_kv_replica_span(&t->gpt->tensors[k], t->gpt->tp, &lo, &n)) continue;
+        float *all = malloc(sizeof(float) * (size_t)(n * R));
+        MPI_Allgather(local + t->gpt->tensors[k].offset + lo, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT,
+                      t->gpt->kv_comm);
+        for (int r = 1; r < R; r++) differ |= memcmp(all, all + (long)r * n, sizeof(float) * (size_t)n) != 0;
+        free(all);
+    }
+    ck_assert_msg(!differ, "megatron P=%d G=%d ZeRO-%d: K/V replicas differ after a step", P, G, zero);
+    say("megatron P=%d D=%d G=%d R=%d ZeRO-%d A=%d: replica all-reduce bytes/link %.0f (formula %.0f), grad_reduce + "
+        "zero bytes/link %.0f = spb_zero_comm_items %.0f; replicas bit-identical\n",
+        P, D, G, R, zero, A, zero >= 2 ? measured_allreduce : predicted_replicas, formula, measured, predicted);
+    free(local);
+    spb_trainer_destroy(t);
+    spb_grid_destroy(&g);
+}
+
+/* P = 4 (D = 1) with G = 1 and 2, and D x P = 2 x 2 with G = 1, each under
+ * ZeRO 0-3; causal, and full on ZeRO-0; one micro-step, and two under
+ * ZeRO 2-3 (where the replicas are summed per micro-step). */
+START_TEST(megatron_kv_replicas)
+{
+    static const struct { int P, G; } shapes[] = {{4, 1}, {4, 2}, {2, 1}};
+    int shape = _i / 5, zero = _i % 5 < 4 ? _i % 5 : 0, causal = _i % 5 < 4;
+    int P = shapes[shape].P, micro = zero >= 2 && P == 4 ? 2 : 0;
+    megatron_replicas_case(P, shapes[shape].G, zero, causal, micro, 0, MPI_COMM_WORLD);
+}
+END_TEST
+
+/* P = 3 on three of the four ranks (6 heads, hidden 48), G = 1: three
+ * replicas, ZeRO 0 and 3. */
+START_TEST(megatron_kv_replicas_three_ranks)
+{
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm three;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank, &three);
+    if (three == MPI_COMM_NULL) return;
+    megatron_replicas_case(3, 1, _i ? 3 : 0, 1, 0, 1, three);
+    MPI_Comm_free(&three);
+}
+END_TEST
+
+/* Issue 35's whole matrix (ctest strategies_gqa_matrix_mpi4, label full:
+ * SPB_GQA_MATRIX=1): every strategy (Megatron-SP, Ulysses and its
+ * allgather ablation, ring contiguous and zigzag, the hybrid at U = 2 (U = 1
+ * at P = 3: R = 3 ring blocks), allgather-kv) with the Llama preset, at
+ * D x P = 2 x 2, 1 x 4 and 1 x 3 (three of the four ranks, six heads), G = 1,
+ * 2 and heads, ZeRO 0-3, causal and full, against one rank: loss and every
+ * gradient, parameters after 3 steps.  Pairs a strategy refuses must be
+ * refused naming --num-query-groups (Megatron-SP and Ulysses at P = 3, G = 2). */
+typedef struct matrix_variant {
+    variant v;
+    int U;
+} matrix_variant;
+static const matrix_variant matrix_variants[] = {
+    {{"megatron", "contiguous", "alltoall"}, 0}, {{"ulysses", "contiguous", "alltoall"}, 0},
+    {{"ulysses", "contiguous", "allgather"}, 0}, {{"ring", "contiguous", "alltoall"}, 0},
+    {{"ring", "zigzag", "alltoall"}, 0},         {{"hybrid", "zigzag", "alltoall"}, 2},
+    {{"allgather-kv", "zigzag", "alltoall"}, 0},
+};
+enum { MATRIX_VARIANTS = sizeof matrix_variants / sizeof matrix_variants[0], MATRIX_CASES = MATRIX_VARIANTS * 3 * 3 * 4 * 2 };
+
+START_TEST(gqa_matrix)
+{
+    const matrix_variant *mv = &matrix_variants[_i / (3 * 3 * 4 * 2)];
+    int shape = (_i / (3 * 4 * 2)) % 3, gi = (_i / (4 * 2)) % 3, zero = (_i / 2) % 4, causal = _i % 2;
+    int P = (int[]){2, 4, 3}[shape], six = P == 3, heads = six ? 6 : 4, G = (int[]){1, 2, heads}[gi];
+    model_case m = {"llama", G, zero, six, 0, mv->U > 0 && P % mv->U == 0 ? mv->U : 1};
+    if (P != 3) {
+        if (accepted(&mv->v, P, causal, GLOBAL_BATCH, &m, 4))
+            compare_model(&mv->v, P, causal, GLOBAL_BATCH, &m, MPI_COMM_WORLD, STEPS);
+        return;
+    }
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm three;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank, &three);
+    if (three == MPI_COMM_NULL) return;
+    if (accepted(&mv->v, 3, causal, 3, &m, 3)) compare_model(&mv->v, 3, causal, 3, &m, three, STEPS);
+    MPI_Comm_free(&three);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     Suite *s = suite_create("strategies");
     TCase *tc = tcase_create("reproduce_single_rank");
     tcase_set_timeout(tc, 600);
+    const char *matrix = getenv("SPB_GQA_MATRIX");
+    if (matrix && !strcmp(matrix, "1")) {
+        tcase_set_timeout(tc, 1800);
+        tcase_add_loop_test(tc, gqa_matrix, 0, MATRIX_CASES);
+        suite_add_tcase(s, tc);
+        return spb_run_suite_and_finalize(s);
+    }
     tcase_add_loop_test(tc, strategy_equals_single_rank, 0, NUM_VARIANTS * 6);
     tcase_add_loop_test(tc, micro_batch_one, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, measured_bytes_equal_formula, 0, NUM_VARIANTS);
@@ -522,6 +671,8 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, llama_zero_equals_single_rank, 0, NUM_VARIANTS * 6);
     tcase_add_loop_test(tc, llama_three_ranks, 0, NUM_VARIANTS * 2);
     tcase_add_loop_test(tc, gqa_bytes_equal_formula, 0, NUM_VARIANTS);
+    tcase_add_loop_test(tc, megatron_kv_replicas, 0, 15);
+    tcase_add_loop_test(tc, megatron_kv_replicas_three_ranks, 0, 2);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

@@ -65,6 +65,12 @@ run llama-mqa-ulysses "$mpiexec" -np 2 "$spbench" $small --model llama --num-que
 # shellcheck disable=SC2086
 run llama-megatron-zero2 "$mpiexec" -np 2 "$spbench" $small --model llama --num-query-groups 2 \
     --ffn-hidden-size 48 --strategy megatron --sp-degree 2 --zero-stage 2
+# Megatron-SP with one K/V head on 2 ranks (its rows replicated on both, their
+# gradients summed), GPT with biases, ZeRO-3 and two micro-steps: the dump
+# and the checkpoint carry the one-rank layout.
+# shellcheck disable=SC2086
+run gpt-mqa-megatron-zero3 "$mpiexec" -np 2 "$spbench" $small --num-query-groups 1 --strategy megatron \
+    --sp-degree 2 --zero-stage 3 --global-batch-size 6
 # shellcheck disable=SC2086
 run gpt-gqa-rope-ring "$mpiexec" -np 2 "$spbench" $small --num-query-groups 2 --position-embedding-type rope \
     --strategy ring --ring-layout zigzag --sp-degree 2

@@ -22,6 +22,17 @@ static const char *layer_tensor_names[SPB_TENSORS_PER_LAYER] = {
  * table under RoPE, no norm biases under RMSNorm, no linear biases under
  * --disable-bias-linear) or adds one (the untied LM head, last), and sizes
  * qkv by the K/V heads and fc by SwiGLU's gate. */
+/* Rows of a tensor on one rank: 1/tp of them when split by rows; by row
+ * blocks, 1/tp of each, or of a replicated K/V block 1/G (rep = tp/G). */
+static int local_rows(int rows, int split, const int *blocks, int tp, int rep)
+{
+    if (split == SPB_SPLIT_ROWS) return rows / tp;
+    if (split != SPB_SPLIT_QKV_ROWS) return rows;
+    int local = 0;
+    for (int b = 0; b < 3; b++) local += blocks[b] * (b ? rep : 1) / tp;
+    return local;
+}
+
 static int build_tensor_table(spb_param_tensor *t, const spb_config *c, int tp, long *num_local, long *num_global)
 {
     const int L = c->num_layers, C = c->hidden_size, F = c->ffn_hidden_size, V = c->vocab_size;
@@ -34,16 +45,21 @@ static int build_tensor_table(spb_param_tensor *t, const spb_config *c, int tp, 
                                                    0, 0, SPB_SPLIT_ROWS, SPB_SPLIT_ROWS, SPB_SPLIT_COLS, 0};
     /* row blocks of qkv ([q | k | v]) and of SwiGLU's fc ([gate | up]) */
     const int qkv_blocks[3] = {c->num_heads * D, G * D, G * D}, fc_blocks[3] = {F, F, 0};
-#define ADD(nm, layer_, r, c_, split_, dec, slot_, blocks_)                                                            \
+    /* Fewer K/V heads than TP ranks (Megatron-SP, G | TP): rank r holds K/V
+     * head r / (TP/G), the one its query heads read, so its k and v blocks
+     * are D rows each: 1/G of the block instead of 1/TP. */
+    const int kv_rep = tp > 1 && G < tp ? tp / G : 1;
+#define ADD(nm, layer_, r, c_, split_, dec, slot_, blocks_, rep_)                                                      \
     do {                                                                                                               \
         int s_ = tp > 1 ? (split_) : SPB_REPLICATED;                                                                   \
-        int lr_ = (s_ == SPB_SPLIT_ROWS || s_ == SPB_SPLIT_QKV_ROWS) ? (r) / tp : (r);                                 \
+        int lr_ = local_rows(r, s_, blocks_, tp, rep_);                                                                \
         int lc_ = s_ == SPB_SPLIT_COLS ? (c_) / tp : (c_);                                                             \
         if (t) {                                                                                                       \
             snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                           \
             t[n].offset = off, t[n].numel = (long)lr_ * lc_, t[n].rows = lr_, t[n].cols = lc_;                         \
             t[n].goffset = goff, t[n].grows = (r), t[n].gcols = (c_), t[n].split = (spb_split)s_;                      \
             t[n].layer = (layer_), t[n].decay = (dec), t[n].slot = (slot_);                                            \
+            t[n].kv_replicas = s_ == SPB_SPLIT_QKV_ROWS ? (rep_) : 1;                                                  \
             const int *b_ = (blocks_);                                                                                 \
             for (int i_ = 0; i_ < 3; i_++) t[n].block_rows[i_] = b_ ? b_[i_] : 0;                                      \
         }                                                                                                              \
@@ -51,8 +67,8 @@ static int build_tensor_table(spb_param_tensor *t, const spb_config *c, int tp, 
         goff += (long)(r) * (c_);                                                                                      \
         n++;                                                                                                           \
     } while (0)
-    ADD("wte", -1, V, C, SPB_REPLICATED, 1, SPB_SLOT_WTE, NULL);
-    if (!rope) ADD("wpe", -1, c->max_position_embeddings, C, SPB_REPLICATED, 1, SPB_SLOT_WPE, NULL);
+    ADD("wte", -1, V, C, SPB_REPLICATED, 1, SPB_SLOT_WTE, NULL, 1);
+    if (!rope) ADD("wpe", -1, c->max_position_embeddings, C, SPB_REPLICATED, 1, SPB_SLOT_WPE, NULL, 1);
     for (int l = 0; l < L; l++) {
         const int qkv_rows = (c->num_heads + 2 * G) * D, fc_rows = gated ? 2 * F : F;
         const int rows[SPB_TENSORS_PER_LAYER] = {C, C, qkv_rows, qkv_rows, C, C, C, C, fc_rows, fc_rows, C, C};
@@ -67,12 +83,12 @@ static int build_tensor_table(spb_param_tensor *t, const spb_config *c, int tp, 
             int split = split_rows[k] == SPB_SPLIT_COLS && cols[k] == 1 ? SPB_REPLICATED : split_rows[k];
             const int *blocks = k == 2 || k == 3 ? qkv_blocks : NULL;
             if ((k == 8 || k == 9) && gated) split = SPB_SPLIT_QKV_ROWS, blocks = fc_blocks;
-            ADD(nm, l, rows[k], cols[k], split, cols[k] > 1, k, blocks);
+            ADD(nm, l, rows[k], cols[k], split, cols[k] > 1, k, blocks, k == 2 || k == 3 ? kv_rep : 1);
         }
     }
-    ADD("lnf_w", -1, C, 1, SPB_REPLICATED, 0, SPB_SLOT_LNF_W, NULL);
-    if (!rms) ADD("lnf_b", -1, C, 1, SPB_REPLICATED, 0, SPB_SLOT_LNF_B, NULL);
-    if (c->untie_embeddings_and_output_weights) ADD("lm_head", -1, V, C, SPB_REPLICATED, 1, SPB_SLOT_LM_HEAD, NULL);
+    ADD("lnf_w", -1, C, 1, SPB_REPLICATED, 0, SPB_SLOT_LNF_W, NULL, 1);
+    if (!rms) ADD("lnf_b", -1, C, 1, SPB_REPLICATED, 0, SPB_SLOT_LNF_B, NULL, 1);
+    if (c->untie_embeddings_and_output_weights) ADD("lm_head", -1, V, C, SPB_REPLICATED, 1, SPB_SLOT_LM_HEAD, NULL, 1);
 #undef ADD
     *num_local = off;
     *num_global = goff;
@@ -139,12 +155,14 @@ long spb_gpt_global_index(const spb_gpt *g, const spb_param_tensor *t, long i)
     switch (t->split) {
     case SPB_REPLICATED: break;
     case SPB_SPLIT_ROWS: r += (long)g->tp_rank * t->rows; break;
-    case SPB_SPLIT_QKV_ROWS: { /* local rows: this rank's 1/TP of each row block, in block order */
+    case SPB_SPLIT_QKV_ROWS: { /* local rows: this rank's 1/TP of each row block, in block order; K/V
+                                  blocks with replicas: 1/G of them, K/V head tp_rank / replicas */
         long first = 0; /* the block's first global row */
         for (int b = 0; b < 3 && t->block_rows[b]; b++) {
-            long per = t->block_rows[b] / g->tp;
+            int rep = b ? t->kv_replicas : 1;
+            long per = (long)t->block_rows[b] * rep / g->tp;
             if (r < per) {
-                r = first + (long)g->tp_rank * per + r;
+                r = first + (long)(g->tp_rank / rep) * per + r;
                 break;
             }
             r -= per, first += t->block_rows[b];
@@ -243,8 +261,16 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
      * qkv_backward).  config.c and the strategies' validate made these
      * divide. */
     g->G = cfg->num_query_groups > 0 ? cfg->num_query_groups : g->H;
-    SPB_CHECK(g->G % g->tp == 0);
-    g->Gl = g->G / g->tp;
+    /* Tensor parallelism over more ranks than K/V heads (Megatron-SP, G |
+     * TP): each K/V head's weight rows are replicated on TP/G consecutive
+     * ranks, whose query heads all read it (kv_replicas.h sums their
+     * gradients). */
+    SPB_CHECK(g->G >= g->tp ? g->G % g->tp == 0 : g->tp % g->G == 0);
+    g->kv_replicas = g->G >= g->tp ? 1 : g->tp / g->G;
+    g->Gl = g->G >= g->tp ? g->G / g->tp : 1;
+    g->kv_comm = MPI_COMM_NULL;
+    if (g->kv_replicas > 1)
+        SPB_MPI_CHECK(MPI_Comm_split(grid->sp_comm, g->tp_rank / g->kv_replicas, g->tp_rank, &g->kv_comm));
     g->kv_block = g->Gl >= g->head_blocks ? g->Gl / g->head_blocks : 1;
     SPB_CHECK(g->Gl >= g->head_blocks ? g->Gl % g->head_blocks == 0 : g->head_blocks % g->Gl == 0);
     g->qkv_width = g->head_blocks * (g->Hl / g->head_blocks + 2 * g->kv_block) * g->D;
@@ -348,6 +374,7 @@ void spb_gpt_destroy(spb_gpt *g)
     free(g->layer);
     free(g->dlayer);
     free(g->tensors);
+    if (g->kv_comm != MPI_COMM_NULL) MPI_Comm_free(&g->kv_comm);
     free(g);
 }
 

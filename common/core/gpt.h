@@ -43,6 +43,11 @@ typedef struct spb_param_tensor {
     int decay;        /* AdamW weight decay applies (matrices, embeddings) */
     int slot;         /* its view: a field of spb_layer_params (0-11), or SPB_SLOT_* */
     int block_rows[3]; /* SPB_SPLIT_QKV_ROWS: global rows of each block (0: none) */
+    /* SPB_SPLIT_QKV_ROWS of qkv with fewer K/V heads than TP ranks
+     * (Megatron-SP, G < TP): each K/V head's rows (blocks 1 and 2) sit on
+     * kv_replicas = TP/G consecutive TP ranks, whose gradients are summed
+     * over those ranks (kv_replicas.h).  1: no replicas. */
+    int kv_replicas;
 } spb_param_tensor;
 
 /* The views of the tensors outside the layers. */
@@ -89,7 +94,9 @@ typedef struct spb_gpt {
     int Ttp;           /* tokens per sequence inside a TP region (T·TP) */
     int head_blocks;   /* qkv and atto in this many head blocks (strategy.h) */
     int G;             /* K/V heads (--num-query-groups) */
-    int Gl;            /* K/V heads of this rank's weight shard: G/TP */
+    int Gl;            /* K/V heads of this rank's weight shard: G/TP, or 1 replicated when G < TP */
+    int kv_replicas;   /* TP ranks holding each K/V head's rows: TP/G when G < TP, else 1 */
+    MPI_Comm kv_comm;  /* those ranks (kv_replicas > 1; else MPI_COMM_NULL) */
     int kv_block;      /* K/V heads in each head block: Gl/head_blocks, at least 1 (replicated) */
     int qkv_width;     /* floats of one token's qkv: head_blocks·(Hl/head_blocks + 2·kv_block)·D */
     int rope, rmsnorm, swiglu, untied, bias; /* the model's variant (config.h) */

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "checks.h"
+#include "kv_replicas.h"
 #include "memory.h"
 #include "comm.h"
 #include "timer.h"
@@ -94,6 +95,12 @@ static double global_grad_norm(const spb_trainer *t)
     double sums[2] = {0, 0}; /* replicated, split */
     for (int k = 0; k < g->num_tensors; k++) {
         const spb_param_tensor *pt = &g->tensors[k];
+        long lo, n;
+        /* Megatron-SP's replicated K/V rows count on one replica only. */
+        if (spb_kv_replica_span(pt, g->tp, &lo, &n) && !spb_kv_replicas_count_here(g)) {
+            sums[1] += g->be->sum_squares(g->grads + pt->offset, lo);
+            continue;
+        }
         sums[pt->split != SPB_REPLICATED] += g->be->sum_squares(g->grads + pt->offset, pt->numel);
     }
     if (g->any_split) spb_allreduce_sum_f64(&sums[1], 1, t->grid->sp_comm, SPB_PHASE_OTHER);
@@ -120,6 +127,9 @@ double spb_trainer_gradients(spb_trainer *t)
         spb_gpt_backward(g, (float)(t->scaler.loss_scale / tokens));
     }
     spb_timer_region timed = spb_timer_begin(SPB_T_GRAD_REDUCE);
+    /* Megatron-SP's replicated K/V rows, once per iteration while the whole
+     * gradient vector exists (ZeRO 2-3 sum them per layer: zero.c). */
+    if (!t->zero || t->zero->stage < 2) spb_kv_replicas_reduce_all(g);
     if (t->zero)
         spb_zero_reduce_gradients(t->zero, g);
     else

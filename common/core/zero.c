@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "checks.h"
+#include "kv_replicas.h"
 #include "memory.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -40,6 +41,13 @@ static void build_class(spb_zero *z, int cls, const spb_gpt *g, MPI_Comm comm)
         c->tensors[c->num_tensors] = k;
         c->segments[c->num_tensors] =
             (spb_zero_segment){.packed_lo = owned, .n = n, .param_offset = t->offset + lo, .decay = t->decay};
+        /* The part of the slice in the K/V replica rows, on the replicas
+         * that leave them to the first one in the norm. */
+        long span_lo, span_n;
+        if (n > 0 && spb_kv_replica_span(t, g->tp, &span_lo, &span_n) && !spb_kv_replicas_count_here(g)) {
+            long a = span_lo > lo ? span_lo : lo, b = span_lo + span_n < lo + n ? span_lo + span_n : lo + n;
+            if (b > a) c->segments[c->num_tensors].uncounted_lo = a - lo, c->segments[c->num_tensors].uncounted_n = b - a;
+        }
         c->num_tensors++;
         c->n += t->numel;
         owned += slice;
@@ -124,6 +132,10 @@ static void zero_unit_after(void *ctx, spb_gpt *g, int unit, spb_comm_phase phas
     int global = unit == SPB_UNIT_GLOBALS;
     if (phase == SPB_PHASE_BACKWARD && z->stage >= 2) {
         float **grads = global ? &z->global_grads : &z->layer_grads;
+        /* This micro-step's share of the K/V replicas' rows, summed before
+         * the buffer is reduce-scattered (kv_replicas.h). */
+        int ks[SPB_TENSORS_PER_LAYER], n = unit_tensors(g, unit, ks);
+        for (int i = 0; i < n; i++) spb_kv_replicas_reduce(g, ks[i], *grads + z->work_offset[ks[i]]);
         reduce_unit(z, g, unit, *grads);
         z->be->free(*grads);
         *grads = NULL;
@@ -235,8 +247,13 @@ double spb_zero_grad_norm(const spb_zero *z, MPI_Comm world)
     double sum = 0;
     for (int k = 0; k < z->num_classes; k++) {
         const spb_zero_class *c = &z->cls[k];
-        for (int s = 0; s < c->num_tensors; s++)
-            sum += z->be->sum_squares(c->grad + c->segments[s].packed_lo, c->segments[s].n);
+        for (int s = 0; s < c->num_tensors; s++) {
+            const spb_zero_segment *sg = &c->segments[s];
+            const float *grad = c->grad + sg->packed_lo;
+            long after = sg->uncounted_lo + sg->uncounted_n; /* uncounted_n = 0: the whole slice */
+            sum += z->be->sum_squares(grad, sg->uncounted_n ? sg->uncounted_lo : sg->n);
+            if (sg->uncounted_n) sum += z->be->sum_squares(grad + after, sg->n - after);
+        }
     }
     spb_allreduce_sum_f64(&sum, 1, world, SPB_PHASE_OTHER);
     return sqrt(sum);
@@ -450,6 +467,19 @@ int spb_zero_comm_items(const spb_config *cfg, int world_size, spb_comm_item *it
         }
         }
         k++;
+    }
+    /* Megatron-SP's K/V replicas (kv_replicas.h): each replicated tensor's
+     * k and v rows, all-reduced over its R = TP/G replicas, once per
+     * iteration (stages 0-1) or after each micro-step's backward (2-3).
+     * Per layer that is 2·D·h floats of qkv_w (+ 2·D of qkv_b), each
+     * rank's link carrying 2(R−1)/R of them (docs/STRATEGIES.md). */
+    int tp = spb_gpt_config_tp(cfg);
+    for (int k = 0; k < s.num_tensors; k++) {
+        long lo, span;
+        if (!spb_kv_replica_span(&s.tensors[k], tp, &lo, &span)) continue;
+        double calls = cfg->zero_stage >= 2 ? A : 1;
+        add_item(items, &n, SPB_OP_ALLREDUCE, SPB_PHASE_GRAD_REDUCE, SPB_GROUP_SP, s.tensors[k].kv_replicas, calls,
+                 calls * 4.0 * (double)span);
     }
     free(s.tensors);
     return n;

@@ -33,6 +33,10 @@ typedef struct spb_zero_segment {
     long packed_lo;    /* where this tensor's slice starts in the rank's slice vectors */
     long n;            /* elements of the slice that exist (the last slice is shorter) */
     long param_offset; /* where they sit in the rank's whole parameter vector */
+    /* Elements [uncounted_lo, uncounted_lo + uncounted_n) of the slice are
+     * Megatron-SP K/V replicas another rank counts in the gradient norm
+     * (kv_replicas.h); 0 elsewhere. */
+    long uncounted_lo, uncounted_n;
     int decay;
 } spb_zero_segment;
 

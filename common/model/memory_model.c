@@ -48,13 +48,14 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
      * of --ulysses-degree U hold N/R, R = P/U, and their ring keeps the
      * log-sum-exp of those).  allgather-kv keeps the log-sum-exp of its
      * own queries, as ring does. */
-    /* K/V heads in a rank's qkv (common/core/gpt.c): G/TP, and under Ulysses
-     * and the hybrid max(G, U) (one replica per rank of the group when G < U). */
+    /* K/V heads in a rank's qkv (common/core/gpt.c): G/TP, or 1 replicated
+     * head when G < TP (Megatron-SP), and under Ulysses and the hybrid
+     * max(G, U) (one replica per rank of the group when G < U). */
     const int hybrid = !strcmp(c->strategy, "hybrid");
     const int ulysses = !strcmp(c->strategy, "ulysses") || hybrid;
     const double U = hybrid && c->ulysses_degree > 0 ? c->ulysses_degree : P;
     const double G = c->num_query_groups > 0 ? c->num_query_groups : H;
-    const double Gq = ulysses ? (G > U ? G : U) : G / tp;
+    const double Gq = ulysses ? (G > U ? G : U) : G >= tp ? G / tp : 1;
     const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
     double lse, head_copies = 0;
     if (ulysses) {

@@ -759,7 +759,9 @@ static dims dims_of(const spb_config *c)
     }
     d.Tr = d.N / d.R;
     {
-        /* this rank's K/V heads, over the G head blocks (Ulysses: P; hybrid: U; set above) */
+        /* this rank's K/V heads, over the G head blocks (Ulysses: P; hybrid: U; set above); at
+         * least one: Megatron-SP with fewer K/V heads than ranks holds one replicated head, whose
+         * gradient all-reduce comes with spb_zero_comm_items below */
         double kv = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / d.tp;
         d.kvb = kv >= d.G ? kv / d.G : 1;
     }

@@ -187,6 +187,27 @@ class CsvWriter(unittest.TestCase):
         self.assertEqual(sl.predicted_layer_bytes("ulysses", "allgather", 1024, 64, 1, 4),
                          4 * sl.predicted_layer_bytes("ulysses", "alltoall", 1024, 64, 1, 4))
 
+    def test_predicted_bytes_take_the_kv_heads(self):
+        # Equal to what spbench recorded in strategies_mpi4 (N = 96, h = 32, H = 4, b = 1, Llama
+        # preset), forward + backward per layer.
+        def pred(strategy, p, g, comm="alltoall"):
+            return sl.predicted_layer_bytes(strategy, comm, 96, 32, 1, p, heads=4, groups=g)
+        self.assertEqual(pred("ulysses", 4, 1), 9216 + 9216)    # G < P: one K/V replica per rank
+        self.assertEqual(pred("ulysses", 2, 1), 9216 + 9216)
+        self.assertEqual(pred("ulysses", 4, 1, "allgather"), 36864 + 36864)
+        self.assertEqual(pred("ring", 4, 1), 4608 + 10752)      # K/V blocks shrink by G/H
+        self.assertEqual(pred("ring", 2, 1), 3072 + 9216)
+        self.assertEqual(pred("megatron", 4, 1), 36864 + 55296)  # activations only
+        # G = H (or not given) is the old formula.
+        for strategy in ("ulysses", "ring", "megatron", "allgather-kv", "hybrid"):
+            self.assertEqual(pred(strategy, 4, 4), sl.predicted_layer_bytes(strategy, "alltoall", 96, 32, 1, 4))
+        # Megatron-SP's replica all-reduce, per layer (GPT with biases, 2 layers: 6336 and 4224
+        # bytes per link for P = 4 with G = 1 and 2).
+        self.assertEqual(2 * sl.kv_replica_link_bytes("megatron", 32, 4, 1, 4), 6336)
+        self.assertEqual(2 * sl.kv_replica_link_bytes("megatron", 32, 4, 2, 4), 4224)
+        self.assertEqual(sl.kv_replica_link_bytes("megatron", 32, 4, 4, 4), 0)
+        self.assertEqual(sl.kv_replica_link_bytes("ulysses", 32, 4, 1, 4), 0)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
