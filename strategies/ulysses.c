@@ -374,18 +374,22 @@ static void start_timed(spb_alltoall_req *r, const float *send, float *recv, lon
     spb_timer_end(timed);
 }
 
-static spb_dev_cache ov_send, ov_recv, ov_out_send, ov_out_recv; /* the groups' blocks, SPB_MEM_COMM */
+/* The groups' blocks, SPB_MEM_COMM.  Transfers send from and receive into
+ * these only, never the saved or workspace buffers that attention reads
+ * and writes meanwhile: a 16-bit table works on fp32 frames of whole spans
+ * of one buffer (every argument of a call in one buffer merged), which
+ * would read or write back a group's region while its transfer is in
+ * flight.  (On the host the copies were there anyway: the blocks are not
+ * the head layout, except for a one-sequence micro-batch.) */
+static spb_dev_cache ov_send, ov_recv, ov_out_send, ov_out_recv;
 
-/* The head layout [B][N][w] of what arrived in blocks [P][B][T][w]: the
- * blocks themselves when B = 1. */
-static float *arrival(const ulysses_dims *u, float *head, float *blocks) { return u->B > 1 ? blocks : head; }
-
+/* What arrived in blocks [P][B][T][w] into the head layout [B][N][w]. */
 static void settle(const spb_attn_ctx *c, const ulysses_dims *u, spb_alltoall_req *r, float *blocks, float *head,
                    long w)
 {
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
     spb_alltoall_wait(r);
-    if (u->B > 1) blocks_to_head(c, blocks, head, u, w);
+    blocks_to_head(c, blocks, head, u, w);
     spb_timer_end(timed);
 }
 
@@ -397,8 +401,8 @@ static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, con
     spb_attn_ctx h = head_ctx(c, u);
     h.heads = p.Hk, h.kv_heads = p.Gk;
     float *send = spb_dev_cached(c, &ov_send, SPB_MEM_COMM, all);
-    float *recv = u->B > 1 ? spb_dev_cached(c, &ov_recv, SPB_MEM_COMM, all) : NULL;
-    float *o_send = u->B > 1 ? spb_dev_cached(c, &ov_out_send, SPB_MEM_COMM, BN * u->row) : NULL;
+    float *recv = spb_dev_cached(c, &ov_recv, SPB_MEM_COMM, all);
+    float *o_send = spb_dev_cached(c, &ov_out_send, SPB_MEM_COMM, BN * u->row);
     float *o_recv = spb_dev_cached(c, &ov_out_recv, SPB_MEM_COMM, BN * u->row);
     float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
     spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
@@ -407,19 +411,18 @@ static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, con
             spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
             move_qkv_slice(c, u, &p, k, (float *)qkv, send + p.offset[k], 1);
             spb_timer_end(timed);
-            start_timed(&in[k], send + p.offset[k], arrival(u, qkv_g + p.offset[k], recv ? recv + p.offset[k] : NULL),
-                        BT * p.width[k], u, c->phase);
+            start_timed(&in[k], send + p.offset[k], recv + p.offset[k], BT * p.width[k], u, c->phase);
         }
         if (k == 0) continue;
         int g = k - 1, s = sender_of(&p, g);
-        settle(c, u, &in[g], recv ? recv + p.offset[g] : NULL, qkv_g + p.offset[g], p.width[g]);
+        settle(c, u, &in[g], recv + p.offset[g], qkv_g + p.offset[g], p.width[g]);
         float *og = o_g + g * BN * p.q;
         group_forward(&h, inner, &p, qkv_g + p.offset[g], p.width[g], qkv_g + p.offset[s], p.width[s], og,
                       lse_g + g * BN * p.Hk);
         spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-        if (u->B > 1) head_to_blocks(c, og, o_send + g * BN * p.q, u, p.q);
+        head_to_blocks(c, og, o_send + g * BN * p.q, u, p.q);
         spb_timer_end(timed);
-        start_timed(&out[g], u->B > 1 ? o_send + g * BN * p.q : og, o_recv + g * BN * p.q, BT * p.q, u, c->phase);
+        start_timed(&out[g], o_send + g * BN * p.q, o_recv + g * BN * p.q, BT * p.q, u, c->phase);
     }
     for (int g = 0; g < K; g++) {
         spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
@@ -439,8 +442,8 @@ static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, co
     spb_attn_ctx h = head_ctx(c, u);
     h.heads = p.Hk, h.kv_heads = p.Gk;
     float *d_send = spb_dev_cached(c, &ov_out_send, SPB_MEM_COMM, BN * u->row);
-    float *d_recv = u->B > 1 ? spb_dev_cached(c, &ov_out_recv, SPB_MEM_COMM, BN * u->row) : NULL;
-    float *g_send = u->B > 1 ? spb_dev_cached(c, &ov_send, SPB_MEM_COMM, all) : NULL;
+    float *d_recv = spb_dev_cached(c, &ov_out_recv, SPB_MEM_COMM, BN * u->row);
+    float *g_send = spb_dev_cached(c, &ov_send, SPB_MEM_COMM, all);
     float *g_recv = spb_dev_cached(c, &ov_recv, SPB_MEM_COMM, all);
     const float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
     spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
@@ -450,13 +453,11 @@ static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, co
             spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
             spb_dev_copy_rows(c, d_send + k * BN * p.q, p.q, dout + k * p.q, u->row, (long)u->P * BT, p.q);
             spb_timer_end(timed);
-            start_timed(&in[k], d_send + k * BN * p.q,
-                        arrival(u, dout_h + k * BN * p.q, d_recv ? d_recv + k * BN * p.q : NULL), BT * p.q, u,
-                        c->phase);
+            start_timed(&in[k], d_send + k * BN * p.q, d_recv + k * BN * p.q, BT * p.q, u, c->phase);
         }
         if (k == 0) continue;
         int g = k - 1, s = sender_of(&p, g);
-        settle(c, u, &in[g], d_recv ? d_recv + g * BN * p.q : NULL, dout_h + g * BN * p.q, p.q);
+        settle(c, u, &in[g], d_recv + g * BN * p.q, dout_h + g * BN * p.q, p.q);
         group_backward(&h, inner, &p, qkv_g + p.offset[g], p.width[g], qkv_g + p.offset[s], p.width[s],
                        o_g + g * BN * p.q, lse_g + g * BN * p.Hk, dout_h + g * BN * p.q, dqkv_h + p.offset[g],
                        dqkv_h + p.offset[s]);
@@ -469,10 +470,9 @@ static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, co
             int j = ready[i];
             float *block = dqkv_h + p.offset[j];
             spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-            if (u->B > 1) head_to_blocks(c, block, g_send + p.offset[j], u, p.width[j]);
+            head_to_blocks(c, block, g_send + p.offset[j], u, p.width[j]);
             spb_timer_end(timed);
-            start_timed(&out[n_out], u->B > 1 ? g_send + p.offset[j] : block, g_recv + p.offset[j], BT * p.width[j],
-                        u, c->phase);
+            start_timed(&out[n_out], g_send + p.offset[j], g_recv + p.offset[j], BT * p.width[j], u, c->phase);
             returned[n_out++] = j;
         }
     }
@@ -604,7 +604,16 @@ int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *er
  * H query heads and 2·max(G, P) K/V heads of D (G >= P: every K/V head once;
  * G < P: one per block, P blocks, the replicas included), so its S is
  * b·(N/P)·(H + 2·max(G, P))·D instead of b·(N/P)·3h; O and dO are unchanged.
- * With G = H this is 3h again. */
+ * With G = H this is 3h again.
+ *
+ * --ulysses-overlap K moves the same floats in K all-to-alls per exchange:
+ * group k's QKV block per token is Hk·D query floats, plus 2·Gk·D for the
+ * group that sends its K/V heads (each K/V head once, by its first
+ * reader), and the K blocks add up to (Hp + 2·Gp)·D, i.e. the
+ * (H + 2·max(G, P))·D/P above; O, dO and dQKV likewise.  So the formula
+ * is the overlap's too: the K calls' link bytes sum to it (the test holds
+ * it to 1e-12 relative where (P−1)/P is not a binary fraction and the sum
+ * of K terms rounds differently from one). */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
     const int H = cfg->num_heads, D = cfg->hidden_size / H;
