@@ -97,6 +97,15 @@ endif()
 add_test(NAME emu_gpu_watchdog COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_watchdog.sh ${CMAKE_BINARY_DIR}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 list(APPEND spb_emu_tests emu_gpu_watchdog)
+# --ulysses-overlap = plain Ulysses byte for byte on the device, host-staged and through NCCL
+if(SPB_EMU_NCCL)
+  set(spb_emu_have_nccl 1)
+else()
+  set(spb_emu_have_nccl 0)
+endif()
+add_test(NAME emu_overlap_identical COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/overlap_identical.sh $<TARGET_FILE:spbench>
+                                            ${MPIEXEC_EXECUTABLE} ${spb_emu_have_nccl})
+list(APPEND spb_emu_tests emu_overlap_identical)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
 list(APPEND spb_emu_tests emu_gpu_strategies)

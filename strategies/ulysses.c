@@ -232,96 +232,258 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int
     spb_timer_end(timed);
 }
 
-/* --ulysses-overlap K: the exchanges in K head groups of Hk = Hp/K heads,
- * group k+1's all-to-all in flight while group k's attention runs, group
- * k's output on its way back during group k+1's (DeepSpeed's sp_stream,
- * yunchang's async all-to-all).  Non-blocking all-to-alls between shaped
- * blocks (comm.c) move the group's slice between the core's head blocks
- * (rows of Hk·D floats, Hp·D apart) and the group's own head layout
- * [B][N][w][Hk][D] (rank i's T tokens of each sequence at i·T), for any
- * micro-batch; comm.c packs and unpacks around point-to-point messages,
- * inside the recorded (exposed) time.  The saved buffer holds the K
- * groups' head layouts one after another (the same floats as without
- * groups). */
+/* --ulysses-overlap K: the exchanges in K head groups of Hk = Hp/K query
+ * heads, group k+1's all-to-all in flight while group k's attention runs,
+ * group k's output on its way back during group k+1's (DeepSpeed's
+ * sp_stream, yunchang's async all-to-all); backward likewise with dO and
+ * dQKV.  Each exchange is one non-blocking all-to-all of contiguous blocks
+ * (comm.c: point-to-point on the host, host-staged, or the device table's
+ * transfer on its communication stream); the group's slice is packed out
+ * of the core's head blocks and unpacked into them with strided copies
+ * (the device's copy_rows on the compute stream, so the device orders
+ * them against the transfers by its events).
+ *
+ * K/V heads (grouped-query attention, Gp per rank after Ulysses'
+ * replication): group k's query heads read the K/V heads kv_lo(k) ..
+ * + Gk - 1.  Gp divisible by K: Gk = Gp/K heads of its own.  K divisible
+ * by Gp: m = K/Gp consecutive groups read one K/V head (Gk = 1).  Each K/V
+ * head is exchanged once, by the first group that reads it (its "sender"):
+ * a sender's block per token is [Q Hk][K Gk][V Gk] heads, the others' [Q
+ * Hk]; the later readers' attention reads K and V from the sender's head
+ * layout.  So the bytes are plain Ulysses' exactly (every Q and K/V head
+ * crosses once; comm_volume below), where exchanging a shared head with
+ * each reader would send it m times and need its m gradients summed.  In
+ * backward the readers accumulate into one dK/dV (the sender's), in
+ * query-head order as the plain backward's single call does, and the
+ * sender's dQKV returns after its last reader: the results are plain
+ * Ulysses' bit for bit.  The shared dK/dV need the head side's call to
+ * accumulate, which the backend does and the hybrid's ring does not
+ * promise: there each group must have K/V heads of its own (validated).
+ * Other pairs (neither divides the other) would give a group query heads
+ * that read K/V heads in a ratio the backend's head mapping cannot take
+ * (validated). */
 static int overlap_groups(const spb_attn_ctx *c)
 {
     return c->cfg && c->cfg->ulysses_overlap > 1 ? c->cfg->ulysses_overlap : 1;
 }
 
-/* One rank's block of group k on the core side: B·T·w rows of Hk·D floats. */
-static spb_block_shape core_shape(const ulysses_dims *u, int w, long rowk)
-{
-    return (spb_block_shape){.rows = (long)u->B * u->T * w, .width = rowk, .pitch = u->row,
-                             .extent = (long)u->B * u->T * w * u->row};
-}
-
-/* Rank i's tokens in a group's head layout: B runs of T·w·Hk·D floats, N·w·Hk·D apart. */
-static spb_block_shape head_shape(const ulysses_dims *u, int w, long rowk)
-{
-    return (spb_block_shape){.rows = u->B, .width = (long)u->T * w * rowk, .pitch = u->N * w * rowk,
-                             .extent = (long)u->T * w * rowk};
-}
-
-static void start_timed(spb_alltoall_req *r, const float *send, spb_block_shape ss, float *recv, spb_block_shape rs,
-                        const ulysses_dims *u, spb_comm_phase phase)
-{
-    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-    spb_alltoall_shaped_start(r, send, ss, recv, rs, u->comm, phase);
-    spb_timer_end(timed);
-}
-
-static void wait_timed(spb_alltoall_req *r)
-{
-    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-    spb_alltoall_shaped_wait(r);
-    spb_timer_end(timed);
-}
-
 enum { ULYSSES_MAX_OVERLAP = 64 };
+
+/* The groups' shapes, in floats. */
+typedef struct overlap_plan {
+    int K, Hk, Gk, m;                       /* groups, query and K/V heads a group reads, groups per K/V head */
+    long q;                                 /* one token's Q of a group: Hk·D */
+    long width[ULYSSES_MAX_OVERLAP];        /* one token's floats in group k's block: q (+ 2·Gk·D for a sender) */
+    long offset[ULYSSES_MAX_OVERLAP];       /* group k's head layout in the saved QKV: B·N·(sum of earlier widths) */
+} overlap_plan;
+
+static overlap_plan plan_of(const ulysses_dims *u, int K)
+{
+    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0 && (u->Gp % K == 0 || K % u->Gp == 0)); /* validated */
+    overlap_plan p = {.K = K, .Hk = u->Hp / K};
+    p.Gk = u->Gp >= K ? u->Gp / K : 1;
+    p.m = u->Gp >= K ? 1 : K / u->Gp;
+    p.q = (long)p.Hk * u->D;
+    long at = 0;
+    for (int k = 0; k < K; k++) {
+        p.width[k] = p.q + (k % p.m == 0 ? 2L * p.Gk * u->D : 0);
+        p.offset[k] = at;
+        at += (long)u->B * u->N * p.width[k];
+    }
+    return p;
+}
+
+static int sender_of(const overlap_plan *p, int k) { return k - k % p->m; }
+static int kv_lo(const overlap_plan *p, int k) { return p->m > 1 ? k / p->m : k * p->Gk; }
+
+/* Group k's attention on the head side: Q (and dQ) in its own head layout,
+ * K and V (and dK, dV) in its sender's.  With the whole-sequence head side
+ * (plain Ulysses) one backend call per group through explicit strides;
+ * with another (the hybrid's ring) its fused-buffer call, each group a
+ * sender of its own (validated). */
+static spb_attn_desc group_desc(const spb_attn_ctx *h, long q_width, long kv_width)
+{
+    spb_attn_desc d = head_desc(h);
+    long N = h->tokens;
+    d.q_token_stride = q_width, d.q_batch_stride = q_width * N;
+    d.k_token_stride = kv_width, d.k_batch_stride = kv_width * N;
+    return d;
+}
+
+static void group_forward(const spb_attn_ctx *h, const spb_head_side *inner, const overlap_plan *p, const float *qg,
+                          long qw, const float *kvg, long kvw, float *o, float *lse)
+{
+    if (inner != &whole_sequence) {
+        SPB_CHECK(qg == kvg && p->m == 1);
+        inner->forward(h, qg, o, lse);
+        return;
+    }
+    spb_attn_desc d = group_desc(h, qw, kvw);
+    const float *k = kvg + p->q, *v = k + (long)p->Gk * h->head_dim;
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
+    h->backend->forward(&d, qg, k, v, o, lse);
+    spb_timer_end(timed);
+    *h->flops += 4.0 * d.head_dim * spb_attn_visible_pairs(&d);
+}
+
+/* dqg and dkvg as qg and kvg.  The backend accumulates: group k's own
+ * block (dQ, and dK, dV for a sender) starts at 0; a later reader adds to
+ * its sender's dK, dV, zeroed at the sender's turn (the first reader). */
+static void group_backward(const spb_attn_ctx *h, const spb_head_side *inner, const overlap_plan *p, const float *qg,
+                           long qw, const float *kvg, long kvw, const float *o, const float *lse, const float *dout,
+                           float *dqg, float *dkvg)
+{
+    if (inner != &whole_sequence) {
+        SPB_CHECK(qg == kvg && p->m == 1);
+        inner->backward(h, qg, o, lse, dout, dqg);
+        return;
+    }
+    spb_attn_desc d = group_desc(h, qw, kvw);
+    long gkv = (long)p->Gk * h->head_dim;
+    spb_dev_zero(h, dqg, (long)h->batch * h->tokens * qw);
+    const float *k = kvg + p->q, *v = k + gkv;
+    float *dk = dkvg + p->q, *dv = dk + gkv;
+    spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
+    h->backend->backward(&d, qg, k, v, o, lse, dout, dqg, dk, dv);
+    spb_timer_end(timed);
+    *h->flops += 10.0 * d.head_dim * spb_attn_visible_pairs(&d);
+}
+/* Group k's slice of the core's head blocks (P·B·T rows of u->qkv floats:
+ * Q at k·q, and for a sender its K and V heads) <-> [P][B][T][width[k]]. */
+static void move_qkv_slice(const spb_attn_ctx *c, const ulysses_dims *u, const overlap_plan *p, int k, float *core,
+                           float *packed, int pack)
+{
+    long rows = (long)u->P * u->B * u->T, w = p->width[k], gkv = (long)p->Gk * u->D;
+    long kq = (long)k * p->q, kk = (long)(u->Hp + kv_lo(p, k)) * u->D, kv = kk + (long)u->Gp * u->D;
+    long at[3] = {kq, kk, kv}, in[3] = {0, p->q, p->q + gkv}, len[3] = {p->q, gkv, gkv};
+    for (int part = 0; part < (w > p->q ? 3 : 1); part++) {
+        if (pack)
+            spb_dev_copy_rows(c, packed + in[part], w, core + at[part], u->qkv, rows, len[part]);
+        else
+            spb_dev_copy_rows(c, core + at[part], u->qkv, packed + in[part], w, rows, len[part]);
+    }
+}
+
+/* Exchanges are timed as exchange (packing and unpacking included): the
+ * step breakdown's exposed part. */
+static void start_timed(spb_alltoall_req *r, const float *send, float *recv, long count, const ulysses_dims *u,
+                        spb_comm_phase phase)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_alltoall_start(r, send, recv, count, u->comm, phase);
+    spb_timer_end(timed);
+}
+
+/* The groups' blocks, SPB_MEM_COMM.  Transfers send from and receive into
+ * these only, never the saved or workspace buffers that attention reads
+ * and writes meanwhile: a 16-bit table works on fp32 frames of whole spans
+ * of one buffer (every argument of a call in one buffer merged), which
+ * would read or write back a group's region while its transfer is in
+ * flight.  (On the host the copies were there anyway: the blocks are not
+ * the head layout, except for a one-sequence micro-batch.) */
+static spb_dev_cache ov_send, ov_recv, ov_out_send, ov_out_recv;
+
+/* What arrived in blocks [P][B][T][w] into the head layout [B][N][w]. */
+static void settle(const spb_attn_ctx *c, const ulysses_dims *u, spb_alltoall_req *r, float *blocks, float *head,
+                   long w)
+{
+    spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+    spb_alltoall_wait(r);
+    blocks_to_head(c, blocks, head, u, w);
+    spb_timer_end(timed);
+}
 
 static void overlapped_forward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
                                const float *qkv, float *o, float *saved)
 {
-    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0 && u->Gp == u->Hp); /* validate: no GQA here */
-    long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
+    overlap_plan p = plan_of(u, K);
+    long BN = (long)u->B * u->N, BT = (long)u->B * u->T, all = BN * u->qkv;
     spb_attn_ctx h = head_ctx(c, u);
-    h.heads = h.kv_heads = (int)Hk;
-    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    h.heads = p.Hk, h.kv_heads = p.Gk;
+    float *send = spb_dev_cached(c, &ov_send, SPB_MEM_COMM, all);
+    float *recv = spb_dev_cached(c, &ov_recv, SPB_MEM_COMM, all);
+    float *o_send = spb_dev_cached(c, &ov_out_send, SPB_MEM_COMM, BN * u->row);
+    float *o_recv = spb_dev_cached(c, &ov_out_recv, SPB_MEM_COMM, BN * u->row);
     float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
-    start_timed(&in[0], qkv, core_shape(u, 3, rowk), qkv_g, head_shape(u, 3, rowk), u, c->phase);
-    for (int k = 0; k < K; k++) {
-        wait_timed(&in[k]);
-        if (k + 1 < K)
-            start_timed(&in[k + 1], qkv + (k + 1) * rowk, core_shape(u, 3, rowk), qkv_g + (k + 1) * BN * 3 * rowk,
-                        head_shape(u, 3, rowk), u, c->phase);
-        inner->forward(&h, qkv_g + k * BN * 3 * rowk, o_g + k * BN * rowk, lse_g + k * BN * Hk);
-        start_timed(&out[k], o_g + k * BN * rowk, head_shape(u, 1, rowk), o + k * rowk, core_shape(u, 1, rowk), u,
-                    c->phase);
+    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    for (int k = 0; k <= K; k++) {
+        if (k < K) { /* group k's Q/K/V out: in flight during group k-1's attention */
+            spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+            move_qkv_slice(c, u, &p, k, (float *)qkv, send + p.offset[k], 1);
+            spb_timer_end(timed);
+            start_timed(&in[k], send + p.offset[k], recv + p.offset[k], BT * p.width[k], u, c->phase);
+        }
+        if (k == 0) continue;
+        int g = k - 1, s = sender_of(&p, g);
+        settle(c, u, &in[g], recv + p.offset[g], qkv_g + p.offset[g], p.width[g]);
+        float *og = o_g + g * BN * p.q;
+        group_forward(&h, inner, &p, qkv_g + p.offset[g], p.width[g], qkv_g + p.offset[s], p.width[s], og,
+                      lse_g + g * BN * p.Hk);
+        spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+        head_to_blocks(c, og, o_send + g * BN * p.q, u, p.q);
+        spb_timer_end(timed);
+        start_timed(&out[g], o_send + g * BN * p.q, o_recv + g * BN * p.q, BT * p.q, u, c->phase);
     }
-    for (int k = 0; k < K; k++) wait_timed(&out[k]);
+    for (int g = 0; g < K; g++) {
+        spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+        spb_alltoall_wait(&out[g]);
+        spb_dev_copy_rows(c, o + g * p.q, u->row, o_recv + g * BN * p.q, p.q, (long)u->P * BT, p.q);
+        spb_timer_end(timed);
+    }
 }
 
+/* dout_h, dqkv_h: the head-side workspaces (B·N·row and B·N·qkv floats):
+ * group k's dO at k·B·N·q, its dQKV at offset[k]. */
 static void overlapped_backward(const spb_attn_ctx *c, const ulysses_dims *u, const spb_head_side *inner, int K,
                                 const float *saved, const float *dout, float *dout_h, float *dqkv_h, float *dqkv)
 {
-    SPB_CHECK(K <= ULYSSES_MAX_OVERLAP && u->Hp % K == 0 && u->Gp == u->Hp); /* validate: no GQA here */
-    long rowk = u->row / K, Hk = u->Hp / K, BN = (long)u->B * u->N;
+    overlap_plan p = plan_of(u, K);
+    long BN = (long)u->B * u->N, BT = (long)u->B * u->T, all = BN * u->qkv;
     spb_attn_ctx h = head_ctx(c, u);
-    h.heads = h.kv_heads = (int)Hk;
-    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    h.heads = p.Hk, h.kv_heads = p.Gk;
+    float *d_send = spb_dev_cached(c, &ov_out_send, SPB_MEM_COMM, BN * u->row);
+    float *d_recv = spb_dev_cached(c, &ov_out_recv, SPB_MEM_COMM, BN * u->row);
+    float *g_send = spb_dev_cached(c, &ov_send, SPB_MEM_COMM, all);
+    float *g_recv = spb_dev_cached(c, &ov_recv, SPB_MEM_COMM, all);
     const float *qkv_g = saved, *o_g = saved + saved_o_offset(u), *lse_g = saved + saved_lse_offset(u);
-    start_timed(&in[0], dout, core_shape(u, 1, rowk), dout_h, head_shape(u, 1, rowk), u, c->phase);
-    for (int k = 0; k < K; k++) {
-        wait_timed(&in[k]);
-        if (k + 1 < K)
-            start_timed(&in[k + 1], dout + (k + 1) * rowk, core_shape(u, 1, rowk), dout_h + (k + 1) * BN * rowk,
-                        head_shape(u, 1, rowk), u, c->phase);
-        inner->backward(&h, qkv_g + k * BN * 3 * rowk, o_g + k * BN * rowk, lse_g + k * BN * Hk,
-                        dout_h + k * BN * rowk, dqkv_h + k * BN * 3 * rowk);
-        start_timed(&out[k], dqkv_h + k * BN * 3 * rowk, head_shape(u, 3, rowk), dqkv + k * rowk,
-                    core_shape(u, 3, rowk), u, c->phase);
+    spb_alltoall_req in[ULYSSES_MAX_OVERLAP], out[ULYSSES_MAX_OVERLAP];
+    int returned[ULYSSES_MAX_OVERLAP], n_out = 0;
+    for (int k = 0; k <= K; k++) {
+        if (k < K) { /* group k's dO out */
+            spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+            spb_dev_copy_rows(c, d_send + k * BN * p.q, p.q, dout + k * p.q, u->row, (long)u->P * BT, p.q);
+            spb_timer_end(timed);
+            start_timed(&in[k], d_send + k * BN * p.q, d_recv + k * BN * p.q, BT * p.q, u, c->phase);
+        }
+        if (k == 0) continue;
+        int g = k - 1, s = sender_of(&p, g);
+        settle(c, u, &in[g], d_recv + g * BN * p.q, dout_h + g * BN * p.q, p.q);
+        group_backward(&h, inner, &p, qkv_g + p.offset[g], p.width[g], qkv_g + p.offset[s], p.width[s],
+                       o_g + g * BN * p.q, lse_g + g * BN * p.Hk, dout_h + g * BN * p.q, dqkv_h + p.offset[g],
+                       dqkv_h + p.offset[s]);
+        /* back: this group's dQ (a non-sender's whole block), and its
+         * sender's block once its last reader (this group) is done */
+        int ready[2], n_ready = 0;
+        if (g != s) ready[n_ready++] = g;
+        if (g % p.m == p.m - 1) ready[n_ready++] = s;
+        for (int i = 0; i < n_ready; i++) {
+            int j = ready[i];
+            float *block = dqkv_h + p.offset[j];
+            spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+            head_to_blocks(c, block, g_send + p.offset[j], u, p.width[j]);
+            spb_timer_end(timed);
+            start_timed(&out[n_out], g_send + p.offset[j], g_recv + p.offset[j], BT * p.width[j], u, c->phase);
+            returned[n_out++] = j;
+        }
     }
-    for (int k = 0; k < K; k++) wait_timed(&out[k]);
+    SPB_CHECK(n_out == K);
+    /* every Q slice and every K/V head arrives once: dqkv is overwritten in full */
+    for (int i = 0; i < K; i++) {
+        spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
+        spb_alltoall_wait(&out[i]);
+        move_qkv_slice(c, u, &p, returned[i], dqkv, g_recv + p.offset[returned[i]], 0);
+        spb_timer_end(timed);
+    }
 }
 
 void spb_ulysses_forward(const spb_attn_ctx *c, spb_rank_group group, const spb_head_side *inner, const float *qkv,
@@ -400,20 +562,28 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
 int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *err, size_t errlen)
 {
     int K = cfg->ulysses_overlap;
-    /* The head groups slice Q, K and V rows alike (core_shape below): with
-     * fewer K/V heads than query heads the K/V rows are narrower and a
-     * group's K/V heads may be shared with the next group's. */
-    if (K > 1 && cfg->num_query_groups > 0 && cfg->num_query_groups != cfg->num_heads) {
-        snprintf(err, errlen,
-                 "--ulysses-overlap %d with --num-query-groups %d < --num-attention-heads %d: the overlapped "
-                 "exchange splits Q, K and V into equal head groups, so it runs with as many K/V heads as heads only",
-                 K, cfg->num_query_groups, cfg->num_heads);
-        return -1;
-    }
-    if (K > 1 && (K > ULYSSES_MAX_OVERLAP || group_size <= 0 || (cfg->num_heads / group_size) % K)) {
+    if (K <= 1) return 0;
+    if (K > ULYSSES_MAX_OVERLAP || group_size <= 0 || (cfg->num_heads / group_size) % K) {
         snprintf(err, errlen,
                  "--ulysses-overlap %d must divide the %d heads each rank attends (H / %d) and be at most %d", K,
                  group_size > 0 ? cfg->num_heads / group_size : 0, group_size, ULYSSES_MAX_OVERLAP);
+        return -1;
+    }
+    /* K/V heads per rank after Ulysses' replication: max(G, U)/U (overlap_plan) */
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads;
+    int Gp = (G > group_size ? G : group_size) / group_size;
+    if (Gp % K && K % Gp) {
+        snprintf(err, errlen,
+                 "--ulysses-overlap %d with %d K/V heads per rank (--num-query-groups %d over %d ranks): each head "
+                 "group must read whole K/V heads of its own (K dividing them) or share one (them dividing K)",
+                 K, Gp, G, group_size);
+        return -1;
+    }
+    if (Gp < K && !strcmp(cfg->strategy, "hybrid")) {
+        snprintf(err, errlen,
+                 "--ulysses-overlap %d with --strategy hybrid and %d K/V heads per rank (--num-query-groups %d, "
+                 "--ulysses-degree %d): the ring on the head side needs each head group's K/V heads of its own, "
+                 "so K must divide them", K, Gp, G, group_size);
         return -1;
     }
     return 0;
@@ -434,7 +604,16 @@ int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *er
  * H query heads and 2·max(G, P) K/V heads of D (G >= P: every K/V head once;
  * G < P: one per block, P blocks, the replicas included), so its S is
  * b·(N/P)·(H + 2·max(G, P))·D instead of b·(N/P)·3h; O and dO are unchanged.
- * With G = H this is 3h again. */
+ * With G = H this is 3h again.
+ *
+ * --ulysses-overlap K moves the same floats in K all-to-alls per exchange:
+ * group k's QKV block per token is Hk·D query floats, plus 2·Gk·D for the
+ * group that sends its K/V heads (each K/V head once, by its first
+ * reader), and the K blocks add up to (Hp + 2·Gp)·D, i.e. the
+ * (H + 2·max(G, P))·D/P above; O, dO and dQKV likewise.  So the formula
+ * is the overlap's too: the K calls' link bytes sum to it (the test holds
+ * it to 1e-12 relative where (P−1)/P is not a binary fraction and the sum
+ * of K terms rounds differently from one). */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
     const int H = cfg->num_heads, D = cfg->hidden_size / H;

@@ -53,7 +53,8 @@ cases=(
   "--strategy megatron --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # Megatron-SP: G % P, P % G
   "--strategy ulysses --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % P, P % G
   "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % U, U % G
-  "--strategy ulysses --sp-degree 2 --num-query-groups 2 --ulysses-overlap 2"  # overlapped exchange: G = heads only
+  "--strategy ulysses --sp-degree 2 --hidden-size 48 --num-attention-heads 12 --num-query-groups 4 --ulysses-overlap 3"  # 2 K/V heads per rank vs 3 groups
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --num-query-groups 2 --ulysses-overlap 2"  # hybrid: groups sharing a K/V head
   "--model mistral"
   "--position-embedding-type alibi"
   "--normalization batchnorm"
@@ -72,7 +73,7 @@ cases=(
   "--strategy allgather-kv --sp-degree 2 --ring-layout zigzag --seq-length 66"
   "--strategy ulysses --sp-degree 2 --ulysses-overlap 3"         # 3 does not divide H/P = 4/2
   "--strategy ring --sp-degree 2 --ulysses-overlap 2"            # Ulysses' option
-  "--strategy ulysses --sp-degree 2 --ulysses-overlap 2 --precision bf16"  # host fp32 only
+  "--strategy ulysses --sp-degree 2 --ulysses-overlap 2 --ulysses-comm allgather"  # groups are all-to-alls
   "--zero-stage 3 --memory-budget 64KiB"
   "--memory-budget 1MiB"
   "--memory-budget lots"

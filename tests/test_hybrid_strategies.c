@@ -28,7 +28,7 @@
 #include "strategy_check.h"
 #include "train.h"
 
-enum { SEQ = 24, HEADS = 12, MAX_CASES = 128 };
+enum { SEQ = 24, HEADS = 12, MAX_CASES = 160 };
 
 typedef struct hcase {
     const char *strategy, *layout, *comm;
@@ -180,6 +180,8 @@ START_TEST(overlap_is_identical)
     spb_grid og, pg;
     config(&oc, k, k->P, world);
     config(&pc, &plain, k->P, world);
+    model(&oc, k);
+    model(&pc, &plain);
     spb_trainer *a = make(&oc, MPI_COMM_WORLD, &og);
     spb_comm_reset();
     double la = spb_trainer_gradients(a);
@@ -193,12 +195,12 @@ START_TEST(overlap_is_identical)
     float *ga = global_grads(a), *gb = global_grads(b);
     long n = a->gpt->num_global_params;
     int same = memcmp(ga, gb, sizeof(float) * (size_t)n) == 0;
-    say("%-8s U=%d P=%d K=%d %-6s overlapped vs plain: loss %.9g vs %.9g, gradients %s | all-to-alls forward %ld vs "
-        "%ld, bytes/link/layer %.0f/%.0f vs %.0f/%.0f\n",
-        k->strategy, k->U, k->P, k->overlap, k->causal ? "causal" : "full", la, lb,
+    say("%-8s U=%d P=%d K=%d G=%-2d %-6s overlapped vs plain: loss %.9g vs %.9g, gradients %s | all-to-alls forward "
+        "%ld vs %ld, bytes/link/layer %.0f/%.0f vs %.0f/%.0f\n",
+        k->strategy, k->U, k->P, k->overlap, k->G, k->causal ? "causal" : "full", la, lb,
         same ? "bit-identical" : "DIFFER", calls, plain_calls, fa, ba, fb, bb);
     ck_assert(la == lb);
-    ck_assert_msg(same, "%s P=%d K=%d: gradients differ from plain", k->strategy, k->P, k->overlap);
+    ck_assert_msg(same, "%s P=%d K=%d G=%d: gradients differ from plain", k->strategy, k->P, k->overlap, k->G);
     ck_assert_int_eq(calls, k->overlap * plain_calls);
     ck_assert(bytes_match(fa, fb) && bytes_match(ba, bb));
     free(ga);
@@ -240,6 +242,15 @@ static void add(hcase k)
 {
     SPB_CHECK(num_cases < MAX_CASES);
     cases[num_cases++] = k;
+}
+
+/* G K/V heads over an exchange of U ranks with K head groups: what
+ * Ulysses takes (G | U or U | G) and the overlap (ulysses.c: the K/V heads
+ * per rank, max(G, U)/U, and K dividing one another; K | H/U). */
+static int overlap_takes(int G, int U, int K)
+{
+    int Gp = (G > U ? G : U) / U;
+    return (G >= U ? G % U : U % G) == 0 && (HEADS / U) % K == 0 && (Gp % K == 0 || K % Gp == 0);
 }
 
 int main(int argc, char **argv)
@@ -284,6 +295,17 @@ int main(int argc, char **argv)
             }
     if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 1, 0, 3, 0});
     if (world % 6 == 0) add((hcase){"hybrid", "zigzag", NULL, 6, 3, 1, 0, 4, 0});
+    /* ... with grouped-query attention (the Llama preset): groups sharing a
+     * replicated K/V head (G = 1), sharing one of their own (G = 2 at
+     * P = 2), each with K/V heads of its own (the hybrid, G = 4 over U = 2) */
+    for (int P = 2; P <= world; P++)
+        if (world % P == 0)
+            for (int G = 1; G <= 2; G++) {
+                int K = 2;
+                while (K <= HEADS / P && !overlap_takes(G, P, K)) K++;
+                if (K <= HEADS / P) add((hcase){"ulysses", "contiguous", NULL, P, P, G == 1, 0, K, G});
+            }
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 1, 0, 2, 4});
     int n_equal = num_cases;
     if (world == 4)
         for (int zero = 0; zero <= 3; zero++) {
@@ -304,6 +326,15 @@ int main(int argc, char **argv)
             for (int K = 2; K <= HEADS / P; K++)
                 if ((HEADS / P) % K == 0) add((hcase){"ulysses", "contiguous", NULL, P, P, 1, 0, K, 0});
     if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 0, 0, 2, 0});
+    /* ... and with G K/V heads, every K the overlap takes: shared K/V
+     * heads must add their gradients in the plain call's order */
+    static const int gqa[] = {1, 2, 4};
+    for (int P = 2; P <= world; P++)
+        if (world % P == 0)
+            for (int gi = 0; gi < 3; gi++)
+                for (int K = 2; K <= HEADS / P; K++)
+                    if (overlap_takes(gqa[gi], P, K)) add((hcase){"ulysses", "contiguous", NULL, P, P, 1, 0, K, gqa[gi]});
+    if (world % 4 == 0) add((hcase){"hybrid", "zigzag", NULL, 4, 2, 1, 0, 2, 4});
 
     Suite *s = suite_create("hybrid_strategies");
     TCase *tc = tcase_create("reproduce_single_rank");

@@ -14,8 +14,9 @@
  *     kernels, and the synchronous cudaMemcpy that bring results to the
  *     host, see its output, and nothing overwrites its inputs while it
  *     reads them.  The host never waits here.
- * The ring's sendrecv defers the second step to the wait: the compute
- * queued between start and wait runs beside the transfer.  While a
+ * The ring's sendrecv and the overlapped Ulysses all-to-all defer the
+ * second step to the wait: the compute queued between start and wait runs
+ * beside the transfer.  While a
  * transfer is in flight the strategies issue no other collective; should
  * one come on another communicator all the same, its stream first waits
  * for the transfers in flight (serialised below), so at most one
@@ -152,12 +153,10 @@ void reduce_scatter(const void *send, void *recv, long count, spb_comm_dtype t, 
     spb_nccl_join(c, kCompute);
 }
 
-void *sendrecv_start(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t, MPI_Comm comm,
-                     long ticket)
+/* A transfer issued on c's stream, not yet joined: its completion event,
+ * which sendrecv_wait makes the compute stream wait for. */
+void *in_flight_on(spb_nccl_comm *c)
 {
-    spb_nccl_comm *c = nccl_for(comm);
-    after_transfers(c);
-    spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), nccl_dtype(t), kCompute, ticket);
     cudaEvent_t done;
     if (!spare_transfers.empty()) {
         done = spare_transfers.back();
@@ -168,6 +167,26 @@ void *sendrecv_start(const void *send, int dest, void *recv, int src, long count
     SPB_CUDA_CHECK(cudaEventRecord(done, spb_nccl_stream(c)));
     transfers.push_back({c, done});
     return (void *)done;
+}
+
+void *sendrecv_start(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t, MPI_Comm comm,
+                     long ticket)
+{
+    spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
+    spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), nccl_dtype(t), kCompute, ticket);
+    return in_flight_on(c);
+}
+
+/* Ulysses' overlapped groups: group k+1's all-to-all on the comm stream
+ * (after the packing queued on the compute stream) while group k's
+ * attention runs on the compute stream; waited as a sendrecv. */
+void *alltoall_start(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket)
+{
+    spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
+    spb_nccl_alltoall(c, send, recv, elems(count), nccl_dtype(t), kCompute, ticket);
+    return in_flight_on(c);
 }
 
 void sendrecv_wait(void *transfer)
@@ -215,6 +234,7 @@ spb_comm_device_ops make_ops(void)
     t.reduce_scatter = reduce_scatter;
     t.sendrecv_start = sendrecv_start;
     t.sendrecv_wait = sendrecv_wait;
+    t.alltoall_start = alltoall_start;
     t.flush_times = flush_times;
     t.forget = forget;
     t.scratch_alloc = scratch_alloc;

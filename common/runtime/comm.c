@@ -272,68 +272,77 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
     log_alltoall(count, comm);
 }
 
-/* Rank j's block of a shape <-> a contiguous run of rows x width floats. */
-static void shape_copy(float *packed, float *shaped, spb_block_shape b, int j, int pack)
-{
-    float *base = shaped + (long)j * b.extent;
-    for (long row = 0; row < b.rows; row++) {
-        float *at = base + row * b.pitch, *run = packed + row * b.width;
-        if (pack)
-            memcpy(run, at, sizeof(float) * (size_t)b.width);
-        else
-            memcpy(at, run, sizeof(float) * (size_t)b.width);
-    }
-}
-
 /* A tag of its own: several may be in flight on one communicator, matched
  * pair by pair in the order every rank posts them. */
-enum { SHAPED_TAG = 7 };
+enum { ALLTOALL_START_TAG = 7 };
 
-void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block_shape send_shape, float *recv,
-                               spb_block_shape recv_shape, MPI_Comm comm, spb_comm_phase phase)
+void spb_alltoall_start(spb_alltoall_req *r, const float *send, float *recv, long count, MPI_Comm comm,
+                        spb_comm_phase phase)
 {
-    if (staging || device) SPB_DIE("shaped all-to-all: host fp32 buffers only (no staging, no device collectives)");
-    SPB_CHECK(send_shape.rows * send_shape.width == recv_shape.rows * recv_shape.width);
-    double t0 = spb_now();
     int n = group_size(comm), me;
     SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
-    long count = send_shape.rows * send_shape.width;
+    long whole = count * n;
+    *r = (spb_alltoall_req){.count = count, .comm = comm, .phase = phase, .ranks = n};
+    /* Accounted at the start on every path: records and the replay log in
+     * the order of the starts, which every rank shares. */
+    account(SPB_OP_ALLTOALL, phase, comm, element_bytes(send) * (double)whole);
+    log_alltoall(count, comm);
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_buffers(send, whole, recv, whole, &ds, &dr, &dt)) {
+        r->device_path = 1;
+        long ticket = issue_ticket(SPB_OP_ALLTOALL, phase, TIME_RECORD);
+        if (device->alltoall_start) {
+            r->transfer = device->alltoall_start(ds, dr, count, dt, comm, ticket);
+            SPB_CHECK(r->transfer);
+        } else {
+            device->alltoall(ds, dr, count, dt, comm, ticket);
+        }
+        return;
+    }
+    double t0 = start_time();
     int c = count_as_int(count);
-    *r = (spb_alltoall_req){.count = count, .comm = comm, .phase = phase, .ranks = n, .recv = recv,
-                            .recv_shape = recv_shape};
+    if (staging) { /* host buffers of its own: several transfers may be in flight */
+        r->host_send = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(whole + 1)));
+        r->host_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(whole + 1)));
+        r->device_recv = recv;
+        staging->to_host(r->host_send, send, sizeof(float) * (size_t)whole);
+        send = r->host_send, recv = r->host_recv;
+    }
     /* Point-to-point messages (the pairwise all-to-all), so that the
-     * built-in shm MPI runs it too: pack each peer's block, post every
-     * receive and send, keep my own block. */
+     * built-in shm MPI runs it too; my own block is copied. */
     r->req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
-    r->packed_send = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count * n + 1)));
-    r->packed_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count * n + 1)));
-    for (int j = 0; j < n; j++) shape_copy(r->packed_send + j * count, (float *)send, send_shape, j, 1);
     int k = 0;
-    for (int j = 0; j < n; j++) {
-        if (j == me) continue;
-        SPB_MPI_CHECK(MPI_Irecv(r->packed_recv + j * count, c, MPI_FLOAT, j, SHAPED_TAG, comm, &r->req[k++]));
-    }
-    for (int j = 0; j < n; j++) {
-        if (j == me) continue;
-        SPB_MPI_CHECK(MPI_Isend(r->packed_send + j * count, c, MPI_FLOAT, j, SHAPED_TAG, comm, &r->req[k++]));
-    }
-    memcpy(r->packed_recv + me * count, r->packed_send + me * count, sizeof(float) * (size_t)count);
+    for (int j = 0; j < n; j++)
+        if (j != me) SPB_MPI_CHECK(MPI_Irecv(recv + j * count, c, MPI_FLOAT, j, ALLTOALL_START_TAG, comm, &r->req[k++]));
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(send + j * count, c, MPI_FLOAT, j, ALLTOALL_START_TAG, comm, &r->req[k++]));
+    memcpy(recv + me * count, send + me * count, sizeof(float) * (size_t)count);
     r->blocked = spb_now() - t0;
 }
 
-void spb_alltoall_shaped_wait(spb_alltoall_req *r)
+void spb_alltoall_wait(spb_alltoall_req *r)
 {
-    double t0 = spb_now();
+    if (r->device_path) { /* its time comes with its ticket */
+        if (r->transfer) device->sendrecv_wait(r->transfer);
+        r->transfer = NULL;
+        return;
+    }
+    double t0 = start_time();
     SPB_MPI_CHECK(MPI_Waitall(2 * (r->ranks - 1), r->req, MPI_STATUSES_IGNORE));
-    for (int j = 0; j < r->ranks; j++) shape_copy(r->packed_recv + j * r->count, r->recv, r->recv_shape, j, 0);
-    free(r->packed_send);
-    free(r->packed_recv);
     free(r->req);
-    r->packed_send = r->packed_recv = NULL;
     r->req = NULL;
+    if (r->host_recv) {
+        staging->to_device(r->device_recv, r->host_recv, sizeof(float) * (size_t)(r->count * r->ranks));
+        free(r->host_send);
+        free(r->host_recv);
+        r->host_send = r->host_recv = NULL;
+    }
     r->blocked += spb_now() - t0;
-    record(SPB_OP_ALLTOALL, r->phase, r->comm, 4.0 * (double)r->count * r->ranks, r->blocked);
-    log_alltoall(r->count, r->comm);
+    records[SPB_OP_ALLTOALL][r->phase].seconds += r->blocked;
+    spb_timer_add(SPB_T_COMM, r->blocked);
 }
 
 /* The replay through the device table: the calls' device seconds. */

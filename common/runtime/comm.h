@@ -70,32 +70,34 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
                         MPI_Comm comm, spb_comm_phase phase);
 void spb_sendrecv_wait(spb_sendrecv *r);
 
-/* Non-blocking all-to-all between blocks of any regular shape, for
- * exchanges split into pieces that overlap compute (Ulysses'
- * --ulysses-overlap): each rank's block is `rows` rows of `width` floats,
- * `pitch` floats apart, and consecutive ranks' blocks start `extent`
- * floats apart; send and receive shapes hold the same rows x width.  Runs
- * as point-to-point messages to every peer (packed at the start, unpacked
- * at the wait), so any MPI, the built-in one included, runs it.  Recorded
- * as an all-to-all of rows x width floats per block; its time is what the
- * caller is blocked (start + wait, the packing included): the exposed
- * part.  Host fp32 buffers only (no staging or device-collective table). */
-typedef struct spb_block_shape {
-    long rows, width, pitch, extent;
-} spb_block_shape;
+/* Non-blocking all-to-all (spb_alltoall_f32's blocks: count floats to and
+ * from each rank), for exchanges split into pieces that overlap compute
+ * (Ulysses' --ulysses-overlap): start, compute, wait.  Buffers belong to
+ * the transfer until the wait.  On host buffers it runs as point-to-point
+ * messages to every peer (so any MPI, the built-in one included, runs it);
+ * host-staged, start copies send to a host buffer of its own and wait
+ * copies what arrived to the device; with a device table, its
+ * alltoall_start issues it on the communication stream after the compute
+ * queued so far and the wait makes compute queued afterwards wait for it
+ * (a table without alltoall_start runs its blocking alltoall at the
+ * start).  Accounted at the start as an all-to-all of count floats per
+ * block (so calls, bytes and the replay log follow the order of the
+ * starts); its recorded time is what the caller is blocked (start +
+ * wait: the exposed part), or on the device path the transfer's own time. */
 typedef struct spb_alltoall_req {
-    MPI_Request *req; /* 2 (n - 1) */
-    float *packed_send, *packed_recv, *recv;
-    spb_block_shape recv_shape;
-    long count; /* floats per block */
+    MPI_Request *req;                           /* 2 (n - 1) on the MPI paths */
+    float *host_send, *host_recv, *device_recv; /* the host-staged path's */
+    void *transfer;                             /* the device path's handle, else NULL */
+    int device_path;                            /* issued through the device table */
+    long count;                                 /* floats per block */
     int ranks;
     MPI_Comm comm;
     spb_comm_phase phase;
     double blocked;
 } spb_alltoall_req;
-void spb_alltoall_shaped_start(spb_alltoall_req *r, const float *send, spb_block_shape send_shape, float *recv,
-                               spb_block_shape recv_shape, MPI_Comm comm, spb_comm_phase phase);
-void spb_alltoall_shaped_wait(spb_alltoall_req *r);
+void spb_alltoall_start(spb_alltoall_req *r, const float *send, float *recv, long count, MPI_Comm comm,
+                        spb_comm_phase phase);
+void spb_alltoall_wait(spb_alltoall_req *r);
 
 /* In-place sum over comm; fp32 buffers may exceed INT_MAX elements. */
 void spb_allreduce_sum_f32(float *buf, long n, MPI_Comm comm, spb_comm_phase phase);
@@ -186,6 +188,10 @@ typedef struct spb_comm_device_ops {
     void *(*sendrecv_start)(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t,
                             MPI_Comm comm, long ticket);
     void (*sendrecv_wait)(void *transfer);
+    /* Optional (NULL: spb_alltoall_start runs `alltoall`): alltoall issued
+     * as sendrecv_start issues its transfer; the handle is waited with
+     * sendrecv_wait. */
+    void *(*alltoall_start)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
     void (*flush_times)(void);
     /* Optional: drops what the table keeps for comm (spb_comm_forget). */
     void (*forget)(MPI_Comm comm);
