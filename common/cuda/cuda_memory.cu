@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "cuda_check.h"
+#include "cuda_trace.h"
 #include "spb_cuda.h"
 
 namespace {
@@ -43,7 +44,7 @@ extern "C" void spb_cuda_free(void *p)
         stats.current_total -= it->second.bytes;
         live.erase(it);
     }
-    SPB_CUDA_CHECK(cudaFree(p));
+    SPB_CUDA_HOST_WAIT(cudaFree(p)); /* cudaFree waits for the device */
 }
 
 extern "C" size_t spb_cuda_size(const void *p)
