@@ -97,6 +97,9 @@ endif()
 add_test(NAME emu_gpu_watchdog COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/gpu_watchdog.sh ${CMAKE_BINARY_DIR}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 list(APPEND spb_emu_tests emu_gpu_watchdog)
+# --kernel-timeline and the step's host waits (cuda_trace.h): every kernel inside an interval, busy <= wall, no number changed
+add_test(NAME emu_kernel_timeline COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/kernel_timeline.sh $<TARGET_FILE:spbench>)
+list(APPEND spb_emu_tests emu_kernel_timeline)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
 list(APPEND spb_emu_tests emu_gpu_strategies)
