@@ -137,6 +137,15 @@ static double kt_idle_in_phases(const spb_run_summary *s)
     return idle;
 }
 
+/* ... and the share of the step it sat idle: inside the phases, and between
+ * them less the kernels launched there (the gradients' zeroing before the
+ * forward, for one). */
+static double kt_idle_share(const spb_run_summary *s)
+{
+    double between = between_phases(s) - s->kt_busy[SPB_RUN_KT_PHASES - 1];
+    return (kt_idle_in_phases(s) + (between > 0 ? between : 0.0)) / s->t_mean;
+}
+
 /* Peak memory by category (measured) and the memory model's figures for both precisions. */
 static void print_memory(const spb_run_summary *s, const spb_config *cfg)
 {
@@ -190,12 +199,13 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
     if (s->kernel_timeline)
         printf("kernel timeline (ms/iteration, rank 0): GPU busy / idle between kernels: forward %.3f / %.3f | "
                "backward %.3f / %.3f | grad_reduce %.3f / %.3f | optimizer %.3f / %.3f | outside the phases busy "
-               "%.3f | idle in phases %.3f + between phases %.3f = %.1f%% of the mean step | %.1f intervals\n",
+               "%.3f | idle in phases %.3f + between phases %.3f less the busy outside them = %.1f%% of the mean step | "
+               "%.1f intervals\n",
                s->kt_busy[0] * 1e3, (s->kt_wall[0] - s->kt_busy[0]) * 1e3, s->kt_busy[1] * 1e3,
                (s->kt_wall[1] - s->kt_busy[1]) * 1e3, s->kt_busy[2] * 1e3, (s->kt_wall[2] - s->kt_busy[2]) * 1e3,
                s->kt_busy[3] * 1e3, (s->kt_wall[3] - s->kt_busy[3]) * 1e3, s->kt_busy[4] * 1e3,
                kt_idle_in_phases(s) * 1e3, between_phases(s) * 1e3,
-               100 * (kt_idle_in_phases(s) + between_phases(s)) / s->t_mean, s->kt_intervals);
+               100 * kt_idle_share(s), s->kt_intervals);
     if (s->host_waits >= 0) printf("host waits on the device inside the step: %.1f per iteration\n", s->host_waits);
     if (s->link_total > 0 || t[SPB_T_COMM] > 0) {
         printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
@@ -374,7 +384,7 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
     }
     if (s->kernel_timeline) {
         spb_row_add(&r, "gpu_idle_in_phases_s", "%.6g", kt_idle_in_phases(s));
-        spb_row_add(&r, "gpu_idle_share", "%.6g", (kt_idle_in_phases(s) + between_phases(s)) / s->t_mean);
+        spb_row_add(&r, "gpu_idle_share", "%.6g", kt_idle_share(s));
         spb_row_add(&r, "kernel_intervals_per_iter", "%.6g", s->kt_intervals);
     } else {
         spb_row_add(&r, "gpu_idle_in_phases_s", "%s", "");
