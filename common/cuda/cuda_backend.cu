@@ -29,6 +29,7 @@
 #include "cuda_device.h"
 #include "cuda_scalars.h"
 #include "cuda_trace.h"
+#include "cuda_upload.h"
 #include "gelu.cuh"
 #include "spb_cuda.h"
 
@@ -83,7 +84,7 @@ void dev_zero(float *x, long n)
 
 void dev_ints_to_device(int *dst, const int *host, long n)
 {
-    if (n > 0) SPB_CUDA_HOST_WAIT(cudaMemcpy(dst, host, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice));
+    if (n > 0) spb_cuda_upload(dst, host, sizeof(int) * (size_t)n, 0); /* no wait (cuda_upload.h) */
 }
 
 /* ----------------------------------------------------------- products -- */
@@ -302,12 +303,12 @@ void dev_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 long *positions_to_device(const long *positions, int T)
 {
     /* A buffer that only grows (a cudaFree per call would synchronise the
-     * device); the copy on the legacy stream waits for the kernels that
-     * read it last. */
+     * device); the copy, queued on the legacy stream, lands after the
+     * kernels that read it last. */
     static void *buf = nullptr;
     static size_t cap = 0;
     long *d = (long *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(long) * (size_t)T);
-    SPB_CUDA_HOST_WAIT(cudaMemcpy(d, positions, sizeof(long) * (size_t)T, cudaMemcpyHostToDevice));
+    spb_cuda_upload(d, positions, sizeof(long) * (size_t)T, 0); /* no wait (cuda_upload.h) */
     return d;
 }
 

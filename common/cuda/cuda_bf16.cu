@@ -5,6 +5,7 @@
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
 #include "cuda_trace.h"
+#include "cuda_upload.h"
 #include "spb_cuda.h"
 
 /* After each launch (on the legacy stream, after SPB_KT_BEGIN(0)). */
@@ -80,7 +81,7 @@ void to_host(void *host, const void *src, size_t bytes)
 
 void from_host(void *dst, const void *host, size_t bytes)
 {
-    if (bytes) SPB_CUDA_HOST_WAIT(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+    spb_cuda_upload(dst, host, bytes, 0); /* staged through pinned memory: no wait (cuda_upload.h) */
 }
 
 /* ------------------------------------------------------- scratch pool -- */

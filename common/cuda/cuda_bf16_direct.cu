@@ -29,6 +29,7 @@
 #include "cuda_launch.cuh"
 #include "cuda_scalars.h"
 #include "cuda_trace.h"
+#include "cuda_upload.h"
 #include "cudnn_attention.h"
 #include "gelu.cuh"
 #include "spb_cuda.h"
@@ -598,12 +599,12 @@ void softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V
 }
 
 /* ---- embedding: the 16-bit tables; out and the gradients in their own types ---- */
-/* Host memory to a device buffer that only grows, on the legacy stream
- * (ordered after the kernels that read it last). */
+/* Host memory to a device buffer that only grows, queued on the legacy
+ * stream (lands after the kernels that read it last). */
 void *to_device(void **buf, size_t *cap, const void *host, size_t bytes)
 {
     void *d = spb_cuda_grow(buf, cap, SPB_MEM_WORKSPACE, bytes);
-    SPB_CUDA_HOST_WAIT(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice)); /* pageable: waits for the stream */
+    spb_cuda_upload(d, host, bytes, kStream); /* no wait: staged through pinned memory (cuda_upload.h) */
     return d;
 }
 
