@@ -32,7 +32,7 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
     const double per = measured ? 1.0 / measured : 0.0;
     *s = (spb_run_summary){.world = tr->grid->world_size, .measured = measured, .first_loss = first_loss,
                            .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN,
-                           .t_mean = measured > 0 ? 0.0 : NAN};
+                           .t_mean = measured > 0 ? 0.0 : NAN, .host_waits = -1};
     s->tokens_per_iter = (double)cfg->global_batch_size * cfg->seq_length;
     s->paper_flops = spb_paper_flops_per_iteration(cfg, cfg->checkpoint_activations);
     if (measured > 0) {
@@ -128,6 +128,24 @@ static double between_phases(const spb_run_summary *s)
                         s->timers[SPB_T_GRAD_REDUCE] + s->timers[SPB_T_OPTIMIZER]);
 }
 
+/* --kernel-timeline: the time the GPU sat idle between kernels inside the
+ * step's phases (each phase's wall time less the union of its kernels). */
+static double kt_idle_in_phases(const spb_run_summary *s)
+{
+    double idle = 0.0;
+    for (int k = 0; k < SPB_RUN_KT_PHASES - 1; k++) idle += s->kt_wall[k] - s->kt_busy[k];
+    return idle;
+}
+
+/* ... and the share of the step it sat idle: inside the phases, and between
+ * them less the kernels launched there (the gradients' zeroing before the
+ * forward, for one). */
+static double kt_idle_share(const spb_run_summary *s)
+{
+    double between = between_phases(s) - s->kt_busy[SPB_RUN_KT_PHASES - 1];
+    return (kt_idle_in_phases(s) + (between > 0 ? between : 0.0)) / s->t_mean;
+}
+
 /* Peak memory by category (measured) and the memory model's figures for both precisions. */
 static void print_memory(const spb_run_summary *s, const spb_config *cfg)
 {
@@ -178,6 +196,17 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
            between_phases(s) * 1e3, 100 * between_phases(s) / s->t_mean,
            strcmp(cfg->device, "cpu") ? "the device idle between phases, host gaps and synchronisations"
                                       : "untimed host code");
+    if (s->kernel_timeline)
+        printf("kernel timeline (ms/iteration, rank 0): GPU busy / idle between kernels: forward %.3f / %.3f | "
+               "backward %.3f / %.3f | grad_reduce %.3f / %.3f | optimizer %.3f / %.3f | outside the phases busy "
+               "%.3f | idle in phases %.3f + between phases %.3f less the busy outside them = %.1f%% of the mean step | "
+               "%.1f intervals\n",
+               s->kt_busy[0] * 1e3, (s->kt_wall[0] - s->kt_busy[0]) * 1e3, s->kt_busy[1] * 1e3,
+               (s->kt_wall[1] - s->kt_busy[1]) * 1e3, s->kt_busy[2] * 1e3, (s->kt_wall[2] - s->kt_busy[2]) * 1e3,
+               s->kt_busy[3] * 1e3, (s->kt_wall[3] - s->kt_busy[3]) * 1e3, s->kt_busy[4] * 1e3,
+               kt_idle_in_phases(s) * 1e3, between_phases(s) * 1e3,
+               100 * kt_idle_share(s), s->kt_intervals);
+    if (s->host_waits >= 0) printf("host waits on the device inside the step: %.1f per iteration\n", s->host_waits);
     if (s->link_total > 0 || t[SPB_T_COMM] > 0) {
         printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
                "MiB/link", "time ms", "algbw GB/s", "busbw GB/s");
@@ -334,6 +363,34 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
     spb_row_add(&r, "layer_comm_s", "%.6g", s->timers[SPB_T_LAYER_COMM]);
     spb_row_add(&r, "other_compute_s", "%.6g", other_compute(s));
     spb_row_add(&r, "time_between_phases_s", "%.6g", between_phases(s));
+    if (s->host_waits >= 0)
+        spb_row_add(&r, "host_waits_per_iter", "%.6g", s->host_waits);
+    else
+        spb_row_add(&r, "host_waits_per_iter", "%s", "");
+    static const char *kt_names[SPB_RUN_KT_PHASES] = {"forward", "backward", "grad_reduce", "optimizer", "outside"};
+    spb_row_add(&r, "kernel_timeline", "%d", s->kernel_timeline);
+    for (int k = 0; k < SPB_RUN_KT_PHASES; k++) {
+        snprintf(key, sizeof key, "gpu_busy_%s_s", kt_names[k]);
+        if (s->kernel_timeline)
+            spb_row_add(&r, key, "%.6g", s->kt_busy[k]);
+        else
+            spb_row_add(&r, key, "%s", "");
+        if (k == SPB_RUN_KT_PHASES - 1) break; /* outside the phases: no wall time of its own */
+        snprintf(key, sizeof key, "gpu_idle_%s_s", kt_names[k]);
+        if (s->kernel_timeline)
+            spb_row_add(&r, key, "%.6g", s->kt_wall[k] - s->kt_busy[k]);
+        else
+            spb_row_add(&r, key, "%s", "");
+    }
+    if (s->kernel_timeline) {
+        spb_row_add(&r, "gpu_idle_in_phases_s", "%.6g", kt_idle_in_phases(s));
+        spb_row_add(&r, "gpu_idle_share", "%.6g", kt_idle_share(s));
+        spb_row_add(&r, "kernel_intervals_per_iter", "%.6g", s->kt_intervals);
+    } else {
+        spb_row_add(&r, "gpu_idle_in_phases_s", "%s", "");
+        spb_row_add(&r, "gpu_idle_share", "%s", "");
+        spb_row_add(&r, "kernel_intervals_per_iter", "%s", "");
+    }
     spb_row_add(&r, "comm_time_s", "%.6g", s->timers[SPB_T_COMM]);
     spb_row_add(&r, "comm_fraction", "%.6g", s->timers[SPB_T_COMM] / s->t_med);
     spb_row_add(&r, "comm_link_bytes", "%.0f", s->link_total);

@@ -13,6 +13,7 @@
 #include "train.h"
 
 enum { SPB_COMM_SLOTS = SPB_NUM_OPS * SPB_NUM_PHASES, SPB_T_LAYER_COMM = SPB_NUM_TIMERS };
+enum { SPB_RUN_KT_PHASES = 5 }; /* cuda_trace.h's SPB_KT_NUM_PHASES */
 
 typedef struct spb_run_summary {
     int world, measured;
@@ -42,6 +43,16 @@ typedef struct spb_run_summary {
      * (plain_alltoall, plain_sendrecv); hidden = replayed − exposed, at
      * least 0. */
     double plain_sendrecv, exposed_alltoall, exposed_sendrecv;
+    /* --device cuda: the host's waits on the device inside the step
+     * (spb_trainer_gradients + spb_trainer_update, cuda_trace.h), per
+     * iteration, this rank; -1 elsewhere.  Filled by the caller. */
+    double host_waits;
+    /* --kernel-timeline (cuda_trace.h), rank 0's, per iteration: each phase's
+     * wall and busy seconds (forward, backward, grad_reduce, optimizer, then
+     * work launched outside them: busy only) and intervals; kernel_timeline 0:
+     * not measured.  Filled by the caller. */
+    int kernel_timeline;
+    double kt_wall[SPB_RUN_KT_PHASES], kt_busy[SPB_RUN_KT_PHASES], kt_intervals;
 } spb_run_summary;
 
 /* Collective over the trainer's world: every rank calls, every rank gets

@@ -24,6 +24,7 @@
 #include "spb_version.h"
 #ifdef SPB_HAVE_CUDA
 #include "../common/cuda/cuda_device.h"
+#include "../common/cuda/cuda_trace.h"
 #endif
 #ifdef SPB_HAVE_NCCL
 #include "../common/cuda/nccl_comm.h"
@@ -109,6 +110,16 @@ static double rank_capacity(const spb_config *cfg, char *limit, size_t len)
              "--memory-budget sets another limit)", host / local_ranks / gib, host / gib, local_ranks,
              local_ranks > 1 ? "s" : "");
     return host / local_ranks;
+}
+
+/* The host's waits on the device so far (cuda_trace.h); 0 without CUDA. */
+static long host_waits_now(void)
+{
+#ifdef SPB_HAVE_CUDA
+    return spb_cuda_host_waits;
+#else
+    return 0;
+#endif
 }
 
 int main(int argc, char **argv)
@@ -254,6 +265,14 @@ int main(int argc, char **argv)
     double final_loss = NAN, first_loss = NAN;
     double device_used_peak = -1.0; /* what the driver reports in use, sampled at step boundaries */
     int measured = 0;
+    double host_waits = 0.0; /* the step's waits on the device, measured iterations (cuda_trace.h) */
+    const int on_cuda = !strcmp(cfg.device, "cuda");
+#ifdef SPB_HAVE_CUDA
+    if (cfg.kernel_timeline) {
+        spb_cuda_timeline_enable(1);
+        spb_timer_set_observer(&spb_cuda_timeline_observer);
+    }
+#endif
     for (int i = 0; i < iters; i++) {
         if (i == cfg.timing_warmup) {
             /* Statistics cover the iterations after warm-up only. */
@@ -264,7 +283,9 @@ int main(int argc, char **argv)
         }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = spb_now();
+        long waits = host_waits_now();
         double loss = spb_trainer_gradients(tr);
+        waits = host_waits_now() - waits;
         if (i == 0 && cfg.dump[0]) {
             int dbad = write_dump(tr, loss, err, sizeof err) != 0;
             if (agree_on_error(dbad, err, rank)) {
@@ -272,8 +293,10 @@ int main(int argc, char **argv)
                 return 2;
             }
         }
+        long update_waits = host_waits_now();
         spb_trainer_update(tr);
-        spb_trainer_synchronize(tr); /* the only device wait of the step */
+        waits += host_waits_now() - update_waits;
+        spb_trainer_synchronize(tr); /* the step's end: the device wait every step has */
         double dt = spb_now() - t0;
         if (g->be->device_used_bytes) {
             double used = g->be->device_used_bytes();
@@ -286,6 +309,7 @@ int main(int argc, char **argv)
             if ((size_t)measured == times_cap)
                 times = SPB_CHECK_PTR(realloc(times, (times_cap *= 2) * sizeof(double)));
             times[measured++] = dt;
+            host_waits += (double)waits;
         }
         if (loss_log && !log_bad)
             log_bad = fprintf(loss_log, "%ld,%.6f,%.6g,%.6g,%.3f,%.0f,%.9g,%d\n", tr->iteration, loss, tr->lr, tr->grad_norm,
@@ -315,6 +339,33 @@ int main(int argc, char **argv)
 
     spb_run_summary sum;
     spb_summarize_run(&sum, tr, times, measured, first_loss, final_loss, device_used_peak); /* collective */
+    if (on_cuda && measured > 0) {
+        /* the slowest rank's count */
+        double per = host_waits / measured;
+        spb_allreduce_max_f64(&per, 1, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+        sum.host_waits = per;
+    }
+#ifdef SPB_HAVE_CUDA
+    if (cfg.kernel_timeline && measured > 0) {
+        spb_kernel_timeline kt;
+        spb_cuda_timeline_read(&kt);
+        _Static_assert((int)SPB_KT_NUM_PHASES == (int)SPB_RUN_KT_PHASES, "run_summary.h's copy of the phase count");
+        sum.kernel_timeline = 1;
+        sum.kt_intervals = 0;
+        for (int k = 0; k < SPB_KT_NUM_PHASES; k++) {
+            sum.kt_wall[k] = kt.wall[k] / measured;
+            sum.kt_busy[k] = kt.busy[k] / measured;
+            sum.kt_intervals += (double)kt.intervals[k] / measured;
+        }
+        /* the emulation counts the kernels it ran: every one must lie inside an interval */
+        if (rank == 0 && kt.device_launches >= 0)
+            printf("kernel timeline (emulated device): %ld kernels run, %ld outside any interval, %ld intervals "
+                   "(%ld library calls), measured iterations\n",
+                   kt.device_launches, kt.launches_outside,
+                   kt.intervals[0] + kt.intervals[1] + kt.intervals[2] + kt.intervals[3] + kt.intervals[4],
+                   kt.library_calls);
+    }
+#endif
     if (rank == 0) {
         if (!cfg.quiet) spb_print_summary(&sum, &cfg);
         if (cfg.results[0] && spb_append_results_row(&sum, tr, err, sizeof err)) {

@@ -38,6 +38,7 @@ cases=(
   "--device tpu"
   "--comm tcp"
   "--comm nccl"  # NCCL moves device buffers: needs --device cuda
+  "--kernel-timeline"  # times the GPU's kernels: needs --device cuda
   "--attention magic"
   "--attention cudnn"                          # cuDNN runs on the GPU: needs --device cuda
   "--device cuda --attention cudnn"            # ... and 16-bit operands (bf16, fp16)

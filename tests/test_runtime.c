@@ -314,6 +314,41 @@ START_TEST(device_timer_regions_fold_once)
 }
 END_TEST
 
+/* The observer (the CUDA kernel timeline's phase marks): told of the
+ * top-level regions only, in order, and of flushes and resets. */
+static char observed[64];
+static int observed_flushes, observed_resets;
+static void observe_region(spb_timer_id id, int begin)
+{
+    size_t n = strlen(observed);
+    if (n + 3 < sizeof observed) snprintf(observed + n, sizeof observed - n, "%c%d", begin ? '+' : '-', (int)id);
+}
+static void observe_flush(void) { observed_flushes++; }
+static void observe_reset(void) { observed_resets++; }
+static const spb_timer_observer test_observer = {observe_region, observe_flush, observe_reset};
+
+START_TEST(timer_observer_sees_top_level_phases)
+{
+    spb_timer_set_clock(&fake_clock);
+    spb_timer_reset_all();
+    observed[0] = 0, observed_flushes = observed_resets = 0;
+    spb_timer_set_observer(&test_observer);
+    spb_timer_region fwd = spb_timer_begin(SPB_T_FORWARD);
+    spb_timer_end(spb_timer_begin(SPB_T_GEMM)); /* nested: not a phase */
+    spb_timer_end(fwd);
+    spb_timer_end(spb_timer_begin(SPB_T_OPTIMIZER));
+    spb_timer_flush();
+    spb_timer_reset_all();
+    spb_timer_set_observer(NULL);
+    spb_timer_end(spb_timer_begin(SPB_T_BACKWARD)); /* none set: nothing told */
+    ck_assert_str_eq(observed, "+1-1+4-4");
+    ck_assert_int_ge(observed_flushes, 1);
+    ck_assert_int_eq(observed_resets, 1);
+    spb_timer_set_clock(NULL);
+    spb_timer_reset_all();
+}
+END_TEST
+
 START_TEST(lr_schedule)
 {
     spb_config c;
@@ -379,6 +414,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, results_rows_are_whole_and_headers_checked);
     tcase_add_test(tc, lr_schedule);
     tcase_add_test(tc, device_timer_regions_fold_once);
+    tcase_add_test(tc, timer_observer_sees_top_level_phases);
     tcase_add_test(tc, placement_counts_machines_per_group);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);

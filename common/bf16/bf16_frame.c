@@ -119,10 +119,55 @@ const int *spb_bf16_ints(const int *p, long len, const char *what)
     return (const int *)h->hi + i;
 }
 
+/* Host copies of the token ids last uploaded into storage: the embedding's
+ * entries read them here instead of back from the device, a read that
+ * waits for all the work queued (on a GPU, at the backward's end, the whole
+ * backward).  Ids are written only by uploads, which replace (or, for other
+ * writers, spb_bf16_tokens_forget) the copy. */
+enum { SPB_TOKEN_SHADOWS = 4 };
+static struct token_shadow {
+    const int *stored;
+    long n;
+    int *host;
+} shadows[SPB_TOKEN_SHADOWS];
+static int next_shadow;
+
+static int overlaps(const struct token_shadow *s, const int *p, long n)
+{
+    return s->host && p < s->stored + s->n && s->stored < p + n;
+}
+
+void spb_bf16_tokens_forget(const int *stored, long n)
+{
+    for (int k = 0; k < SPB_TOKEN_SHADOWS; k++)
+        if (overlaps(&shadows[k], stored, n)) {
+            free(shadows[k].host);
+            shadows[k] = (struct token_shadow){0};
+        }
+}
+
+void spb_bf16_tokens_uploaded(const int *stored, const int *host, long n)
+{
+    spb_bf16_tokens_forget(stored, n);
+    struct token_shadow *s = &shadows[next_shadow];
+    next_shadow = (next_shadow + 1) % SPB_TOKEN_SHADOWS;
+    free(s->host);
+    s->host = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n));
+    memcpy(s->host, host, sizeof(int) * (size_t)n);
+    s->stored = stored, s->n = n;
+}
+
 int *spb_bf16_tokens_on_host(const int *stored, long n, long *reach)
 {
     int *t = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)));
-    if (n > 0) spb_handles_storage()->to_host(t, stored, sizeof(int) * (size_t)n);
+    const struct token_shadow *shadow = NULL;
+    for (int k = 0; k < SPB_TOKEN_SHADOWS && n > 0; k++)
+        if (shadows[k].host && stored >= shadows[k].stored && stored + n <= shadows[k].stored + shadows[k].n)
+            shadow = &shadows[k];
+    if (shadow)
+        memcpy(t, shadow->host + (stored - shadow->stored), sizeof(int) * (size_t)n);
+    else if (n > 0)
+        spb_handles_storage()->to_host(t, stored, sizeof(int) * (size_t)n);
     long top = -1;
     for (long i = 0; i < n; i++) {
         if (t[i] < 0) SPB_DIE("embedding: token %d at row %ld is negative", t[i], i);

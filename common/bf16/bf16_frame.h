@@ -77,6 +77,11 @@ const int *spb_bf16_ints(const int *p, long len, const char *what);
  * frees it) with *reach one past the largest, and one past the largest
  * position rows r < min(rows, T) look up.  A negative index stops the run. */
 int *spb_bf16_tokens_on_host(const int *stored, long n, long *reach);
+/* The host copy spb_bf16_tokens_on_host reads instead of the device: kept
+ * by the uploads of token ids (ints_to_device), dropped by any other writer
+ * of those ints (staging). */
+void spb_bf16_tokens_uploaded(const int *stored, const int *host, long n);
+void spb_bf16_tokens_forget(const int *stored, long n);
 long spb_positions_reach(const long *positions, int rows, int T);
 
 #endif

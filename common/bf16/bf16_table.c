@@ -103,6 +103,7 @@ void spb_bf16_ints_to_device(int *dst, const int *host, long n)
     if (n <= 0) return;
     int *store = (int *)spb_bf16_ints(dst, n, "ints_to_device");
     spb_handles_storage()->from_host(store, host, sizeof(int) * (size_t)n);
+    spb_bf16_tokens_uploaded(store, host, n); /* the embedding reads them here, not back from the device */
 }
 
 /* --- staging: host fp32 <-> storage (comm.h), masters for parameters -------- */
@@ -125,8 +126,10 @@ void spb_bf16_to_device(void *device, const void *host, size_t bytes)
     long n = (long)(bytes / 4), i = 0;
     if (!n) return;
     spb_handle *h = spb_handle_at(device, n, &i, "staging to device");
-    if (h->ints)
+    if (h->ints) {
         spb_handles_storage()->from_host((int *)h->hi + i, host, bytes);
+        spb_bf16_tokens_forget((const int *)h->hi + i, n);
+    }
     else
         spb_bf16_write_masters(h, i, n, host);
 }

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "bf16_frame.h"
 #include "checks.h"
 
 /* --- storage ------------------------------------------------------------- */
@@ -198,6 +199,7 @@ void spb_handle_free(void *p)
     memmove(live + k, live + k + 1, sizeof *live * (size_t)(num_live - k - 1));
     num_live--;
     if (h->shadow) unbind_owner(h);
+    if (h->ints && h->hi) spb_bf16_tokens_forget((const int *)h->hi, h->n); /* its host copy goes with it */
     if (h->lo) storage->free(h->lo);
     if (h->hi) storage->free(h->hi);
     if (h->shadow) storage->free(h->shadow);

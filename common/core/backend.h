@@ -25,6 +25,9 @@ typedef enum spb_buffer_role {
     SPB_BUF_SECOND_MOMENT, /* AdamW's v (fp32) */
 } spb_buffer_role;
 
+/* The step's scalars a device table keeps on the device (scalar_defer). */
+enum { SPB_SCALAR_LOSS, SPB_SCALAR_SQ_REPLICATED, SPB_SCALAR_SQ_SPLIT, SPB_NUM_SCALARS };
+
 typedef struct spb_backend {
     const char *name;
     /* 1 when buffers are host memory; 0: MPI goes through `staging`
@@ -120,6 +123,20 @@ typedef struct spb_backend {
     void (*adamw_apply)(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                         float weight_decay, const spb_config *cfg, long step, double lr);
     double (*sum_squares)(const float *x, long n);
+    /* Optional (device tables; NULL: the values above are read back by
+     * each call).  scalar_defer(slot): until scalar_defer(-1), the table's
+     * softmax_xent_forward and sum_squares add their value onto device
+     * accumulator `slot` (SPB_SCALAR_*: the same double additions as the
+     * host's `acc += returned value`) and return 0.  scalars_take copies
+     * slots [first, first + n) to out and zeroes them: the loss slot alone
+     * waits only for the kernel that last added to it, any other range for
+     * the work queued.  clip_on_device(clip_grad, loss_scale): AdamW's
+     * gradient scale made on the device from the two sum-of-squares slots
+     * (train.c's clipping arithmetic); adamw_apply then ignores its
+     * grad_scale argument until the next scalars_take. */
+    void (*scalar_defer)(int slot);
+    void (*scalars_take)(int first, int n, double *out);
+    void (*clip_on_device)(double clip_grad, double loss_scale);
     /* attention.h's spb_attn_merge_rows (ring attention) */
     void (*attn_merge)(float *o_acc, float *lse_acc, const float *o_pair, const float *lse_pair, int batch, int heads,
                        int head_dim, int T, int row, int len);

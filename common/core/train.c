@@ -89,20 +89,38 @@ static void reduce_gradients(spb_trainer *t)
 
 /* Global gradient norm: replicated tensors count once, shards summed over
  * the tensor-parallel group. */
+static void grad_sums_of_squares(const spb_trainer *t, double sums[2])
+{
+    const spb_gpt *g = t->gpt;
+    const spb_backend *be = g->be;
+    sums[0] = sums[1] = 0.0; /* replicated, split */
+    for (int k = 0; k < g->num_tensors; k++) {
+        const spb_param_tensor *pt = &g->tensors[k];
+        int split = pt->split != SPB_REPLICATED;
+        long numel = pt->numel, lo, n;
+        /* Megatron-SP's replicated K/V rows count on one replica only (the rest of the tensor as a split one) */
+        if (spb_kv_replica_span(pt, g->tp, &lo, &n) && !spb_kv_replicas_count_here(g)) split = 1, numel = lo;
+        /* a device table adds each onto its accumulator (the same additions) instead of reading it back */
+        if (be->scalar_defer) be->scalar_defer(split ? SPB_SCALAR_SQ_SPLIT : SPB_SCALAR_SQ_REPLICATED);
+        sums[split] += be->sum_squares(g->grads + pt->offset, numel);
+    }
+    if (be->scalar_defer) be->scalar_defer(-1);
+}
+
+/* The sums of squares on the device can make AdamW's clipping scale there,
+ * unread: where no fp16 overflow check and no reduction over ranks needs
+ * them on the host first. */
+static int clip_on_device(const spb_trainer *t)
+{
+    return t->gpt->be->clip_on_device && !t->zero && !t->scaler.enabled && !t->gpt->any_split;
+}
+
 static double global_grad_norm(const spb_trainer *t)
 {
     const spb_gpt *g = t->gpt;
-    double sums[2] = {0, 0}; /* replicated, split */
-    for (int k = 0; k < g->num_tensors; k++) {
-        const spb_param_tensor *pt = &g->tensors[k];
-        long lo, n;
-        /* Megatron-SP's replicated K/V rows count on one replica only. */
-        if (spb_kv_replica_span(pt, g->tp, &lo, &n) && !spb_kv_replicas_count_here(g)) {
-            sums[1] += g->be->sum_squares(g->grads + pt->offset, lo);
-            continue;
-        }
-        sums[pt->split != SPB_REPLICATED] += g->be->sum_squares(g->grads + pt->offset, pt->numel);
-    }
+    double sums[2];
+    grad_sums_of_squares(t, sums);
+    if (g->be->scalar_defer) g->be->scalars_take(SPB_SCALAR_SQ_REPLICATED, 2, sums);
     if (g->any_split) spb_allreduce_sum_f64(&sums[1], 1, t->grid->sp_comm, SPB_PHASE_OTHER);
     return sqrt(sums[0] + sums[1]);
 }
@@ -114,13 +132,17 @@ double spb_trainer_gradients(spb_trainer *t)
     spb_gpt_zero_grads(g);
     if (t->zero) spb_zero_begin_gradients(t->zero);
     double loss_sum = 0.0;
+    const int loss_on_device = g->be->scalar_defer != NULL;
     for (int a = 0; a < t->accum_steps; a++) {
         /* Host work only: timed on the host clock (a device clock's two
          * marks would enclose none of it). */
         double t0 = spb_now();
         load_micro_batch(t, a);
         spb_timer_add(SPB_T_DATA, spb_now() - t0);
+        /* a device table adds the loss onto its accumulator: no wait in the forward */
+        if (loss_on_device) g->be->scalar_defer(SPB_SCALAR_LOSS);
         loss_sum += spb_gpt_forward(g, t->inputs, t->targets);
+        if (loss_on_device) g->be->scalar_defer(-1);
         /* The loss is the mean over every token of the global batch, so each
          * token's gradient is scaled by 1/(G·N) whatever the split; fp16
          * multiplies in the loss scale (1 otherwise). */
@@ -135,6 +157,8 @@ double spb_trainer_gradients(spb_trainer *t)
     else
         reduce_gradients(t);
     spb_timer_end(timed);
+    /* the loss was copied out as it was made: this waits for the forward's end only */
+    if (loss_on_device) g->be->scalars_take(SPB_SCALAR_LOSS, 1, &loss_sum);
     spb_allreduce_sum_f64(&loss_sum, 1, t->grid->world, SPB_PHASE_OTHER);
     t->loss = loss_sum / tokens;
     return t->loss;
@@ -144,8 +168,23 @@ void spb_trainer_update(spb_trainer *t)
 {
     spb_timer_region timed = spb_timer_begin(SPB_T_OPTIMIZER);
     spb_gpt *g = t->gpt;
-    const double scaled_norm = t->zero ? spb_zero_grad_norm(t->zero, t->grid->world) : global_grad_norm(t);
     t->lr = spb_lr_at(&t->cfg, t->iteration);
+    if (clip_on_device(t)) {
+        /* the norm, the clipping and AdamW on the device, then one read of
+         * the norm behind AdamW's kernels: the step waits for nothing it
+         * has not queued */
+        double sums[2];
+        grad_sums_of_squares(t, sums);
+        g->be->clip_on_device(t->cfg.clip_grad, t->scaler.loss_scale);
+        spb_adamw_update(t->opt, g, &t->cfg, t->lr, 1.0f /* ignored: the device's scale */);
+        g->be->scalars_take(SPB_SCALAR_SQ_REPLICATED, 2, sums);
+        t->grad_norm = sqrt(sums[0] + sums[1]) / t->scaler.loss_scale;
+        t->skipped = 0;
+        t->iteration++;
+        spb_timer_end(timed);
+        return;
+    }
+    const double scaled_norm = t->zero ? spb_zero_grad_norm(t->zero, t->grid->world) : global_grad_norm(t);
     t->skipped = t->scaler.enabled && !isfinite(scaled_norm);
     if (t->skipped) {
         /* An fp16 gradient overflowed: no update (AdamW's step count stays),

@@ -26,6 +26,7 @@
 #include "bf16_ops.h"
 #include "cuda_backend.h"
 #include "cuda_bf16_storage.h"
+#include "cuda_scalars.h"
 #include "spb_cuda.h"
 
 static void use_device(void)
@@ -77,6 +78,8 @@ static const spb_timer_clock cb_clock = {cb_clock_mark, cb_clock_elapsed, cb_clo
         .mem_stats = cb_mem_stats,                                                                                     \
         .mem_reset_peaks = cb_mem_reset_peaks, .device_used_bytes = cb_device_used_bytes, .clock = &cb_clock,          \
         .configure = cb_configure, SPB_BF16_TABLE_OPS,                                                                 \
+        .scalar_defer = spb_cuda_scalar_defer, .scalars_take = spb_cuda_scalars_take,                                  \
+        .clip_on_device = spb_cuda_clip_on_device,                                                                     \
     }
 
 /* One design, two 16-bit formats: spb_bf16_configure takes the format from

@@ -27,6 +27,9 @@
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "cuda_scalars.h"
+#include "cuda_trace.h"
+#include "cuda_upload.h"
 #include "gelu.cuh"
 #include "spb_cuda.h"
 
@@ -41,7 +44,13 @@ extern "C" {
             SPB_DIE("cuBLAS call failed: %s: status %d", #call, (int)spb_cublas_rc_);                                  \
     } while (0)
 
-#define SPB_LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
+/* After each launch (every launch here is on the legacy stream and opens
+ * its timeline interval with SPB_KT_BEGIN(0) just before). */
+#define SPB_LAUNCH_CHECK()                                                                                             \
+    do {                                                                                                               \
+        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
+        SPB_KT_END();                                                                                                  \
+    } while (0)
 
 namespace {
 
@@ -75,7 +84,7 @@ void dev_zero(float *x, long n)
 
 void dev_ints_to_device(int *dst, const int *host, long n)
 {
-    if (n > 0) SPB_CUDA_CHECK(cudaMemcpy(dst, host, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice));
+    if (n > 0) spb_cuda_upload(dst, host, sizeof(int) * (size_t)n, 0); /* no wait (cuda_upload.h) */
 }
 
 /* ----------------------------------------------------------- products -- */
@@ -100,8 +109,11 @@ void sgemm_rm(int transA, int transB, int m, int n, int k, float alpha, const fl
 {
     if (m <= 0 || n <= 0) return;
     spb_timer_region timed = spb_timer_begin(SPB_T_GEMM); /* events on the default stream: no wait */
-    SPB_CUBLAS_CHECK(cublasSgemm(blas(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
-                                 k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+    cublasHandle_t h = blas();
+    SPB_KT_BEGIN_LIBRARY(0);
+    SPB_CUBLAS_CHECK(cublasSgemm(h, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                 &alpha, B, ldb, A, lda, &beta, C, ldc));
+    SPB_KT_END();
     spb_timer_end(timed);
     spb_gemm_flops_add(2.0 * m * n * k);
 }
@@ -132,6 +144,7 @@ void dev_matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const
     float beta = accumulate ? 1.0f : 0.0f;
     if (b && !accumulate) {
         if ((long)rows * out_f > 0) {
+            SPB_KT_BEGIN(0);
             k_bias_fill<<<blocks_for((long)rows * out_f), kThreads>>>(out, ldo, b, rows, out_f);
             SPB_LAUNCH_CHECK();
         }
@@ -152,6 +165,7 @@ void dev_matmul_backward_ld(float *dinp, int lddi, float *dW, int lddw, float *d
     if (dinp) sgemm_rm(0, 0, rows, in, out_f, 1.0f, dout, ldo, W, ldw, accumulate_dinp ? 1.0f : 0.0f, dinp, lddi);
     sgemm_rm(1, 0, out_f, in, rows, 1.0f, dout, ldo, inp, ldi, 1.0f, dW, lddw);
     if (db && out_f > 0) {
+        SPB_KT_BEGIN(0);
         k_col_sums<<<blocks_for(out_f), kThreads>>>(db, dout, ldo, rows, out_f);
         SPB_LAUNCH_CHECK();
     }
@@ -233,6 +247,7 @@ void dev_layernorm_forward(float *out, float *mean, float *rstd, const float *in
                            int rows, int C)
 {
     if (rows <= 0) return;
+    SPB_KT_BEGIN(0);
     k_layernorm_forward<<<blocks_for(rows), kThreads>>>(out, mean, rstd, inp, w, b, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -243,8 +258,10 @@ void dev_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
     if (rows <= 0 || C <= 0) return;
     /* The columns first: they read dout, which the contract lets alias dinp
      * per element (the CPU reads a row's dy before it updates its dx). */
+    SPB_KT_BEGIN(0);
     k_layernorm_backward_cols<<<blocks_for(C), kThreads>>>(dw, db, dout, inp, mean, rstd, rows, C);
     SPB_LAUNCH_CHECK();
+    SPB_KT_BEGIN(0);
     k_layernorm_backward_rows<<<blocks_for(rows), kThreads>>>(dinp, dout, inp, w, mean, rstd, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -267,6 +284,7 @@ __global__ void k_gelu_backward(float *dinp, const float *inp, const float *dout
 void dev_gelu_forward(float *out, const float *inp, long n)
 {
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_gelu_forward<<<blocks_for(n), kThreads>>>(out, inp, n);
     SPB_LAUNCH_CHECK();
 }
@@ -274,6 +292,7 @@ void dev_gelu_forward(float *out, const float *inp, long n)
 void dev_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 {
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_gelu_backward<<<blocks_for(n), kThreads>>>(dinp, inp, dout, n);
     SPB_LAUNCH_CHECK();
 }
@@ -284,12 +303,12 @@ void dev_gelu_backward(float *dinp, const float *inp, const float *dout, long n)
 long *positions_to_device(const long *positions, int T)
 {
     /* A buffer that only grows (a cudaFree per call would synchronise the
-     * device); the copy on the legacy stream waits for the kernels that
-     * read it last. */
+     * device); the copy, queued on the legacy stream, lands after the
+     * kernels that read it last. */
     static void *buf = nullptr;
     static size_t cap = 0;
     long *d = (long *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(long) * (size_t)T);
-    SPB_CUDA_CHECK(cudaMemcpy(d, positions, sizeof(long) * (size_t)T, cudaMemcpyHostToDevice));
+    spb_cuda_upload(d, positions, sizeof(long) * (size_t)T, 0); /* no wait (cuda_upload.h) */
     return d;
 }
 
@@ -318,6 +337,7 @@ void dev_embedding_forward(float *out, const int *tokens, const float *wte, cons
 {
     if ((long)rows * C <= 0 || T <= 0) return;
     long *pos = positions_to_device(positions, T);
+    SPB_KT_BEGIN(0);
     k_embedding_forward<<<blocks_for((long)rows * C), kThreads>>>(out, tokens, wte, wpe, pos, rows, T, C);
     SPB_LAUNCH_CHECK();
 }
@@ -327,6 +347,7 @@ void dev_embedding_backward(float *dwte, float *dwpe, const float *dout, const i
 {
     if ((long)rows * C <= 0 || T <= 0) return;
     long *pos = positions_to_device(positions, T);
+    SPB_KT_BEGIN(0);
     k_embedding_backward<<<blocks_for((long)rows * C), kThreads>>>(dwte, dwpe, dout, tokens, pos, rows, T, C);
     SPB_LAUNCH_CHECK();
 }
@@ -362,11 +383,24 @@ __global__ void k_softmax_xent_backward(float *probs, const int *targets, int ro
 double dev_softmax_xent_forward(float *probs, const int *targets, int rows, int V)
 {
     if (rows <= 0) return 0.0;
+    if (spb_cuda_scalar_target() >= 0) {
+        /* kept on the device (backend.h's scalar_defer): a buffer that only
+         * grows, no readback, no cudaFree (each waits for the device) */
+        static void *buf = nullptr;
+        static size_t cap = 0;
+        double *loss = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)rows);
+        SPB_KT_BEGIN(0);
+        k_softmax_xent_forward<<<blocks_for(rows), kThreads>>>(probs, loss, targets, rows, V);
+        SPB_LAUNCH_CHECK();
+        spb_cuda_scalar_add_ordered(loss, rows, 0); /* rows in order, as below */
+        return 0.0;
+    }
     double *loss = (double *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(double) * (size_t)rows);
+    SPB_KT_BEGIN(0);
     k_softmax_xent_forward<<<blocks_for(rows), kThreads>>>(probs, loss, targets, rows, V);
     SPB_LAUNCH_CHECK();
     std::vector<double> h((size_t)rows);
-    SPB_CUDA_CHECK(cudaMemcpy(h.data(), loss, sizeof(double) * (size_t)rows, cudaMemcpyDeviceToHost));
+    SPB_CUDA_HOST_WAIT(cudaMemcpy(h.data(), loss, sizeof(double) * (size_t)rows, cudaMemcpyDeviceToHost));
     spb_cuda_free(loss);
     double sum = 0.0; /* rows in order, as ops_cpu.c */
     for (int r = 0; r < rows; r++) sum += h[(size_t)r];
@@ -376,6 +410,7 @@ double dev_softmax_xent_forward(float *probs, const int *targets, int rows, int 
 void dev_softmax_xent_backward(float *probs, const int *targets, int rows, int V, float scale)
 {
     if ((long)rows * V <= 0) return;
+    SPB_KT_BEGIN(0);
     k_softmax_xent_backward<<<blocks_for((long)rows * V), kThreads>>>(probs, targets, rows, V, scale);
     SPB_LAUNCH_CHECK();
 }
@@ -396,6 +431,7 @@ __global__ void k_add_bias_rows(float *x, const float *b, long rows, int C)
 void dev_add_inplace(float *a, const float *b, long n)
 {
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_add_inplace<<<blocks_for(n), kThreads>>>(a, b, n);
     SPB_LAUNCH_CHECK();
 }
@@ -403,6 +439,7 @@ void dev_add_inplace(float *a, const float *b, long n)
 void dev_add_bias_rows(float *x, const float *b, long rows, int C)
 {
     if (rows * C <= 0) return;
+    SPB_KT_BEGIN(0);
     k_add_bias_rows<<<blocks_for(rows * C), kThreads>>>(x, b, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -410,6 +447,7 @@ void dev_add_bias_rows(float *x, const float *b, long rows, int C)
 void dev_bias_grad_rows(float *db, const float *dy, long rows, int C)
 {
     if (C <= 0) return;
+    SPB_KT_BEGIN(0);
     k_col_sums<<<blocks_for(C), kThreads>>>(db, dy, C, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -541,6 +579,7 @@ void attn_forward(const spb_attn_desc *d, const float *q, const float *k, const 
 {
     long n = (long)d->batch * d->heads * d->q_len;
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_attn_forward<<<blocks_for(n), kThreads>>>(*d, q, k, v, o, lse);
     SPB_LAUNCH_CHECK();
 }
@@ -551,10 +590,13 @@ void attn_backward(const spb_attn_desc *d, const float *q, const float *k, const
     long nq = (long)d->batch * d->heads * d->q_len, nk = (long)d->batch * d->heads * d->k_len;
     if (nq <= 0 || nk <= 0) return;
     float *ws = spb_cuda_attention_workspace(nq);
+    SPB_KT_BEGIN(0);
     k_attn_rowdot<<<blocks_for(nq), kThreads>>>(*d, o, dout, ws);
     SPB_LAUNCH_CHECK();
+    SPB_KT_BEGIN(0);
     k_attn_backward_dq<<<blocks_for(nq), kThreads>>>(*d, q, k, v, lse, dout, ws, dq);
     SPB_LAUNCH_CHECK();
+    SPB_KT_BEGIN(0);
     k_attn_backward_dkdv<<<blocks_for(nk), kThreads>>>(*d, q, k, v, lse, dout, ws, dk, dv);
     SPB_LAUNCH_CHECK();
 }
@@ -589,6 +631,7 @@ __global__ void k_fill(float *x, long n, float value)
 void dev_fill(float *x, long n, float value)
 {
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_fill<<<blocks_for(n), kThreads>>>(x, n, value);
     SPB_LAUNCH_CHECK();
 }
@@ -624,28 +667,30 @@ void dev_attn_merge(float *o_acc, float *lse_acc, const float *o_pair, const flo
 {
     long n = (long)batch * heads * len;
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_attn_merge<<<blocks_for(n), kThreads>>>(o_acc, lse_acc, o_pair, lse_pair, batch, heads, head_dim, T, row, len);
     SPB_LAUNCH_CHECK();
 }
 
 void staging_to_host(void *host, const void *device, size_t bytes)
 {
-    if (bytes) SPB_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+    if (bytes) SPB_CUDA_HOST_WAIT(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
 void staging_to_device(void *device, const void *host, size_t bytes)
 {
-    if (bytes) SPB_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+    if (bytes) SPB_CUDA_HOST_WAIT(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
 }
 
 /* optimizer.c's spb_adamw_apply, element by element (b1, b2, eps, bc1, bc2
  * and lr computed on the host as there, in float). */
-__global__ void k_adamw(float *p, const float *grad, float *m, float *v, long n, float grad_scale, float weight_decay,
-                        float b1, float b2, float eps, float bc1, float bc2, float flr)
+__global__ void k_adamw(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
+                        const float *device_scale, float weight_decay, float b1, float b2, float eps, float bc1,
+                        float bc2, float flr)
 {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gi = grad[i] * grad_scale;
+    float gi = grad[i] * (device_scale ? *device_scale : grad_scale); /* clipping made on the device, or the host's */
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi, v[i] = vi;
@@ -659,8 +704,9 @@ void dev_adamw_apply(float *p, const float *grad, float *m, float *v, long n, fl
     if (n <= 0) return;
     const float b1 = (float)cfg->adam_beta1, b2 = (float)cfg->adam_beta2, eps = (float)cfg->adam_eps;
     const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-    k_adamw<<<blocks_for(n), kThreads>>>(p, grad, m, v, n, grad_scale, weight_decay, b1, b2, eps, bc1, bc2,
-                                         (float)lr);
+    SPB_KT_BEGIN(0);
+    k_adamw<<<blocks_for(n), kThreads>>>(p, grad, m, v, n, grad_scale, spb_cuda_device_grad_scale(), weight_decay,
+                                         b1, b2, eps, bc1, bc2, (float)lr);
     SPB_LAUNCH_CHECK();
 }
 
@@ -681,11 +727,22 @@ double dev_sum_squares(const float *x, long n)
 {
     if (n <= 0) return 0.0;
     long nchunks = (n + kSumChunk - 1) / kSumChunk;
+    if (spb_cuda_scalar_target() >= 0) { /* kept on the device, as dev_softmax_xent_forward */
+        static void *buf = nullptr;
+        static size_t cap = 0;
+        double *part = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)nchunks);
+        SPB_KT_BEGIN(0);
+        k_sum_squares_chunks<<<blocks_for(nchunks), kThreads>>>(part, x, n, nchunks);
+        SPB_LAUNCH_CHECK();
+        spb_cuda_scalar_add_ordered(part, nchunks, 0); /* the chunks in order, as below */
+        return 0.0;
+    }
     double *part = (double *)spb_cuda_alloc(SPB_MEM_WORKSPACE, sizeof(double) * (size_t)nchunks);
+    SPB_KT_BEGIN(0);
     k_sum_squares_chunks<<<blocks_for(nchunks), kThreads>>>(part, x, n, nchunks);
     SPB_LAUNCH_CHECK();
     std::vector<double> h((size_t)nchunks);
-    SPB_CUDA_CHECK(cudaMemcpy(h.data(), part, sizeof(double) * (size_t)nchunks, cudaMemcpyDeviceToHost));
+    SPB_CUDA_HOST_WAIT(cudaMemcpy(h.data(), part, sizeof(double) * (size_t)nchunks, cudaMemcpyDeviceToHost));
     spb_cuda_free(part);
     double s = 0.0;
     for (double v : h) s += v;
@@ -737,7 +794,7 @@ void dev_device_identity(char *buf, size_t len)
              (unsigned)p.pciDomainID, (unsigned)p.pciBusID, (unsigned)p.pciDeviceID);
 }
 
-void dev_synchronize(void) { SPB_CUDA_CHECK(cudaDeviceSynchronize()); }
+void dev_synchronize(void) { SPB_CUDA_HOST_WAIT(cudaDeviceSynchronize()); }
 
 double dev_used_bytes(void)
 {
@@ -815,6 +872,9 @@ spb_backend make_table(void)
     t.bias_grad_rows = dev_bias_grad_rows;
     t.adamw_apply = dev_adamw_apply;
     t.sum_squares = dev_sum_squares;
+    t.scalar_defer = spb_cuda_scalar_defer;
+    t.scalars_take = spb_cuda_scalars_take;
+    t.clip_on_device = spb_cuda_clip_on_device;
     t.open = dev_open;
     t.device_identity = dev_device_identity;
     t.synchronize = dev_synchronize;

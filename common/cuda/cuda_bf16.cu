@@ -4,9 +4,16 @@
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
+#include "cuda_trace.h"
+#include "cuda_upload.h"
 #include "spb_cuda.h"
 
-#define SPB_LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
+/* After each launch (on the legacy stream, after SPB_KT_BEGIN(0)). */
+#define SPB_LAUNCH_CHECK()                                                                                             \
+    do {                                                                                                               \
+        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
+        SPB_KT_END();                                                                                                  \
+    } while (0)
 
 namespace {
 
@@ -38,6 +45,7 @@ __global__ void k_narrow(spb_bf16 *dst, const float *src, long n, float *masters
 void widen(float *dst, const spb_bf16 *src, long n, spb_half_format fmt)
 {
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_widen<<<blocks_for(n), kThreads>>>(dst, src, n, fmt == SPB_HALF_FP16);
     SPB_LAUNCH_CHECK();
 }
@@ -45,6 +53,7 @@ void widen(float *dst, const spb_bf16 *src, long n, spb_half_format fmt)
 void narrow(spb_bf16 *dst, const float *src, long n, float *masters, int truncate, spb_half_format fmt)
 {
     if (n <= 0) return;
+    SPB_KT_BEGIN(0);
     k_narrow<<<blocks_for(n), kThreads>>>(dst, src, n, masters, truncate, fmt == SPB_HALF_FP16);
     SPB_LAUNCH_CHECK();
 }
@@ -67,12 +76,12 @@ void copy(void *dst, const void *src, size_t bytes)
 
 void to_host(void *host, const void *src, size_t bytes)
 {
-    if (bytes) SPB_CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+    if (bytes) SPB_CUDA_HOST_WAIT(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
 }
 
 void from_host(void *dst, const void *host, size_t bytes)
 {
-    if (bytes) SPB_CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+    spb_cuda_upload(dst, host, bytes, 0); /* staged through pinned memory: no wait (cuda_upload.h) */
 }
 
 /* ------------------------------------------------------- scratch pool -- */
@@ -96,7 +105,7 @@ void *scratch_alloc(size_t bytes)
     if (!bytes) bytes = kAlign;
     if (!pool_used && bytes > pool_bytes) {
         size_t grown = pool_bytes * 2 > bytes ? pool_bytes * 2 : bytes;
-        if (pool) SPB_CUDA_CHECK(cudaFree(pool));
+        if (pool) SPB_CUDA_HOST_WAIT(cudaFree(pool));
         SPB_CUDA_CHECK(cudaMalloc((void **)&pool, grown));
         pool_bytes = grown;
     }
@@ -121,7 +130,7 @@ void scratch_free(void *p)
         pool_used = pool_starts[--pool_blocks];
         return;
     }
-    SPB_CUDA_CHECK(cudaFree(p));
+    SPB_CUDA_HOST_WAIT(cudaFree(p));
 }
 
 const spb_handle_storage device_storage = {

@@ -27,11 +27,20 @@
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_launch.cuh"
+#include "cuda_scalars.h"
+#include "cuda_trace.h"
+#include "cuda_upload.h"
 #include "cudnn_attention.h"
 #include "gelu.cuh"
 #include "spb_cuda.h"
 
-#define SPB_LAUNCH_CHECK() SPB_CUDA_CHECK(cudaGetLastError())
+/* After each launch (every launch here is on kStream and opens its
+ * timeline interval with SPB_KT_BEGIN(kStream) just before). */
+#define SPB_LAUNCH_CHECK()                                                                                             \
+    do {                                                                                                               \
+        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
+        SPB_KT_END();                                                                                                  \
+    } while (0)
 
 namespace {
 
@@ -59,7 +68,7 @@ void sync_format()
     static int on_device = -1;
     int want = fp16_run();
     if (want != on_device) {
-        SPB_CUDA_CHECK(cudaMemcpyToSymbol(c_half_fp16, &want, sizeof want));
+        SPB_CUDA_HOST_WAIT(cudaMemcpyToSymbol(c_half_fp16, &want, sizeof want));
         on_device = want;
     }
 }
@@ -76,8 +85,11 @@ __device__ __forceinline__ spb_bf16 half_from_float(float v)
 void gemm(int transA, int transB, int m, int n, int k, const spb_bf16 *A, int lda, const spb_bf16 *B, int ldb,
           float beta, void *C, spb_dtype c_type, int ldc)
 {
-    spb_cuda_gemm_half(products(), fp16_run(), transA, transB, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc,
+    spb_cuda_gemm *g = products();
+    SPB_KT_BEGIN_LIBRARY(kStream);
+    spb_cuda_gemm_half(g, fp16_run(), transA, transB, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc,
                        c_type == SPB_DTYPE_F32, kStream);
+    SPB_KT_END();
 }
 
 __global__ void k_broadcast_rows(void *C, int c_f32, int ldc, const spb_bf16 *b, int rows, int n)
@@ -96,6 +108,7 @@ void broadcast_rows(void *C, spb_dtype c_type, int ldc, const spb_bf16 *b, int r
 {
     if (rows <= 0 || n <= 0) return;
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_broadcast_rows<<<blocks_for((long)rows * n), kThreads, 0, kStream>>>(C, c_type == SPB_DTYPE_F32, ldc, b, rows,
                                                                             n);
     SPB_LAUNCH_CHECK();
@@ -131,18 +144,30 @@ __global__ void k_gelu_backward_fp16(spb_bf16 *dinp, const spb_bf16 *inp, const 
 
 void gelu_forward(spb_bf16 *out, const spb_bf16 *inp, long n)
 {
-    if (!fp16_run()) return spb_cuda_gelu_forward(out, inp, n, SPB_CUDA_FAST, kStream);
+    if (!fp16_run()) {
+        SPB_KT_BEGIN(kStream);
+        spb_cuda_gelu_forward(out, inp, n, SPB_CUDA_FAST, kStream);
+        SPB_KT_END();
+        return;
+    }
     if (n <= 0) return;
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_gelu_forward_fp16<<<blocks_for(n), kThreads, 0, kStream>>>(out, inp, n);
     SPB_LAUNCH_CHECK();
 }
 
 void gelu_backward(spb_bf16 *dinp, const spb_bf16 *inp, const spb_bf16 *dout, long n)
 {
-    if (!fp16_run()) return spb_cuda_gelu_backward(dinp, inp, dout, n, SPB_CUDA_FAST, kStream);
+    if (!fp16_run()) {
+        SPB_KT_BEGIN(kStream);
+        spb_cuda_gelu_backward(dinp, inp, dout, n, SPB_CUDA_FAST, kStream);
+        SPB_KT_END();
+        return;
+    }
     if (n <= 0) return;
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_gelu_backward_fp16<<<blocks_for(n), kThreads, 0, kStream>>>(dinp, inp, dout, n);
     SPB_LAUNCH_CHECK();
 }
@@ -246,6 +271,7 @@ void layernorm_forward(spb_stored out, float *mean, float *rstd, spb_stored inp,
 {
     sync_format();
     unsigned blocks = (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    SPB_KT_BEGIN(kStream);
     k_layernorm_forward<<<blocks, 32 * kRowsPerBlock, 0, kStream>>>(out, mean, rstd, inp, w, b, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -258,13 +284,16 @@ void layernorm_backward(spb_stored dinp, spb_stored dw, spb_stored db, spb_store
     int strips = (rows + kStripRows - 1) / kStripRows;
     float *part = strip_workspace(2L * strips * C);
     dim3 grid((unsigned)((C + kThreads - 1) / kThreads), strip_blocks(strips));
+    SPB_KT_BEGIN(kStream);
     k_layernorm_backward_strips<<<grid, kThreads, 0, kStream>>>(part, part + (long)strips * C, dout, inp, mean, rstd,
                                                                 rows, C, strips);
     SPB_LAUNCH_CHECK();
+    SPB_KT_BEGIN(kStream);
     k_layernorm_backward_finish<<<(unsigned)((C + kThreads - 1) / kThreads), kThreads, 0, kStream>>>(
         dw, db, part, part + (long)strips * C, strips, C);
     SPB_LAUNCH_CHECK();
     unsigned blocks = (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    SPB_KT_BEGIN(kStream);
     k_layernorm_backward_dx<<<blocks, 32 * kRowsPerBlock, 0, kStream>>>(dinp, dout, inp, w, mean, rstd, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -278,6 +307,7 @@ __global__ void k_add_inplace(spb_stored a, spb_stored b, long n)
 void add_inplace(spb_stored a, spb_stored b, long n)
 {
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_add_inplace<<<blocks_for(n), kThreads, 0, kStream>>>(a, b, n);
     SPB_LAUNCH_CHECK();
 }
@@ -293,6 +323,7 @@ __global__ void k_add_bias_rows(spb_stored x, spb_stored b, long rows, int C)
 void add_bias_rows(spb_stored x, spb_stored b, long rows, int C)
 {
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_add_bias_rows<<<blocks_for(rows * C), kThreads, 0, kStream>>>(x, b, rows, C);
     SPB_LAUNCH_CHECK();
 }
@@ -326,8 +357,10 @@ void bias_grad_rows(spb_stored db, spb_stored dy, long rows, int C)
     float *part = strip_workspace(strips * C);
     const unsigned cols = (unsigned)((C + kThreads - 1) / kThreads);
     dim3 grid(cols, strip_blocks(strips));
+    SPB_KT_BEGIN(kStream);
     k_bias_grad_strips<<<grid, kThreads, 0, kStream>>>(part, dy, rows, C, strips);
     SPB_LAUNCH_CHECK();
+    SPB_KT_BEGIN(kStream);
     k_bias_grad_finish<<<cols, kThreads, 0, kStream>>>(db, part, strips, C);
     SPB_LAUNCH_CHECK();
 }
@@ -385,9 +418,11 @@ void attn_merge(spb_stored o_acc, float *lse_acc, spb_stored o_pair, const float
 {
     sync_format();
     const long n = (long)batch * len * heads * head_dim;
+    SPB_KT_BEGIN(kStream);
     k_attn_merge_out<<<blocks_for(n), kThreads, 0, kStream>>>(o_acc, lse_acc, o_pair, lse_pair, batch, heads,
                                                                 head_dim, T, row, len);
     SPB_LAUNCH_CHECK();
+    SPB_KT_BEGIN(kStream);
     k_attn_merge_lse<<<blocks_for((long)batch * heads * len), kThreads, 0, kStream>>>(lse_acc, lse_pair, batch,
                                                                                        heads, T, row, len);
     SPB_LAUNCH_CHECK();
@@ -406,6 +441,7 @@ __global__ void k_copy_rows(spb_stored dst, long dst_stride, spb_stored src, lon
 void copy_rows(spb_stored dst, long dst_stride, spb_stored src, long src_stride, long rows, long width)
 {
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_copy_rows<<<blocks_for(rows * width), kThreads, 0, kStream>>>(dst, dst_stride, src, src_stride, rows, width);
     SPB_LAUNCH_CHECK();
 }
@@ -419,6 +455,7 @@ __global__ void k_fill(spb_stored x, long n, float value)
 void fill(spb_stored x, long n, float value)
 {
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_fill<<<blocks_for(n), kThreads, 0, kStream>>>(x, n, value);
     SPB_LAUNCH_CHECK();
 }
@@ -428,9 +465,10 @@ void fill(spb_stored x, long n, float value)
  * corrections and lr computed on the host as there, in float); the stored
  * parameter takes its master rounded once. */
 __global__ void k_adamw(float *masters, spb_stored p, spb_stored grad, spb_stored m, spb_stored v, long n,
-                        float grad_scale, float weight_decay, float b1, float b2, float eps, float bc1, float bc2,
-                        float flr)
+                        float grad_scale, const float *device_scale, float weight_decay, float b1, float b2, float eps,
+                        float bc1, float bc2, float flr)
 {
+    if (device_scale) grad_scale = *device_scale; /* clipping made on the device (cuda_scalars.h) */
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float gi = load(grad, i) * grad_scale;
         float mi = b1 * load(m, i) + (1.0f - b1) * gi;
@@ -450,8 +488,10 @@ void adamw_apply(float *masters, spb_stored p, spb_stored grad, spb_stored m, sp
     sync_format();
     const float b1 = (float)cfg->adam_beta1, b2 = (float)cfg->adam_beta2, eps = (float)cfg->adam_eps;
     const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-    k_adamw<<<blocks_for(n), kThreads, 0, kStream>>>(masters, p, grad, m, v, n, grad_scale, weight_decay, b1, b2, eps,
-                                                       bc1, bc2, (float)lr);
+    SPB_KT_BEGIN(kStream);
+    k_adamw<<<blocks_for(n), kThreads, 0, kStream>>>(masters, p, grad, m, v, n, grad_scale,
+                                                       spb_cuda_device_grad_scale(), weight_decay, b1, b2, eps, bc1,
+                                                       bc2, (float)lr);
     SPB_LAUNCH_CHECK();
 }
 
@@ -478,11 +518,16 @@ double sum_squares(spb_stored x, long n)
     static size_t cap = 0;
     long chunks = (n + kSumChunk - 1) / kSumChunk;
     double *part = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)chunks);
+    SPB_KT_BEGIN(kStream);
     k_sum_squares<<<(unsigned)((chunks + kThreads - 1) / kThreads), kThreads, 0, kStream>>>(part, x, n, chunks);
     SPB_LAUNCH_CHECK();
+    if (spb_cuda_scalar_target() >= 0) { /* kept on the device (backend.h's scalar_defer) */
+        spb_cuda_scalar_add_ordered(part, chunks, kStream); /* the chunks in order, as below */
+        return 0.0;
+    }
     double *host = (double *)malloc(sizeof(double) * (size_t)chunks);
     SPB_CHECK(host != NULL);
-    SPB_CUDA_CHECK(cudaMemcpy(host, part, sizeof(double) * (size_t)chunks, cudaMemcpyDeviceToHost));
+    SPB_CUDA_HOST_WAIT(cudaMemcpy(host, part, sizeof(double) * (size_t)chunks, cudaMemcpyDeviceToHost));
     double s = 0.0;
     for (long c = 0; c < chunks; c++) s += host[c];
     free(host);
@@ -529,11 +574,16 @@ double softmax_xent_forward(spb_stored probs, const int *targets, int rows, int 
     static void *buf = nullptr;
     static size_t cap = 0;
     double *loss = (double *)spb_cuda_grow(&buf, &cap, SPB_MEM_WORKSPACE, sizeof(double) * (size_t)rows);
+    SPB_KT_BEGIN(kStream);
     k_softmax_xent_forward<<<(unsigned)rows, kXentThreads, 0, kStream>>>(probs, loss, targets, rows, V);
     SPB_LAUNCH_CHECK();
+    if (spb_cuda_scalar_target() >= 0) { /* kept on the device (backend.h's scalar_defer) */
+        spb_cuda_scalar_add_ordered(loss, rows, kStream); /* rows in order, as below */
+        return 0.0;
+    }
     double *host = (double *)malloc(sizeof(double) * (size_t)rows);
     SPB_CHECK(host != NULL);
-    SPB_CUDA_CHECK(cudaMemcpy(host, loss, sizeof(double) * (size_t)rows, cudaMemcpyDeviceToHost));
+    SPB_CUDA_HOST_WAIT(cudaMemcpy(host, loss, sizeof(double) * (size_t)rows, cudaMemcpyDeviceToHost));
     double sum = 0.0; /* rows in order, as ops_cpu.c */
     for (int r = 0; r < rows; r++) sum += host[r];
     free(host);
@@ -543,17 +593,18 @@ double softmax_xent_forward(spb_stored probs, const int *targets, int rows, int 
 void softmax_xent_backward(spb_stored probs, const int *targets, int rows, int V, float scale)
 {
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_softmax_xent_backward<<<blocks_for((long)rows * V), kThreads, 0, kStream>>>(probs, targets, rows, V, scale);
     SPB_LAUNCH_CHECK();
 }
 
 /* ---- embedding: the 16-bit tables; out and the gradients in their own types ---- */
-/* Host memory to a device buffer that only grows, on the legacy stream
- * (ordered after the kernels that read it last). */
+/* Host memory to a device buffer that only grows, queued on the legacy
+ * stream (lands after the kernels that read it last). */
 void *to_device(void **buf, size_t *cap, const void *host, size_t bytes)
 {
     void *d = spb_cuda_grow(buf, cap, SPB_MEM_WORKSPACE, bytes);
-    SPB_CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    spb_cuda_upload(d, host, bytes, kStream); /* no wait: staged through pinned memory (cuda_upload.h) */
     return d;
 }
 
@@ -574,6 +625,7 @@ void embedding_forward(spb_stored out, const int *tokens, const spb_bf16 *wte, c
     static size_t cap = 0;
     const long *pos = (const long *)to_device(&buf, &cap, positions, sizeof(long) * (size_t)T);
     sync_format();
+    SPB_KT_BEGIN(kStream);
     k_embedding_forward<<<(unsigned)rows, kThreads, 0, kStream>>>(out, tokens, wte, wpe, pos, T, C);
     SPB_LAUNCH_CHECK();
 }
@@ -610,6 +662,7 @@ void embedding_backward_rows(spb_stored table, spb_stored dout, int C, int group
     free(host);
     sync_format();
     dim3 grid((unsigned)groups, (unsigned)((C + kThreads - 1) / kThreads));
+    SPB_KT_BEGIN(kStream);
     k_embedding_backward_rows<<<grid, kThreads, 0, kStream>>>(table, dout, C, d, d + groups, d + 2 * groups + 1);
     SPB_LAUNCH_CHECK();
 }
@@ -617,14 +670,38 @@ void embedding_backward_rows(spb_stored table, spb_stored dout, int C, int group
 void attention_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
                        float *lse)
 {
+    SPB_KT_BEGIN(kStream); /* one interval: the forward's one kernel */
     spb_cuda_attention_forward_half(d, fp16_run(), q, k, v, o, lse, SPB_CUDA_FAST, kStream);
+    SPB_KT_END();
 }
 
 void attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
                         const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk, float *dv)
 {
     float *ws = spb_cuda_attention_workspace((long)d->batch * d->heads * d->q_len);
+    SPB_KT_BEGIN(kStream); /* one interval: the backward's kernels (delta, dK/dV, dQ) */
     spb_cuda_attention_backward_half(d, fp16_run(), q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_FAST, kStream);
+    SPB_KT_END();
+}
+
+/* cuDNN's fused attention (its kernels and the widening of dQ/dK/dV): one
+ * library interval each way */
+int cudnn_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v, spb_bf16 *o,
+                  float *lse)
+{
+    SPB_KT_BEGIN_LIBRARY(kStream);
+    int rc = spb_cuda_cudnn_direct_forward(d, q, k, v, o, lse);
+    SPB_KT_END();
+    return rc;
+}
+
+int cudnn_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                   const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk, float *dv)
+{
+    SPB_KT_BEGIN_LIBRARY(kStream);
+    int rc = spb_cuda_cudnn_direct_backward(d, q, k, v, o, lse, dout, dq, dk, dv);
+    SPB_KT_END();
+    return rc;
 }
 
 /* Entries assigned by name (C++17 has no designated initialisers): a
@@ -654,8 +731,8 @@ spb_bf16_direct make_direct(void)
     d.attn_merge = attn_merge;
     d.attention_forward = attention_forward;
     d.attention_backward = attention_backward;
-    d.cudnn_attention_forward = spb_cudnn_attention_built() ? spb_cuda_cudnn_direct_forward : nullptr;
-    d.cudnn_attention_backward = spb_cudnn_attention_built() ? spb_cuda_cudnn_direct_backward : nullptr;
+    d.cudnn_attention_forward = spb_cudnn_attention_built() ? cudnn_forward : nullptr;
+    d.cudnn_attention_backward = spb_cudnn_attention_built() ? cudnn_backward : nullptr;
     return d;
 }
 

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-enum { SPB_ROW_MAX_COLUMNS = 128 };
+enum { SPB_ROW_MAX_COLUMNS = 160 };
 
 typedef struct spb_row {
     int n;

@@ -144,6 +144,10 @@ static const option_spec options[] = {
     OPT("compare-alltoall", OPT_FLAG, compare_alltoall,
         "at the end, replay the run's all-to-alls (plain MPI_Alltoall) and ring sendrecvs alone: pack/unpack "
         "overhead, and layer communication exposed vs hidden behind compute"),
+    OPT("kernel-timeline", OPT_FLAG, kernel_timeline,
+        "--device cuda: a CUDA event before and after every kernel and library call of the step, folded into each "
+        "phase's busy time and the GPU's idle time between kernels inside it (results columns gpu_busy_*, "
+        "gpu_idle_*; docs/FORMATS.md); off by default: the events cost time"),
 };
 enum { NUM_OPTIONS = sizeof(options) / sizeof(options[0]) };
 
@@ -572,6 +576,8 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --comm '%s' (mpi, nccl)", c->comm);
     if (!strcmp(c->comm, "nccl") && strcmp(c->device, "cuda"))
         return fail(err, errlen, "--comm nccl needs --device cuda (NCCL moves device buffers)");
+    if (c->kernel_timeline && strcmp(c->device, "cuda"))
+        return fail(err, errlen, "--kernel-timeline needs --device cuda (it times the GPU's kernels)");
 #ifndef SPB_HAVE_NCCL
     if (!strcmp(c->comm, "nccl"))
         return fail(err, errlen, "--comm nccl: not implemented in this build (NCCL was not found when it was built)");

@@ -92,6 +92,7 @@ typedef struct spb_config {
     int timing_warmup;          /* iterations excluded from timing statistics */
     int quiet;
     int compare_alltoall;       /* time plain MPI_Alltoall of the same bytes at the end */
+    int kernel_timeline;        /* --device cuda: events around every kernel, per-phase busy and idle (cuda_trace.h) */
     char memory_budget[SPB_NAME_MAX]; /* e.g. 80GiB: refuse runs the memory model says cannot fit */
     int overwrite;              /* outputs may replace files that are not spbench files of their kind */
 } spb_config;

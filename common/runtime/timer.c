@@ -16,6 +16,11 @@ static struct pending_region {
 } *pending;
 static long npending, cap_pending;
 static int open_regions; /* begun, not ended: their marks must not be reused yet */
+static const spb_timer_observer *observer;
+
+static int top_level(spb_timer_id id) { return id >= SPB_T_FORWARD && id <= SPB_T_OPTIMIZER; }
+
+void spb_timer_set_observer(const spb_timer_observer *o) { observer = o; }
 
 double spb_now(void)
 {
@@ -32,6 +37,7 @@ void spb_timer_flush(void)
         totals[pending[i].id] += device_clock->elapsed(pending[i].from, pending[i].to);
     npending = 0;
     if (device_clock && !open_regions) device_clock->release();
+    if (observer) observer->flush();
 }
 
 double spb_timer_get(spb_timer_id id)
@@ -46,6 +52,7 @@ void spb_timer_reset_all(void)
     npending = 0;
     if (device_clock && !open_regions) device_clock->release();
     for (int i = 0; i < SPB_NUM_TIMERS; i++) totals[i] = 0.0;
+    if (observer) observer->reset();
 }
 
 void spb_timer_set_clock(const spb_timer_clock *clock)
@@ -57,6 +64,7 @@ void spb_timer_set_clock(const spb_timer_clock *clock)
 spb_timer_region spb_timer_begin(spb_timer_id id)
 {
     spb_timer_region r = {id, 0.0, -1};
+    if (observer && top_level(id)) observer->region(id, 1);
     if (device_clock) {
         r.mark = device_clock->mark();
         open_regions++;
@@ -67,6 +75,7 @@ spb_timer_region spb_timer_begin(spb_timer_id id)
 
 void spb_timer_end(spb_timer_region r)
 {
+    if (observer && top_level(r.id)) observer->region(r.id, 0);
     if (r.mark < 0 || !device_clock) {
         totals[r.id] += spb_now() - r.t0;
         return;

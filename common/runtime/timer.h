@@ -47,4 +47,15 @@ void spb_timer_end(spb_timer_region r);
 /* Folds the device regions ended so far into the totals (waits for them). */
 void spb_timer_flush(void);
 
+/* Told of the top-level phases' regions (forward, backward, grad_reduce,
+ * optimizer: begin 1 at spb_timer_begin, 0 at spb_timer_end), of every flush
+ * and of reset_all: the CUDA kernel timeline (cuda_trace.h) marks its phases
+ * with it.  NULL (the default): none. */
+typedef struct spb_timer_observer {
+    void (*region)(spb_timer_id id, int begin);
+    void (*flush)(void);
+    void (*reset)(void);
+} spb_timer_observer;
+void spb_timer_set_observer(const spb_timer_observer *observer);
+
 #endif

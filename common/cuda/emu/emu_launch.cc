@@ -474,9 +474,15 @@ spb_emu_bulk_queue *spb_emu_thread_bulk(void) { return &current("cp.reduce.async
 /* ---- launches --------------------------------------------------------------- */
 void spb_emu_set_max_dynamic_shared(const void *kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }
 
+/* Kernels launched so far: the kernel timeline's tests hold its intervals
+ * against it (cuda_trace.cu). */
+static long launch_count;
+extern "C" long spb_emu_launch_count(void) { return launch_count; }
+
 void spb_emu_run(const void *kernel, const char *name, const spb_emu_launch_config &c,
                  const std::function<void()> &body)
 {
+    launch_count++;
     long threads = (long)c.block.x * c.block.y * c.block.z;
     long blocks = (long)c.grid.x * c.grid.y * c.grid.z;
     if (threads < 1 || threads > 1024 || c.block.z > 64 || blocks < 1 || c.grid.y > 65535 || c.grid.z > 65535 ||
