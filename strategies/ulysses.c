@@ -33,6 +33,7 @@
 #include "timer.h"
 #include "device_mem.h"
 #include "sp_parts.h"
+#include "split.h"
 #include "strategy.h"
 
 typedef struct ulysses_dims {
@@ -41,6 +42,7 @@ typedef struct ulysses_dims {
     MPI_Comm comm;
     int B, T;  /* sequences, local tokens per sequence */
     long N;    /* the group's tokens per sequence: P·T (the whole sequence for plain Ulysses) */
+    int uneven; /* P does not divide N: rank i holds tokens_of(i) (split.h), exchanged with per-rank counts */
     int Hp, D; /* heads per rank, head dim */
     int Gp;    /* K/V heads per rank (after replication when G < P) */
     long row;  /* floats of one token's Hp heads: Hp·D */
@@ -56,7 +58,11 @@ static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
     SPB_CHECK(c->heads % u.P == 0);
     u.B = c->batch;
     u.T = c->tokens;
-    u.N = (long)u.P * u.T;
+    /* Plain Ulysses' group is the SP group and holds the whole sequence,
+     * in even or uneven shares; the hybrid's groups hold equal shares. */
+    u.N = c->grid && group.comm == c->grid->sp_comm ? c->seq_length : (long)u.P * u.T;
+    u.uneven = !spb_split_is_even(u.N, u.P);
+    SPB_CHECK(u.T == spb_split_count(u.N, u.P, u.rank));
     u.Hp = c->heads / u.P;
     u.D = c->head_dim;
     u.row = (long)u.Hp * u.D;
@@ -144,24 +150,52 @@ static void whole_sequence_backward(const spb_attn_ctx *h, const float *qkv_h, c
 
 static const spb_head_side whole_sequence = {whole_sequence_forward, whole_sequence_backward};
 
-/* blocks (block i = rank i's T tokens) -> head layout [B][N][tok]. */
+/* Rank i's tokens of each sequence and the first of them (split.h; i·T
+ * and T when the shares are equal). */
+static long tokens_of(const ulysses_dims *u, int i) { return spb_split_count(u->N, u->P, i); }
+static long first_of(const ulysses_dims *u, int i) { return spb_split_offset(u->N, u->P, i); }
+
+/* blocks (block i = rank i's [B][T_i] tokens, at B·first_i) -> head layout [B][N][tok]. */
 static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * tok; /* one sequence's T tokens */
-    for (int i = 0; i < u->P; i++)
+    for (int i = 0; i < u->P; i++) {
+        long seq_chunk = tokens_of(u, i) * tok; /* one sequence's T_i tokens */
         for (int b = 0; b < u->B; b++)
-            spb_dev_copy(c, head + ((long)b * u->P + i) * seq_chunk, blocks + ((long)i * u->B + b) * seq_chunk,
-                         seq_chunk);
+            spb_dev_copy(c, head + ((long)b * u->N + first_of(u, i)) * tok,
+                         blocks + ((long)u->B * first_of(u, i) + (long)b * tokens_of(u, i)) * tok, seq_chunk);
+    }
 }
 
 /* Inverse of blocks_to_head: block i = the rows of rank i's tokens. */
 static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * tok;
-    for (int i = 0; i < u->P; i++)
+    for (int i = 0; i < u->P; i++) {
+        long seq_chunk = tokens_of(u, i) * tok;
         for (int b = 0; b < u->B; b++)
-            spb_dev_copy(c, blocks + ((long)i * u->B + b) * seq_chunk, head + ((long)b * u->P + i) * seq_chunk,
-                         seq_chunk);
+            spb_dev_copy(c, blocks + ((long)u->B * first_of(u, i) + (long)b * tokens_of(u, i)) * tok,
+                         head + ((long)b * u->N + first_of(u, i)) * tok, seq_chunk);
+    }
+}
+
+/* Uneven shares: the all-to-all with per-rank counts.  Local side: P head
+ * blocks of this rank's B·T tokens, block j at j·B·T·tok (the core's
+ * layout); head side: rank i's B·T_i tokens at B·first_i·tok, which with
+ * one sequence is the head layout itself (blocks_to_head regroups B > 1). */
+static void exchange_uneven(const ulysses_dims *u, long tok, int to_head, const float *in, float *out,
+                            spb_comm_phase phase)
+{
+    enum { MAX_STACK = 64 };
+    long stack[4 * MAX_STACK], *v = u->P <= MAX_STACK ? stack : SPB_CHECK_PTR(malloc(sizeof(long) * 4 * (size_t)u->P));
+    long *local_counts = v, *local_displs = v + u->P, *head_counts = v + 2 * u->P, *head_displs = v + 3 * u->P;
+    for (int i = 0; i < u->P; i++) {
+        local_counts[i] = (long)u->B * u->T * tok, local_displs[i] = i * local_counts[i];
+        head_counts[i] = (long)u->B * tokens_of(u, i) * tok, head_displs[i] = (long)u->B * first_of(u, i) * tok;
+    }
+    if (to_head)
+        spb_alltoallv_f32(in, local_counts, local_displs, out, head_counts, head_displs, u->comm, phase);
+    else
+        spb_alltoallv_f32(in, head_counts, head_displs, out, local_counts, local_displs, u->comm, phase);
+    if (v != stack) free(v);
 }
 
 /* Buffers kept from call to call, grown when a call needs more: a fresh
@@ -212,11 +246,15 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, lon
 static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int to_head, const float *in, float *out)
 {
     long count = (long)u->B * u->T * tok; /* floats per block */
-    float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
+    /* staging holds the head side's blocks: B·N tokens (P·count when even) */
+    float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, u->B * u->N * tok)
+                              : NULL;
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
     if (to_head) {
         float *blocks = staging ? staging : out;
-        if (uses_allgather(c))
+        if (u->uneven)
+            exchange_uneven(u, tok, 1, in, blocks, c->phase);
+        else if (uses_allgather(c))
             allgather_exchange(c, u, tok, 1, in, blocks);
         else
             spb_alltoall_f32(in, blocks, count, u->comm, c->phase);
@@ -226,7 +264,10 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int
             allgather_exchange(c, u, tok, 0, in, out);
         else {
             if (staging) head_to_blocks(c, in, staging, u, tok);
-            spb_alltoall_f32(staging ? staging : in, out, count, u->comm, c->phase);
+            if (u->uneven)
+                exchange_uneven(u, tok, 0, staging ? staging : in, out, c->phase);
+            else
+                spb_alltoall_f32(staging ? staging : in, out, count, u->comm, c->phase);
         }
     }
     spb_timer_end(timed);
@@ -363,9 +404,11 @@ void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb
 
 static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
 {
-    /* The all-to-all stitches rank i's block in at i·T: tokens must be contiguous. */
-    SPB_CHECK((long)c->grid->sp_size * c->tokens == c->seq_length &&
-              (!c->positions || c->positions[0] == (long)c->grid->sp_rank * c->tokens));
+    /* The all-to-all stitches rank i's block in at its first token (i·T for
+     * equal shares): tokens must be contiguous, in split.h's shares. */
+    SPB_CHECK(c->tokens == spb_split_count(c->seq_length, c->grid->sp_size, c->grid->sp_rank) &&
+              (!c->positions ||
+               c->positions[0] == spb_split_offset(c->seq_length, c->grid->sp_size, c->grid->sp_rank)));
     spb_ulysses_forward(c, spb_sp_group(c->grid), &whole_sequence, qkv, o, saved);
 }
 
@@ -393,6 +436,21 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
                  "--num-query-groups %d and --sp-degree %d: Ulysses needs G divisible by P (K/V heads split like "
                  "query heads) or P divisible by G (each K/V head replicated on P/G ranks)", G, P);
         return -1;
+    }
+    if (cfg->sp_degree > 0 && cfg->seq_length % cfg->sp_degree) {
+        /* uneven token shares go through the all-to-all with per-rank counts only */
+        if (cfg->ulysses_overlap > 1) {
+            snprintf(err, errlen, "--ulysses-overlap %d with --seq-length %d not divisible by --sp-degree %d: the "
+                                  "overlapped exchange moves equal blocks; use equal shares or no overlap",
+                     cfg->ulysses_overlap, cfg->seq_length, cfg->sp_degree);
+            return -1;
+        }
+        if (!strcmp(cfg->ulysses_comm, "allgather")) {
+            snprintf(err, errlen, "--ulysses-comm allgather with --seq-length %d not divisible by --sp-degree %d: "
+                                  "the ablation gathers equal blocks; use --ulysses-comm alltoall",
+                     cfg->seq_length, cfg->sp_degree);
+            return -1;
+        }
     }
     return spb_ulysses_validate_overlap(cfg, cfg->sp_degree, err, errlen);
 }
@@ -435,11 +493,35 @@ int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *er
  * G < P: one per block, P blocks, the replicas included), so its S is
  * b·(N/P)·(H + 2·max(G, P))·D instead of b·(N/P)·3h; O and dO are unchanged.
  * With G = H this is 3h again. */
+/*
+ * Uneven shares (P ∤ N; split.h, rank r holds T_r tokens): each exchange
+ * goes through the all-to-all with per-rank counts, recorded with the
+ * floats a rank sends to the others exactly.  Into the head side rank r
+ * sends its T_r tokens' blocks to P − 1 ranks; out of it, the other ranks'
+ * N − T_r tokens of its heads.  With w = qkv width / P per token (the
+ * Q/K/V block, H/P + 2·max(G, P)/P heads of D) and h/P (O):
+ *   forward_r  = 4·b·[T_r·w·(P−1) + (N − T_r)·h/P]
+ *   backward_r = 4·b·[T_r·(h/P)·(P−1) + (N − T_r)·w]
+ * (for P | N both are the lines above).  This returns each phase's
+ * busiest link: forward_r grows with T_r (w·(P−1) > h/P, since w > h/P),
+ * so it is rank 0's (T_0 = ⌈N/P⌉); backward_r grows with T_r when
+ * (h/P)·(P−1) ≥ w (P ≥ 4 without GQA) and falls otherwise, so it is
+ * rank 0's or the last rank's (⌊N/P⌋).
+ */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
     const int H = cfg->num_heads, D = cfg->hidden_size / H;
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
     const double qkv_width = (double)(H + 2 * (G > sp_degree ? G : sp_degree)) * D; /* floats per token */
+    if (sp_degree > 1 && !spb_split_is_even(cfg->seq_length, sp_degree)) {
+        const double P = sp_degree, b = cfg->micro_batch_size, N = cfg->seq_length;
+        const double most = (double)spb_split_max(cfg->seq_length, sp_degree);
+        const double least = (double)(cfg->seq_length / sp_degree);
+        const double w = qkv_width / P, o = (double)cfg->hidden_size / P; /* whole floats: validate */
+        const double Tb = o * (P - 1) >= w ? most : least; /* the backward's busiest rank's share */
+        return (spb_comm_volume){.forward_bytes = 4.0 * b * (most * w * (P - 1) + (N - most) * o),
+                                 .backward_bytes = 4.0 * b * (Tb * o * (P - 1) + (N - Tb) * w)};
+    }
     double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
     double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);
     spb_comm_volume v;
@@ -469,6 +551,7 @@ const spb_strategy spb_strategy_ulysses = {
     .head_blocks = ulysses_head_blocks,
     .summary = "DeepSpeed-Ulysses: all-to-all to H/P heads of the whole sequence around local attention",
     .validate = ulysses_validate,
+    .uneven_tokens = 1, /* the all-to-all with per-rank counts (exchange_uneven) */
     .attn_saved_floats = ulysses_saved_floats,
     .attention_forward = ulysses_forward,
     .attention_backward = ulysses_backward,

@@ -10,6 +10,7 @@
 #include "memory.h"
 #include "ops.h"
 #include "rng.h"
+#include "split.h"
 #include "timer.h"
 
 static const char *layer_tensor_names[SPB_TENSORS_PER_LAYER] = {
@@ -216,7 +217,10 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->causal = cfg->causal;
     g->init_std = cfg->init_std;
     g->B = cfg->micro_batch_size;
-    g->T = cfg->seq_length / grid->sp_size;
+    /* This rank's share of the sequence: N/P, or with P not dividing N the
+     * uneven share of common/runtime/split.h (config.c allowed it for the
+     * strategies that take it; their local_positions lay it out). */
+    g->T = (int)spb_split_count(cfg->seq_length, grid->sp_size, grid->sp_rank);
     g->grid = grid;
     g->be = spb_backend_for(cfg->device, cfg->precision);
     SPB_CHECK(g->be);
@@ -235,6 +239,7 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->Ca = g->Hl * g->D;
     g->Fl = g->F / g->tp;
     g->Ttp = g->T * g->tp;
+    SPB_CHECK(g->tp == 1 || g->T * grid->sp_size == cfg->seq_length); /* a TP region gathers equal shares */
     g->head_blocks = g->strategy->head_blocks ? g->strategy->head_blocks(grid) : 1;
     SPB_CHECK(g->Hl % g->head_blocks == 0);
     /* Grouped-query attention: each head block gets the K/V heads its query
@@ -258,7 +263,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     if (g->strategy->local_positions) {
         g->strategy->local_positions(grid, cfg, g->positions);
     } else {
-        for (int t = 0; t < g->T; t++) g->positions[t] = (long)grid->sp_rank * g->T + t;
+        long first = spb_split_offset(cfg->seq_length, grid->sp_size, grid->sp_rank);
+        for (int t = 0; t < g->T; t++) g->positions[t] = first + t;
     }
     /* A TP region gathers the SP group's tokens in rank order: positions of
      * rank j's block follow rank j's layout, which is contiguous here. */

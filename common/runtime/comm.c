@@ -108,7 +108,7 @@ static int alltoall_logged;
 /* Log of host-path sendrecvs for spb_comm_replay_sendrecvs. */
 enum { SENDRECV_LOG_MAX = 1 << 16 };
 static struct sendrecv_call {
-    long count;
+    long count, recv_count;
     MPI_Comm comm;
     int dest, src;
 } sendrecv_log[SENDRECV_LOG_MAX];
@@ -336,6 +336,44 @@ void spb_alltoall_shaped_wait(spb_alltoall_req *r)
     log_alltoall(r->count, r->comm);
 }
 
+/* A tag of its own, apart from the shaped exchange's and the rings'. */
+enum { ALLTOALLV_TAG = 8 };
+
+void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
+                       const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("all-to-all with per-rank counts: host fp32 buffers only");
+    double t0 = spb_now();
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    double sent_all = 0, sent_others = 0;
+    for (int j = 0; j < n; j++) {
+        if (j == me) continue;
+        SPB_MPI_CHECK(MPI_Irecv(recv + recv_displs[j], count_as_int(recv_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                &req[k++]));
+    }
+    for (int j = 0; j < n; j++) {
+        sent_all += (double)send_counts[j];
+        if (j == me) continue;
+        sent_others += (double)send_counts[j];
+        SPB_MPI_CHECK(MPI_Isend(send + send_displs[j], count_as_int(send_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                &req[k++]));
+    }
+    SPB_CHECK(send_counts[me] == recv_counts[me]);
+    memcpy(recv + recv_displs[me], send + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+    spb_comm_record *rec = &records[SPB_OP_ALLTOALL][phase];
+    rec->calls++;
+    rec->payload_bytes += 4.0 * sent_all;
+    rec->link_bytes += 4.0 * sent_others;
+    double seconds = spb_now() - t0;
+    rec->seconds += seconds;
+    spb_timer_add(SPB_T_COMM, seconds);
+}
+
 /* The replay through the device table: the calls' device seconds. */
 static double replay_on_device(long most)
 {
@@ -378,7 +416,10 @@ double spb_comm_replay_alltoalls(void)
 double spb_comm_replay_sendrecvs(void)
 {
     long most = 0;
-    for (int i = 0; i < sendrecv_logged; i++) most = sendrecv_log[i].count > most ? sendrecv_log[i].count : most;
+    for (int i = 0; i < sendrecv_logged; i++) {
+        most = sendrecv_log[i].count > most ? sendrecv_log[i].count : most;
+        most = sendrecv_log[i].recv_count > most ? sendrecv_log[i].recv_count : most;
+    }
     float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     MPI_Barrier(MPI_COMM_WORLD);
@@ -387,7 +428,7 @@ double spb_comm_replay_sendrecvs(void)
         const struct sendrecv_call *k = &sendrecv_log[i];
         int c = count_as_int(k->count);
         MPI_Request req[2]; /* Irecv + Isend: what the shm MPI offers too */
-        SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, k->src, 0, k->comm, &req[0]));
+        SPB_MPI_CHECK(MPI_Irecv(recv, count_as_int(k->recv_count), MPI_FLOAT, k->src, 0, k->comm, &req[0]));
         SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, k->dest, 0, k->comm, &req[1]));
         SPB_MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
     }
@@ -438,7 +479,14 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
 void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *recv, int src, long count,
                         MPI_Comm comm, spb_comm_phase phase)
 {
+    spb_sendrecv_start_v(r, send, count, dest, recv, count, src, comm, phase);
+}
+
+void spb_sendrecv_start_v(spb_sendrecv *r, const float *send, long count, int dest, float *recv, long recv_count,
+                          int src, MPI_Comm comm, spb_comm_phase phase)
+{
     r->count = count;
+    r->recv_count = recv_count;
     r->element_bytes = element_bytes(send);
     r->comm = comm;
     r->phase = phase;
@@ -448,6 +496,8 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
     const void *ds;
     void *dr;
     spb_comm_dtype dt;
+    if (recv_count != count && (staging || device))
+        SPB_DIE("sendrecv of %ld floats against a receive of %ld: host fp32 buffers only", count, recv_count);
     if (device_buffers(send, count, recv, count, &ds, &dr, &dt)) { /* accounted at the wait, as below */
         r->transfer = device->sendrecv_start(ds, dest, dr, src, count, dt, comm,
                                              issue_ticket(SPB_OP_SENDRECV, phase, TIME_RECORD));
@@ -464,8 +514,8 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
         send = r->host_send, recv = r->host_recv;
     }
     if (sendrecv_logged < SENDRECV_LOG_MAX)
-        sendrecv_log[sendrecv_logged++] = (struct sendrecv_call){count, comm, dest, src};
-    SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, src, 0, comm, &r->req[0]));
+        sendrecv_log[sendrecv_logged++] = (struct sendrecv_call){count, recv_count, comm, dest, src};
+    SPB_MPI_CHECK(MPI_Irecv(recv, count_as_int(recv_count), MPI_FLOAT, src, 0, comm, &r->req[0]));
     SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, dest, 0, comm, &r->req[1]));
     r->blocked = spb_now() - t0;
 }
