@@ -49,6 +49,12 @@ cases=(
   "--strategy megatron --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
   "--strategy megatron --sp-degree 2 --seq-length 63"
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --seq-length 63"     # uneven shares: Ulysses, contiguous ring only
+  "--strategy allgather-kv --sp-degree 2 --ring-layout contiguous --seq-length 63"
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-overlap 2"   # the overlapped exchange takes equal blocks
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-comm allgather"
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --device cuda"         # uneven shares: CPU only
+  "--strategy ring --sp-degree 2 --seq-length 1 --max-position-embeddings 1"  # a rank without a token
   "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
   "--strategy megatron --sp-degree 2 --num-query-groups 1"  # Megatron-SP: G divisible by P
   "--strategy ulysses --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % P, P % G
