@@ -445,6 +445,12 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
                      cfg->ulysses_overlap, cfg->seq_length, cfg->sp_degree);
             return -1;
         }
+        if (cfg->compare_alltoall) { /* its replay is of plain MPI_Alltoall calls (comm.c) */
+            snprintf(err, errlen, "--compare-alltoall with --seq-length %d not divisible by --sp-degree %d: the "
+                                  "replay runs equal-block all-to-alls, not the per-rank counts of uneven shares",
+                     cfg->seq_length, cfg->sp_degree);
+            return -1;
+        }
         if (!strcmp(cfg->ulysses_comm, "allgather")) {
             snprintf(err, errlen, "--ulysses-comm allgather with --seq-length %d not divisible by --sp-degree %d: "
                                   "the ablation gathers equal blocks; use --ulysses-comm alltoall",

@@ -53,6 +53,7 @@ cases=(
   "--strategy allgather-kv --sp-degree 2 --ring-layout contiguous --seq-length 63"
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-overlap 2"   # the overlapped exchange takes equal blocks
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-comm allgather"
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --compare-alltoall"   # its replay is of equal blocks
   "--strategy ulysses --sp-degree 2 --seq-length 63 --device cuda"         # uneven shares: CPU only
   "--strategy ring --sp-degree 2 --seq-length 1 --max-position-embeddings 1"  # a rank without a token
   "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
