@@ -26,6 +26,7 @@
  * backend's strides. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checks.h"
@@ -42,8 +43,10 @@ typedef struct ulysses_dims {
     MPI_Comm comm;
     int B, T;  /* sequences, local tokens per sequence */
     long N;    /* the group's tokens per sequence: P·T (the whole sequence for plain Ulysses) */
-    int uneven; /* P does not divide N: rank i holds tokens_of(i) (split.h), exchanged with per-rank counts */
-    int Hp, D; /* heads per rank, head dim */
+    int uneven; /* P does not divide N or H: exchanged with per-rank counts (exchange_uneven) */
+    int H;     /* the heads of the exchange (the core's head blocks: heads_of(j) each) */
+    int uneven_heads; /* P does not divide H: rank j attends heads_of(j) (split.h); no GQA then */
+    int Hp, D; /* heads per rank (this rank's share), head dim */
     int Gp;    /* K/V heads per rank (after replication when G < P) */
     long row;  /* floats of one token's Hp heads: Hp·D */
     long qkv;  /* floats of one token's Q, K and V in a block: (Hp + 2·Gp)·D */
@@ -55,20 +58,21 @@ static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
     u.P = group.size;
     u.rank = group.rank;
     u.comm = group.comm;
-    SPB_CHECK(c->heads % u.P == 0);
+    u.H = c->heads;
+    u.uneven_heads = !spb_split_is_even(u.H, u.P);
     u.B = c->batch;
     u.T = c->tokens;
     /* Plain Ulysses' group is the SP group and holds the whole sequence,
      * in even or uneven shares; the hybrid's groups hold equal shares. */
     u.N = c->grid && group.comm == c->grid->sp_comm ? c->seq_length : (long)u.P * u.T;
-    u.uneven = !spb_split_is_even(u.N, u.P);
+    u.uneven = !spb_split_is_even(u.N, u.P) || u.uneven_heads;
     SPB_CHECK(u.T == spb_split_count(u.N, u.P, u.rank));
-    u.Hp = c->heads / u.P;
+    u.Hp = (int)spb_split_count(u.H, u.P, u.rank);
     u.D = c->head_dim;
     u.row = (long)u.Hp * u.D;
     int kv = c->kv_heads > 0 ? c->kv_heads : c->heads;
-    SPB_CHECK(kv % u.P == 0);
-    u.Gp = kv / u.P;
+    SPB_CHECK(u.uneven_heads ? kv == u.H && u.Hp > 0 : kv % u.P == 0); /* validate */
+    u.Gp = u.uneven_heads ? u.Hp : kv / u.P;
     u.qkv = (long)(u.Hp + 2 * u.Gp) * u.D;
     return u;
 }
@@ -177,18 +181,27 @@ static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *bloc
     }
 }
 
+/* Rank j's heads (split.h; H/P when equal). */
+static long heads_of(const ulysses_dims *u, int j) { return spb_split_count(u->H, u->P, j); }
+
 /* Uneven shares: the all-to-all with per-rank counts.  Local side: P head
- * blocks of this rank's B·T tokens, block j at j·B·T·tok (the core's
- * layout); head side: rank i's B·T_i tokens at B·first_i·tok, which with
- * one sequence is the head layout itself (blocks_to_head regroups B > 1). */
+ * blocks of this rank's B·T tokens, block j (rank j's heads_of(j) heads,
+ * tok_j floats per token) after blocks 0..j-1 (the core's layout); head
+ * side: rank i's B·T_i tokens at B·first_i·tok, which with one sequence
+ * is the head layout itself (blocks_to_head regroups B > 1).  tok is this
+ * rank's floats per token (u->qkv or u->row), tok_j the same for rank j's
+ * heads. */
 static void exchange_uneven(const ulysses_dims *u, long tok, int to_head, const float *in, float *out,
                             spb_comm_phase phase)
 {
     enum { MAX_STACK = 64 };
     long stack[4 * MAX_STACK], *v = u->P <= MAX_STACK ? stack : SPB_CHECK_PTR(malloc(sizeof(long) * 4 * (size_t)u->P));
     long *local_counts = v, *local_displs = v + u->P, *head_counts = v + 2 * u->P, *head_displs = v + 3 * u->P;
+    long floats_per_head = tok / u->Hp; /* 3·D (Q, K, V) or D (O); no GQA under uneven heads */
     for (int i = 0; i < u->P; i++) {
-        local_counts[i] = (long)u->B * u->T * tok, local_displs[i] = i * local_counts[i];
+        long tok_i = u->uneven_heads ? floats_per_head * heads_of(u, i) : tok;
+        local_counts[i] = (long)u->B * u->T * tok_i;
+        local_displs[i] = i ? local_displs[i - 1] + local_counts[i - 1] : 0;
         head_counts[i] = (long)u->B * tokens_of(u, i) * tok, head_displs[i] = (long)u->B * first_of(u, i) * tok;
     }
     if (to_head)
@@ -422,41 +435,60 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
 static int ulysses_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
 {
     (void)world_size;
-    if (cfg->sp_degree > 0 && cfg->num_heads % cfg->sp_degree != 0) {
-        snprintf(err, errlen,
-                 "--num-attention-heads %d is not divisible by --sp-degree %d (Ulysses gives each rank H/P heads)",
-                 cfg->num_heads, cfg->sp_degree);
-        return -1;
-    }
-    /* K/V heads: split like the query heads (G >= P), or one per rank,
-     * replicated (G < P): each rank's query heads must read one K/V head. */
-    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads, P = cfg->sp_degree;
-    if (P > 0 && (G >= P ? G % P : P % G)) {
+    int H = cfg->num_heads, P = cfg->sp_degree;
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
+    int uneven_heads = P > 0 && H % P != 0, uneven_tokens = P > 0 && cfg->seq_length % P != 0;
+    if (uneven_heads) {
+        /* uneven head groups (split.h: the first H mod P ranks one head
+         * more), as DeepSpeed's uneven-heads all-to-all: each rank needs a
+         * head, and its K/V heads are its query heads' own */
+        if (H < P) {
+            snprintf(err, errlen, "--num-attention-heads %d is fewer than --sp-degree %d: Ulysses gives every rank at "
+                                  "least one head", H, P);
+            return -1;
+        }
+        if (G != H) {
+            snprintf(err, errlen, "--num-attention-heads %d not divisible by --sp-degree %d with --num-query-groups "
+                                  "%d: uneven head groups take K/V heads = query heads (no grouped-query attention)",
+                     H, P, G);
+            return -1;
+        }
+        if (strcmp(cfg->device, "cpu")) {
+            snprintf(err, errlen, "--num-attention-heads %d not divisible by --sp-degree %d: uneven head groups run "
+                                  "on --device cpu only (the device exchanges take equal blocks)", H, P);
+            return -1;
+        }
+    } else if (P > 0 && (G >= P ? G % P : P % G)) {
+        /* K/V heads: split like the query heads (G >= P), or one per rank,
+         * replicated (G < P): each rank's query heads must read one K/V head. */
         snprintf(err, errlen,
                  "--num-query-groups %d and --sp-degree %d: Ulysses needs G divisible by P (K/V heads split like "
                  "query heads) or P divisible by G (each K/V head replicated on P/G ranks)", G, P);
         return -1;
     }
-    if (cfg->sp_degree > 0 && cfg->seq_length % cfg->sp_degree) {
-        /* uneven token shares go through the all-to-all with per-rank counts only */
+    if (uneven_heads || uneven_tokens) {
+        /* uneven shares go through the all-to-all with per-rank counts only */
+        char what[96];
+        if (uneven_heads)
+            snprintf(what, sizeof what, "--num-attention-heads %d not divisible by --sp-degree %d", H, P);
+        else
+            snprintf(what, sizeof what, "--seq-length %d not divisible by --sp-degree %d", cfg->seq_length, P);
         if (cfg->ulysses_overlap > 1) {
-            snprintf(err, errlen, "--ulysses-overlap %d with --seq-length %d not divisible by --sp-degree %d: the "
-                                  "overlapped exchange moves equal blocks; use equal shares or no overlap",
-                     cfg->ulysses_overlap, cfg->seq_length, cfg->sp_degree);
+            snprintf(err, errlen, "--ulysses-overlap %d with %s: the overlapped exchange moves equal blocks; use "
+                                  "equal shares or no overlap", cfg->ulysses_overlap, what);
             return -1;
         }
         if (cfg->compare_alltoall) { /* its replay is of plain MPI_Alltoall calls (comm.c) */
-            snprintf(err, errlen, "--compare-alltoall with --seq-length %d not divisible by --sp-degree %d: the "
-                                  "replay runs equal-block all-to-alls, not the per-rank counts of uneven shares",
-                     cfg->seq_length, cfg->sp_degree);
+            snprintf(err, errlen, "--compare-alltoall with %s: the replay runs equal-block all-to-alls, not the "
+                                  "per-rank counts of uneven shares", what);
             return -1;
         }
         if (!strcmp(cfg->ulysses_comm, "allgather")) {
-            snprintf(err, errlen, "--ulysses-comm allgather with --seq-length %d not divisible by --sp-degree %d: "
-                                  "the ablation gathers equal blocks; use --ulysses-comm alltoall",
-                     cfg->seq_length, cfg->sp_degree);
+            snprintf(err, errlen, "--ulysses-comm allgather with %s: the ablation gathers equal blocks; use "
+                                  "--ulysses-comm alltoall", what);
             return -1;
         }
+        return 0;
     }
     return spb_ulysses_validate_overlap(cfg, cfg->sp_degree, err, errlen);
 }
@@ -509,24 +541,41 @@ int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *er
  *   forward_r  = 4·b·[T_r·w·(P−1) + (N − T_r)·h/P]
  *   backward_r = 4·b·[T_r·(h/P)·(P−1) + (N − T_r)·w]
  * (for P | N both are the lines above).  This returns each phase's
- * busiest link: forward_r grows with T_r (w·(P−1) > h/P, since w > h/P),
- * so it is rank 0's (T_0 = ⌈N/P⌉); backward_r grows with T_r when
- * (h/P)·(P−1) ≥ w (P ≥ 4 without GQA) and falls otherwise, so it is
- * rank 0's or the last rank's (⌊N/P⌋).
+ * busiest link, the largest over r: forward_r grows with T_r (w·(P−1) >
+ * h/P, since w > h/P), so it is rank 0's (T_0 = ⌈N/P⌉); backward_r grows
+ * with T_r when (h/P)·(P−1) ≥ w (P ≥ 4 without GQA) and falls otherwise.
+ * Uneven heads (P ∤ H, no GQA; rank j attends H_j heads, split.h): the
+ * blocks to rank j carry 3·H_j·D (Q/K/V) or H_j·D (O) floats per token:
+ *   forward_r  = 4·b·[T_r·3·D·(H − H_r) + (N − T_r)·H_r·D]
+ *   backward_r = 4·b·[T_r·D·(H − H_r) + (N − T_r)·3·H_r·D]
  */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
     const int H = cfg->num_heads, D = cfg->hidden_size / H;
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
     const double qkv_width = (double)(H + 2 * (G > sp_degree ? G : sp_degree)) * D; /* floats per token */
-    if (sp_degree > 1 && !spb_split_is_even(cfg->seq_length, sp_degree)) {
-        const double P = sp_degree, b = cfg->micro_batch_size, N = cfg->seq_length;
-        const double most = (double)spb_split_max(cfg->seq_length, sp_degree);
-        const double least = (double)(cfg->seq_length / sp_degree);
-        const double w = qkv_width / P, o = (double)cfg->hidden_size / P; /* whole floats: validate */
-        const double Tb = o * (P - 1) >= w ? most : least; /* the backward's busiest rank's share */
-        return (spb_comm_volume){.forward_bytes = 4.0 * b * (most * w * (P - 1) + (N - most) * o),
-                                 .backward_bytes = 4.0 * b * (Tb * o * (P - 1) + (N - Tb) * w)};
+    if (sp_degree > 1 && (!spb_split_is_even(cfg->seq_length, sp_degree) || !spb_split_is_even(H, sp_degree))) {
+        /* per rank r, with qkv_j and o_j the floats per token of rank j's
+         * heads (3·H_j·D and H_j·D under uneven heads; else the equal
+         * qkv_width/P and h/P): the busiest link of each phase */
+        const int P = sp_degree, heads_uneven = !spb_split_is_even(H, P);
+        const double b = cfg->micro_batch_size, N = cfg->seq_length;
+        double all_qkv = 0, all_o = 0;
+        for (int j = 0; j < P; j++) {
+            all_qkv += heads_uneven ? 3.0 * D * spb_split_count(H, P, j) : qkv_width / P;
+            all_o += heads_uneven ? (double)D * spb_split_count(H, P, j) : (double)cfg->hidden_size / P;
+        }
+        spb_comm_volume v = {0, 0};
+        for (int r = 0; r < P; r++) {
+            double T = (double)spb_split_count(cfg->seq_length, P, r);
+            double qkv_r = heads_uneven ? 3.0 * D * spb_split_count(H, P, r) : qkv_width / P;
+            double o_r = heads_uneven ? (double)D * spb_split_count(H, P, r) : (double)cfg->hidden_size / P;
+            double fwd = 4.0 * b * (T * (all_qkv - qkv_r) + (N - T) * o_r);
+            double bwd = 4.0 * b * (T * (all_o - o_r) + (N - T) * qkv_r);
+            v.forward_bytes = fwd > v.forward_bytes ? fwd : v.forward_bytes;
+            v.backward_bytes = bwd > v.backward_bytes ? bwd : v.backward_bytes;
+        }
+        return v;
     }
     double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
     double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);

@@ -47,7 +47,9 @@ cases=(
   "stray-argument"
   "--strategy none --sp-degree 2"
   "--strategy megatron --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
-  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
+  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --num-query-groups 1"  # uneven heads: no GQA
+  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --ulysses-overlap 2"  # uneven heads: no overlap
+  "--strategy ulysses --sp-degree 4 --num-attention-heads 3 --hidden-size 48"  # fewer heads than ranks
   "--strategy megatron --sp-degree 2 --seq-length 63"
   "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --seq-length 63"     # uneven shares: Ulysses, contiguous ring only
   "--strategy allgather-kv --sp-degree 2 --ring-layout contiguous --seq-length 63"

@@ -62,8 +62,13 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
     double lse, head_copies = 0;
     if (ulysses) {
-        double Hp = Hl / U, Ng = U == P ? N : T * U; /* plain Ulysses' head side: all N, uneven or not */
-        head_copies = B * Ng * (2.0 * Hp + 2.0 * Gq / U) * D_head; /* Q/K/V and O, head layout */
+        double Ng = U == P ? N : T * U; /* plain Ulysses' head side: all N, uneven or not */
+        /* heads of the largest rank: H/U, or ⌈H/P⌉ under uneven head groups
+         * (no GQA there: its K/V heads are its query heads) */
+        const int uneven_heads = (long)Hl % (long)U != 0;
+        double Hp = uneven_heads ? (double)spb_split_max((long)Hl, (int)U) : Hl / U;
+        double kvp = uneven_heads ? Hp : Gq / U;
+        head_copies = B * Ng * (2.0 * Hp + 2.0 * kvp) * D_head; /* Q/K/V and O, head layout */
         lse = B * Hp * Ng;
     } else {
         lse = B * Hl * Ttp;
