@@ -443,8 +443,8 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
          * more), as DeepSpeed's uneven-heads all-to-all: each rank needs a
          * head, and its K/V heads are its query heads' own */
         if (H < P) {
-            snprintf(err, errlen, "--num-attention-heads %d is fewer than --sp-degree %d: Ulysses gives every rank at "
-                                  "least one head", H, P);
+            snprintf(err, errlen, "--num-attention-heads %d is not divisible by --sp-degree %d and fewer: Ulysses "
+                                  "gives every rank at least one head", H, P);
             return -1;
         }
         if (G != H) {
