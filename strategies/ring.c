@@ -80,14 +80,11 @@ static int ctx_layout_is_zigzag(const spb_attn_ctx *c, spb_rank_group group)
     return zigzag;
 }
 
-/* Tokens of owner's block: the length of its runs. */
+/* Tokens of owner's block (the length of its runs): zigzag's two equal
+ * chunks, or its contiguous share. */
 static long owner_tokens(int zigzag, long seq_length, int size, int owner)
 {
-    ring_run runs[RING_MAX_RUNS];
-    int n = spb_ring_layout_runs(zigzag, seq_length, size, owner, runs);
-    long t = 0;
-    for (int k = 0; k < n; k++) t += runs[k].len;
-    return t;
+    return zigzag ? 2 * (seq_length / (2L * size)) : spb_split_count(seq_length, size, owner);
 }
 
 /* Causal and every key of the pair after every query of it: nothing visible. */

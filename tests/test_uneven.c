@@ -3,9 +3,10 @@
  * against the single-rank fp32 reference.  Run under mpiexec with 4 ranks
  * (P = 2 with D = 2, P = 4) and with 6 (P = 2 with D = 3, P = 3 with
  * D = 2, P = 6):
- *   - the all-to-all with per-rank counts moves what it is told and records
- *     the floats each rank sends;
- *   - Ulysses and ring (contiguous) at N = 4P + 1 and N = 5P − 1, causal
+ *   - the all-to-all, allgather and reduce-scatter with per-rank counts
+ *     move (and sum) what they are told and record the floats each rank
+ *     sends;
+ *   - Ulysses, ring and allgather-kv (contiguous) at N = 4P + 1 and 5P − 1, causal
  *     and full, GPT (learned positions) and the Llama preset (RoPE at
  *     global positions, GQA): the loss and every gradient of one step equal
  *     one rank running `none` on the whole global batch; the busiest link's
@@ -108,6 +109,40 @@ START_TEST(alltoallv_moves_counts)
     ck_assert_double_eq(r->link_bytes, 4.0 * (total_send - send_counts[me]));
     free(send);
     free(recv);
+    spb_comm_reset();
+}
+END_TEST
+
+/* Rank i's block is 3 + 2i floats; allgatherv assembles every block in rank
+ * order; reduce-scatterv sums block me over the ranks (each rank sends
+ * j + 10·i + x for block j). */
+START_TEST(allgatherv_and_reduce_scatterv)
+{
+    int n = world_size(), me = spb_world_rank();
+    long counts[16], displs[16], total = 0;
+    ck_assert_int_le(n, 16);
+    for (int j = 0; j < n; j++) counts[j] = 3 + 2 * j, displs[j] = total, total += counts[j];
+    float *mine = malloc(sizeof(float) * (size_t)counts[me]), *all = malloc(sizeof(float) * (size_t)total);
+    for (long x = 0; x < counts[me]; x++) mine[x] = (float)(100 * me + x);
+    spb_comm_reset();
+    spb_allgatherv_f32(mine, all, counts, displs, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        for (long x = 0; x < counts[i]; x++) bad += all[displs[i] + x] != (float)(100 * i + x);
+    ck_assert_int_eq(bad, 0);
+    const spb_comm_record *g = spb_comm_record_get(SPB_OP_ALLGATHER, SPB_PHASE_OTHER);
+    ck_assert_double_eq(g->payload_bytes, 4.0 * total);
+    ck_assert_double_eq(g->link_bytes, 4.0 * counts[me] * (n - 1));
+    for (int j = 0; j < n; j++)
+        for (long x = 0; x < counts[j]; x++) all[displs[j] + x] = (float)(j + 10 * me + x);
+    spb_reduce_scatterv_f32(all, counts, displs, mine, MPI_COMM_WORLD, SPB_PHASE_OTHER);
+    for (long x = 0; x < counts[me]; x++) bad += mine[x] != (float)(n * (me + x) + 10 * n * (n - 1) / 2);
+    ck_assert_int_eq(bad, 0);
+    const spb_comm_record *r = spb_comm_record_get(SPB_OP_REDUCE_SCATTER, SPB_PHASE_OTHER);
+    ck_assert_double_eq(r->payload_bytes, 4.0 * total);
+    ck_assert_double_eq(r->link_bytes, 4.0 * (total - counts[me]));
+    free(mine);
+    free(all);
     spb_comm_reset();
 }
 END_TEST
@@ -224,14 +259,14 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int world = world_size();
-    static const char *const strategies[] = {"ulysses", "ring"};
+    static const char *const strategies[] = {"ulysses", "ring", "allgather-kv"}; /* ring's layout: contiguous */
     for (int P = 2; P <= world; P++) {
         if (world % P) continue;
         /* one token over: rank 0 alone holds the extra; P - 1 over: all but the last */
         const int lengths[2] = {4 * P + 1, 5 * P - 1};
         /* K/V heads Ulysses takes at this P (G | P or P | G) */
         const int G = P % 3 == 0 ? 3 : 2;
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             for (int li = 0; li < (P > 2 ? 2 : 1); li++)
                 for (int causal = 0; causal < 2; causal++)
                     add((ucase){strategies[s], P, lengths[li], causal, 0, 0, 0});
@@ -247,13 +282,14 @@ int main(int argc, char **argv)
     int n_equal = num_cases;
     if (world == 4)
         for (int zero = 0; zero <= 3; zero++)
-            for (int s = 0; s < 3; s++) /* ulysses, ring, ulysses with 7 heads */
-                add((ucase){strategies[s % 2], 2, 9, 1, zero, 0, s == 2 ? ODD_HEADS : 0});
+            for (int s = 0; s < 4; s++) /* ulysses, ring, allgather-kv, ulysses with 7 heads */
+                add((ucase){strategies[s % 3], 2, 9, 1, zero, 0, s == 3 ? ODD_HEADS : 0});
     Suite *su = suite_create("uneven");
     TCase *tc = tcase_create("uneven_shares");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, split_shares);
     tcase_add_test(tc, alltoallv_moves_counts);
+    tcase_add_test(tc, allgatherv_and_reduce_scatterv);
     tcase_add_loop_test(tc, equals_single_rank, 0, n_equal);
     tcase_add_loop_test(tc, zero_after_two_steps, n_equal, num_cases);
     suite_add_tcase(su, tc);

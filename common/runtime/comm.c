@@ -145,6 +145,8 @@ static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double p
     spb_timer_add(SPB_T_COMM, seconds);
 }
 
+static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds);
+
 static long issue_ticket(spb_comm_op op, spb_comm_phase phase, enum time_use use)
 {
     if (next_ticket - first_open == calls_cap) { /* full: double, keeping each open ticket's slot rule */
@@ -365,13 +367,79 @@ void spb_alltoallv_f32(const float *send, const long *send_counts, const long *s
     memcpy(recv + recv_displs[me], send + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
     SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
     free(req);
-    spb_comm_record *rec = &records[SPB_OP_ALLTOALL][phase];
+    record_exact(SPB_OP_ALLTOALL, phase, 4.0 * sent_all, 4.0 * sent_others, spb_now() - t0);
+}
+
+/* Records a call whose link bytes are counted exactly (per-rank counts). */
+static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds)
+{
+    spb_comm_record *rec = &records[op][phase];
     rec->calls++;
-    rec->payload_bytes += 4.0 * sent_all;
-    rec->link_bytes += 4.0 * sent_others;
-    double seconds = spb_now() - t0;
+    rec->payload_bytes += payload;
+    rec->link_bytes += link;
     rec->seconds += seconds;
     spb_timer_add(SPB_T_COMM, seconds);
+}
+
+enum { ALLGATHERV_TAG = 9, REDUCE_SCATTERV_TAG = 10 };
+
+void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
+                        spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("allgather with per-rank counts: host fp32 buffers only");
+    double t0 = spb_now();
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    double total = 0;
+    for (int j = 0; j < n; j++) {
+        total += (double)counts[j];
+        if (j == me) continue;
+        SPB_MPI_CHECK(MPI_Irecv(recv + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, ALLGATHERV_TAG, comm,
+                                &req[k++]));
+    }
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(send, count_as_int(counts[me]), MPI_FLOAT, j, ALLGATHERV_TAG, comm, &req[k++]));
+    memcpy(recv + displs[me], send, sizeof(float) * (size_t)counts[me]);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+    record_exact(SPB_OP_ALLGATHER, phase, 4.0 * total, 4.0 * (double)counts[me] * (n - 1), spb_now() - t0);
+}
+
+void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *displs, float *recv, MPI_Comm comm,
+                             spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("reduce-scatter with per-rank counts: host fp32 buffers only");
+    double t0 = spb_now();
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    long mine = counts[me];
+    float *parts = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine * n + 1))); /* part i: rank i's block me */
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        total += (double)counts[i];
+        if (i != me)
+            SPB_MPI_CHECK(MPI_Irecv(parts + i * mine, count_as_int(mine), MPI_FLOAT, i, REDUCE_SCATTERV_TAG, comm,
+                                    &req[k++]));
+    }
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(send + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, REDUCE_SCATTERV_TAG, comm,
+                                    &req[k++]));
+    memcpy(parts + me * mine, send + displs[me], sizeof(float) * (size_t)mine);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    for (long x = 0; x < mine; x++) { /* in rank order: the same sum on every run */
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) sum += parts[i * mine + x];
+        recv[x] = sum;
+    }
+    free(parts);
+    free(req);
+    record_exact(SPB_OP_REDUCE_SCATTER, phase, 4.0 * total, 4.0 * (total - (double)mine), spb_now() - t0);
 }
 
 /* The replay through the device table: the calls' device seconds. */

@@ -65,6 +65,21 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
 void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
                        const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase);
 
+/* Allgather and reduce-scatter with per-rank counts, for uneven sequence
+ * shares too: rank i's block is counts[i] floats at displs[i] of the
+ * n-block buffer (recv of the allgather, send of the reduce-scatter); the
+ * allgather sends this rank's counts[me] floats, the reduce-scatter
+ * receives the sum of block me.  Point-to-point messages (any MPI, the
+ * built-in one included); the reduce-scatter adds the blocks in rank order
+ * (the same bits on every run).  Recorded as allgather / reduce-scatter:
+ * payload = the n-block buffer's floats, link bytes = what this rank sends
+ * (allgather: its block to each of the n − 1 others; reduce-scatter: every
+ * block but its own to its owner).  Host fp32 buffers only. */
+void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
+                        spb_comm_phase phase);
+void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *displs, float *recv, MPI_Comm comm,
+                             spb_comm_phase phase);
+
 /* Point-to-point exchange for rings: post the receive from `src` and the
  * send to `dest` now, compute, then wait.  Recorded time is what the caller
  * is blocked (start + wait), i.e. the exposed part of the transfer; on the
