@@ -68,13 +68,17 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
     MPI_Bcast(s->timers, SPB_NUM_TIMERS + 1, MPI_DOUBLE, slowest.rank, world_comm);
 
     /* Communication per (op, phase): bytes are the same on every rank of a
-     * strategy, time is the slowest rank's. */
+     * strategy with equal shares (uneven ones: the largest), time is the
+     * slowest rank's.  Per phase, the busiest rank's total. */
+    for (int p = 0; p < SPB_NUM_PHASES; p++) s->phase_link[p] = 0;
     for (int k = 0; k < SPB_COMM_SLOTS; k++) {
         const spb_comm_record *rec = spb_comm_record_get((spb_comm_op)(k / SPB_NUM_PHASES),
                                                          (spb_comm_phase)(k % SPB_NUM_PHASES));
         s->calls[k] = rec->calls * per, s->payload[k] = rec->payload_bytes * per;
         s->link[k] = rec->link_bytes * per, s->seconds[k] = rec->seconds * per;
+        s->phase_link[k % SPB_NUM_PHASES] += s->link[k];
     }
+    spb_allreduce_max_f64(s->phase_link, SPB_NUM_PHASES, world_comm, SPB_PHASE_OTHER);
     /* One reduction for the four arrays, which lie side by side. */
     _Static_assert(offsetof(spb_run_summary, seconds) == offsetof(spb_run_summary, calls) + 3 * sizeof s->calls,
                    "calls, payload, link and seconds must be contiguous");
@@ -414,7 +418,7 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
     for (int p = 0; p < SPB_NUM_PHASES; p++) {
         comm_sum(s, -1, p, &link, &sec);
         snprintf(key, sizeof key, "%s_link_bytes", spb_comm_phase_name((spb_comm_phase)p));
-        spb_row_add(&r, key, "%.0f", link);
+        spb_row_add(&r, key, "%.0f", s->phase_link[p]); /* the busiest rank's */
         snprintf(key, sizeof key, "%s_comm_s", spb_comm_phase_name((spb_comm_phase)p));
         spb_row_add(&r, key, "%.6g", sec);
     }

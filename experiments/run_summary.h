@@ -34,6 +34,11 @@ typedef struct spb_run_summary {
      * payload bytes, link bytes, seconds (max over ranks). */
     double calls[SPB_COMM_SLOTS], payload[SPB_COMM_SLOTS], link[SPB_COMM_SLOTS], seconds[SPB_COMM_SLOTS];
     double link_total;
+    /* Per iteration and phase: the largest over ranks of a rank's link bytes
+     * summed over operations (the busiest link, comm_volume's figure); with
+     * uneven shares ranks differ, and the largest per (op, phase) slot may
+     * come from different ranks. */
+    double phase_link[SPB_NUM_PHASES];
     /* --compare-alltoall: plain MPI_Alltoall of the run's counts, replayed;
      * the strategy's own copies; its in-run exchanges (with waiting). */
     double plain_alltoall, pack_unpack, exchange;

@@ -31,6 +31,7 @@
 #include "timer.h"
 #include "device_mem.h"
 #include "sp_parts.h"
+#include "split.h"
 #include "strategy.h"
 
 /* Widths of one token's rows: Q (and O) H·D, K or V G·D, the fused qkv. */
@@ -42,23 +43,58 @@ static long qkv_row(const spb_attn_ctx *c) { return q_row(c) + 2 * kv_row(c); }
 /* Its layout and its checks are ring's (zigzag: chunks r and 2P-1-r):
  * spb_ring_validate_layout, spb_ring_local_positions (sp_parts.h). */
 
+/* Ring's layout checks; uneven shares with up to SPB_AGKV_MAX_RANKS ranks
+ * (the per-rank count arrays live on the stack). */
+enum { SPB_AGKV_MAX_RANKS = 1024 };
+static int agkv_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
+{
+    if (cfg->sp_degree > SPB_AGKV_MAX_RANKS && cfg->seq_length % cfg->sp_degree) {
+        snprintf(err, errlen, "--strategy allgather-kv with --seq-length %d not divisible by --sp-degree %d: uneven "
+                              "shares take at most %d ranks", cfg->seq_length, cfg->sp_degree, SPB_AGKV_MAX_RANKS);
+        return -1;
+    }
+    return spb_ring_validate_layout(cfg, world_size, err, errlen);
+}
+
 static size_t agkv_saved_floats(const spb_attn_ctx *c)
 {
     return (size_t)c->batch * c->heads * c->tokens; /* log-sum-exp [B][H][T] */
 }
 
+/* Owner o's tokens and where its block starts among the owner-major
+ * blocks, in tokens x B: o·T, or with uneven contiguous shares (split.h)
+ * its first token (zigzag's chunk pairs are equal: validate). */
+static long owner_tokens(const spb_attn_ctx *c, int owner)
+{
+    return spb_split_count(c->seq_length, c->grid->sp_size, owner);
+}
+static long owner_first(const spb_attn_ctx *c, int owner)
+{
+    return spb_split_offset(c->seq_length, c->grid->sp_size, owner);
+}
+static int uneven(const spb_attn_ctx *c) { return !spb_split_is_even(c->seq_length, c->grid->sp_size); }
+
+/* Per-rank counts and displacements (floats) of the owner-major blocks. */
+static void block_counts(const spb_attn_ctx *c, long *counts, long *displs)
+{
+    long per_token = (long)c->batch * 2 * kv_row(c);
+    for (int o = 0; o < c->grid->sp_size; o++)
+        counts[o] = per_token * owner_tokens(c, o), displs[o] = per_token * owner_first(c, o);
+}
+
 /* Owner-major blocks <-> the sequence at global positions. */
 static void owners_to_sequence(const spb_attn_ctx *c, int zigzag, const float *blocks, float *seq, int to_seq)
 {
-    int P = c->grid->sp_size, T = c->tokens;
-    long KV = kv_row(c), N = c->seq_length, BT = (long)c->batch * T;
+    int P = c->grid->sp_size;
+    long KV = kv_row(c), N = c->seq_length;
     for (int owner = 0; owner < P; owner++) {
         spb_ring_run runs[SPB_RING_MAX_RUNS];
         int n = spb_ring_layout_runs(zigzag, N, P, owner, runs);
+        long T = owner_tokens(c, owner), first = (long)c->batch * owner_first(c, owner);
         for (int k = 0; k < n; k++)
             for (int b = 0; b < c->batch; b++) {
                 float *in_seq = seq + ((long)b * N + runs[k].pos) * 2 * KV;
-                float *in_blocks = (float *)blocks + ((long)owner * BT + (long)b * T + runs[k].row) * 2 * KV;
+                float *in_blocks = (float *)blocks + (first + (long)b * T + runs[k].row) * 2 * KV;
                 if (to_seq)
                     spb_dev_copy(c, in_seq, in_blocks, runs[k].len * 2 * KV);
                 else
@@ -70,14 +106,19 @@ static void owners_to_sequence(const spb_attn_ctx *c, int zigzag, const float *b
 /* Every rank's K and V at their global positions, [B][N][2][G][D]. */
 static float *gather_kv(const spb_attn_ctx *c, int zigzag, const float *qkv)
 {
-    int P = c->grid->sp_size;
-    long KV = kv_row(c), BT = (long)c->batch * c->tokens;
+    long KV = kv_row(c), BT = (long)c->batch * c->tokens, all = (long)c->batch * c->seq_length * 2 * KV;
     float *local = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * KV);
-    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * KV);
-    float *seq = spb_dev_alloc(c, SPB_MEM_WORKSPACE, (long)c->batch * c->seq_length * 2 * KV);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, all);
+    float *seq = spb_dev_alloc(c, SPB_MEM_WORKSPACE, all);
     spb_dev_copy_rows(c, local, 2 * KV, qkv + q_row(c), qkv_row(c), BT, 2 * KV);
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-    spb_allgather_f32(local, blocks, BT * 2 * KV, c->grid->sp_comm, c->phase);
+    if (uneven(c)) {
+        long counts[SPB_AGKV_MAX_RANKS], displs[SPB_AGKV_MAX_RANKS];
+        block_counts(c, counts, displs);
+        spb_allgatherv_f32(local, blocks, counts, displs, c->grid->sp_comm, c->phase);
+    } else {
+        spb_allgather_f32(local, blocks, BT * 2 * KV, c->grid->sp_comm, c->phase);
+    }
     spb_timer_end(timed);
     owners_to_sequence(c, zigzag, blocks, seq, 1);
     spb_dev_free(c, local);
@@ -107,7 +148,7 @@ static spb_attn_desc run_desc(const spb_attn_ctx *c, const spb_ring_run *q)
 
 static void agkv_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
 {
-    SPB_CHECK(c->cfg && (long)c->tokens * c->grid->sp_size == c->seq_length);
+    SPB_CHECK(c->cfg && c->tokens == owner_tokens(c, c->grid->sp_rank));
     int zigzag = spb_ring_is_zigzag(c->cfg), T = c->tokens;
     long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BH = (long)c->batch * c->heads;
     spb_ring_run q_runs[SPB_RING_MAX_RUNS];
@@ -156,12 +197,18 @@ static void agkv_backward(const spb_attn_ctx *c, const float *qkv, const float *
     }
     spb_dev_free(c, kv);
     /* Every rank's contribution to every token's dK/dV, summed at the owner. */
-    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, P * BT * 2 * KV);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, seq_floats);
     float *own = spb_dev_alloc(c, SPB_MEM_COMM, BT * 2 * KV);
     owners_to_sequence(c, zigzag, blocks, dkv, 0);
     spb_dev_free(c, dkv);
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
-    spb_reduce_scatter_f32(blocks, own, BT * 2 * KV, c->grid->sp_comm, c->phase);
+    if (uneven(c)) {
+        long counts[SPB_AGKV_MAX_RANKS], displs[SPB_AGKV_MAX_RANKS];
+        block_counts(c, counts, displs);
+        spb_reduce_scatterv_f32(blocks, counts, displs, own, c->grid->sp_comm, c->phase);
+    } else {
+        spb_reduce_scatter_f32(blocks, own, BT * 2 * KV, c->grid->sp_comm, c->phase);
+    }
     spb_timer_end(timed);
     spb_dev_copy_rows(c, dqkv + W, QKV, own, 2 * KV, BT, 2 * KV);
     spb_dev_free(c, blocks);
@@ -185,6 +232,18 @@ static spb_comm_volume agkv_comm_volume(const spb_config *cfg, int sp_degree)
 {
     const int H = cfg->num_heads, G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
     const double kv_width = (double)G * (cfg->hidden_size / H); /* G·D floats per token */
+    if (sp_degree > 1 && !spb_split_is_even(cfg->seq_length, sp_degree)) {
+        /* uneven contiguous shares (split.h): rank r's allgather sends its
+         * T_r tokens' block to each of the P − 1 others, its reduce-scatter
+         * every block but its own, N − T_r tokens; both grow with T_r (P ≥ 2),
+         * so the busiest link is rank 0's, T_0 = ⌈N/P⌉:
+         *   forward  4·2·b·G·D·T_0·(P−1)
+         *   backward 4·2·b·G·D·(T_0·(P−1) + N − T_0) */
+        const double token = 4.0 * 2.0 * cfg->micro_batch_size * kv_width, P = sp_degree, N = cfg->seq_length;
+        const double most = (double)spb_split_max(cfg->seq_length, sp_degree);
+        return (spb_comm_volume){.forward_bytes = token * most * (P - 1),
+                                 .backward_bytes = token * (most * (P - 1) + N - most)};
+    }
     double block_floats = 2.0 * cfg->micro_batch_size * (cfg->seq_length / sp_degree) * kv_width;
     double payload = 4.0 * block_floats * sp_degree;
     double gather = payload * spb_comm_bus_factor(SPB_OP_ALLGATHER, sp_degree);
@@ -196,7 +255,8 @@ const spb_strategy spb_strategy_allgather_kv = {
     .name = "allgather-kv",
     .summary = "Llama 3 context parallelism: K/V all-gathered, queries local, dK/dV reduce-scattered (layout "
                "contiguous or zigzag)",
-    .validate = spb_ring_validate_layout,
+    .validate = agkv_validate,
+    .uneven_tokens = 1, /* contiguous, through allgatherv / reduce-scatterv; zigzag's chunks stay equal */
     .local_positions = spb_ring_local_positions,
     .attn_saved_floats = agkv_saved_floats,
     .attention_forward = agkv_forward,

@@ -28,6 +28,7 @@
 #include "timer.h"
 #include "device_mem.h"
 #include "sp_parts.h"
+#include "split.h"
 #include "strategy.h"
 
 enum { RING_MAX_RUNS = SPB_RING_MAX_RUNS };
@@ -35,9 +36,9 @@ typedef spb_ring_run ring_run;
 
 int spb_ring_layout_runs(int zigzag, long seq_length, int sp_size, int owner, ring_run runs[RING_MAX_RUNS])
 {
-    if (!zigzag) {
-        int T = (int)(seq_length / sp_size);
-        runs[0] = (ring_run){.row = 0, .len = T, .pos = (long)owner * T};
+    if (!zigzag) { /* the owner's share, uneven when sp_size does not divide seq_length (split.h) */
+        runs[0] = (ring_run){.row = 0, .len = (int)spb_split_count(seq_length, sp_size, owner),
+                             .pos = spb_split_offset(seq_length, sp_size, owner)};
         return 1;
     }
     int c = (int)(seq_length / (2L * sp_size));
@@ -68,11 +69,22 @@ void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long 
 }
 
 /* The layout the run was configured with (local_positions laid the tokens
- * out by it; every owner uses the same one). */
+ * out by it; every owner uses the same one): contiguous shares, even or
+ * not (split.h), or zigzag's equal chunk pairs. */
 static int ctx_layout_is_zigzag(const spb_attn_ctx *c, spb_rank_group group)
 {
-    SPB_CHECK(c->cfg && (long)c->tokens * group.size == c->seq_length);
-    return spb_ring_is_zigzag(c->cfg);
+    SPB_CHECK(c->cfg);
+    int zigzag = spb_ring_is_zigzag(c->cfg);
+    SPB_CHECK(zigzag ? (long)c->tokens * group.size == c->seq_length
+                     : c->tokens == spb_split_count(c->seq_length, group.size, group.rank));
+    return zigzag;
+}
+
+/* Tokens of owner's block (the length of its runs): zigzag's two equal
+ * chunks, or its contiguous share. */
+static long owner_tokens(int zigzag, long seq_length, int size, int owner)
+{
+    return zigzag ? 2 * (seq_length / (2L * size)) : spb_split_count(seq_length, size, owner);
 }
 
 /* Causal and every key of the pair after every query of it: nothing visible. */
@@ -89,8 +101,9 @@ static long kv_row(const spb_attn_ctx *c) { return (long)kv_heads_of(c) * c->hea
 static long qkv_row(const spb_attn_ctx *c) { return q_row(c) + 2 * kv_row(c); }
 
 /* Q (and dQ) read from the fused [B][T][H + 2G][D] buffer, K/V (and dK/dV)
- * from a travelling [B][T][2][G][D] block, O/dO from [B][T][H][D]. */
-static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const ring_run *k)
+ * from a travelling [B][Tk][2][G][D] block (Tk: its owner's tokens), O/dO
+ * from [B][T][H][D]. */
+static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const ring_run *k, long Tk)
 {
     long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), T = c->tokens;
     spb_attn_desc d = {
@@ -99,7 +112,7 @@ static spb_attn_desc pair_desc(const spb_attn_ctx *c, const ring_run *q, const r
         .q_offset = q->pos, .k_offset = k->pos,
         .causal = c->causal, .scale = 1.0f / sqrtf((float)c->head_dim),
         .q_token_stride = QKV, .q_batch_stride = QKV * T,
-        .k_token_stride = 2 * KV, .k_batch_stride = 2 * KV * T,
+        .k_token_stride = 2 * KV, .k_batch_stride = 2 * KV * Tk,
         .o_token_stride = W, .o_batch_stride = W * T,
         /* blocked-sparse pattern (docs/SPARSE.md); no cfg (unit tests): dense */
         .sparse_block = c->cfg ? c->cfg->sparse_block : 0, .sparse_local = c->cfg ? c->cfg->sparse_local_blocks : 0,
@@ -124,10 +137,14 @@ void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, con
 {
     int P = group.size, r = group.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
     long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BT = (long)c->batch * c->tokens;
-    long block_floats = BT * 2 * KV, lse_floats = BT * c->heads;
+    long lse_floats = BT * c->heads;
     int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
+    /* floats of an owner's K/V block; the buffers hold the largest (owner 0's) */
+    long per_token = (long)c->batch * 2 * KV;
+#define BLOCK_OF(owner) (per_token * owner_tokens(zigzag, c->seq_length, P, (owner)))
+    long block_floats = BLOCK_OF(0);
 
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
                     P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
@@ -145,16 +162,19 @@ void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, con
         /* Post the next block's transfer first so it overlaps this step's compute. */
         spb_sendrecv xfer;
         int more = step < P - 1;
-        if (more) spb_sendrecv_start(&xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, group.comm, c->phase);
+        if (more) /* owner's block on, owner - 1's in */
+            spb_sendrecv_start_v(&xfer, cur, BLOCK_OF(owner), next, kv[(step + 1) % 2], BLOCK_OF((owner + P - 1) % P),
+                                 prev, group.comm, c->phase);
 
         ring_run k_runs[RING_MAX_RUNS];
         int n_k = spb_ring_layout_runs(zigzag, c->seq_length, P, owner, k_runs);
+        long Tk = owner_tokens(zigzag, c->seq_length, P, owner);
         spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
         for (int qi = 0; qi < n_q; qi++)
             for (int ki = 0; ki < n_k; ki++) {
                 const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
                 if (pair_hidden(c, q, k)) continue;
-                spb_attn_desc d = pair_desc(c, q, k);
+                spb_attn_desc d = pair_desc(c, q, k, Tk);
                 const float *k_rows = cur + (long)k->row * 2 * KV;
                 c->backend->forward(&d, qkv + (long)q->row * QKV, k_rows, k_rows + KV, o_pair + (long)q->row * W,
                                     lse_pair);
@@ -190,10 +210,11 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
     int P = group.size, r = group.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
     int H = c->heads, T = c->tokens;
     long W = q_row(c), KV = kv_row(c), QKV = qkv_row(c), BT = (long)c->batch * T;
-    long block_floats = BT * 2 * KV;
     int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
+    long per_token = (long)c->batch * 2 * KV;
+    long block_floats = BLOCK_OF(0); /* the largest block; each transfer moves its owner's */
 
     spb_dev_zero(c, dqkv, BT * QKV);
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
@@ -219,20 +240,24 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
         float *cur = kv[step % 2];
         spb_sendrecv kv_xfer, grad_xfer;
         int more_kv = step < P - 1, grad_arrives = step > 0;
+        long owner_block = BLOCK_OF(owner);
         if (more_kv)
-            spb_sendrecv_start(&kv_xfer, cur, next, kv[(step + 1) % 2], prev, block_floats, group.comm, c->phase);
-        if (grad_arrives)
-            spb_sendrecv_start(&grad_xfer, grad_out, next, grad_in, prev, block_floats, group.comm, c->phase);
+            spb_sendrecv_start_v(&kv_xfer, cur, owner_block, next, kv[(step + 1) % 2], BLOCK_OF((owner + P - 1) % P),
+                                 prev, group.comm, c->phase);
+        if (grad_arrives) /* owner + 1's accumulation on, owner's in */
+            spb_sendrecv_start_v(&grad_xfer, grad_out, BLOCK_OF((owner + 1) % P), next, grad_in, owner_block, prev,
+                                 group.comm, c->phase);
 
         ring_run k_runs[RING_MAX_RUNS];
         int n_k = spb_ring_layout_runs(zigzag, c->seq_length, P, owner, k_runs);
+        long Tk = owner_tokens(zigzag, c->seq_length, P, owner);
         spb_timer_region timed = spb_timer_begin(SPB_T_ATTENTION);
-        spb_dev_zero(c, grad_work, block_floats);
+        spb_dev_zero(c, grad_work, owner_block);
         for (int qi = 0; qi < n_q; qi++)
             for (int ki = 0; ki < n_k; ki++) {
                 const ring_run *q = &q_runs[qi], *k = &k_runs[ki];
                 if (pair_hidden(c, q, k)) continue;
-                spb_attn_desc d = pair_desc(c, q, k);
+                spb_attn_desc d = pair_desc(c, q, k, Tk);
                 long q_at = (long)q->row * QKV, o_at = (long)q->row * W, k_at = (long)k->row * 2 * KV;
                 c->backend->backward(&d, qkv + q_at, cur + k_at, cur + k_at + KV, o + o_at, lse_runs[qi],
                                      dout + o_at, dqkv + q_at, grad_work + k_at, grad_work + k_at + KV);
@@ -243,7 +268,7 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
         if (more_kv) spb_sendrecv_wait(&kv_xfer);
         if (grad_arrives) {
             spb_sendrecv_wait(&grad_xfer);
-            spb_dev_add(c, grad_work, grad_in, block_floats);
+            spb_dev_add(c, grad_work, grad_in, owner_block);
         }
         /* grad_work now holds owner's accumulation: it is next step's send. */
         if (P > 1) {
@@ -257,7 +282,7 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
     const float *own_grad = grad_work;
     if (P > 1) {
         spb_sendrecv home;
-        spb_sendrecv_start(&home, grad_out, next, grad_in, prev, block_floats, group.comm, c->phase);
+        spb_sendrecv_start_v(&home, grad_out, BLOCK_OF(next), next, grad_in, BLOCK_OF(r), prev, group.comm, c->phase);
         spb_sendrecv_wait(&home);
         own_grad = grad_in;
     }
@@ -270,6 +295,7 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
     spb_dev_free(c, grad_out);
     spb_dev_free(c, grad_in);
 }
+#undef BLOCK_OF
 
 static void ring_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
 {
@@ -295,12 +321,29 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
  *             = 4·(2·b·N·h·(P-1)/P + 2·b·N·h)
  * Blocks travel even when a causal mask hides them from the receiver (the
  * next rank may need them), so the mask does not change the volume.
- * P = 1: no transfers. */
+ * P = 1: no transfers.
+ *
+ * Uneven shares (P ∤ N, contiguous; split.h): each hop moves its owner's
+ * block, 4·2·b·T_o·G·D bytes for owner o.  Rank r sends, forward, every
+ * block but owner r+1's (the one it only receives last): N − T_{r+1}
+ * tokens' worth; backward, those K/V blocks again, the dK/dV
+ * accumulations of the same owners, and owner r+1's dK/dV home:
+ * 2N − T_{r+1}.  The busiest link is a rank whose successor holds the
+ * smallest share ⌊N/P⌋ (the last rank, whose successor is rank 0, only
+ * when every share is equal), and that is what this returns:
+ *   forward  4·2·b·G·D·(N − ⌊N/P⌋),  backward 4·2·b·G·D·(2N − ⌊N/P⌋),
+ * which for P | N are the two lines above. */
 static spb_comm_volume ring_comm_volume(const spb_config *cfg, int sp_degree)
 {
     if (sp_degree <= 1) return (spb_comm_volume){0.0, 0.0};
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads;
     const double kv_width = (double)G * (cfg->hidden_size / cfg->num_heads); /* G·D floats per token */
+    if (!spb_split_is_even(cfg->seq_length, sp_degree)) {
+        double token_bytes = 4.0 * 2.0 * cfg->micro_batch_size * kv_width;
+        double N = cfg->seq_length, least = (double)(cfg->seq_length / sp_degree);
+        return (spb_comm_volume){.forward_bytes = token_bytes * (N - least),
+                                 .backward_bytes = token_bytes * (2.0 * N - least)};
+    }
     double block_bytes = 4.0 * 2.0 * cfg->micro_batch_size * (double)(cfg->seq_length / sp_degree) * kv_width;
     return (spb_comm_volume){
         .forward_bytes = (sp_degree - 1) * block_bytes,
@@ -312,6 +355,7 @@ const spb_strategy spb_strategy_ring = {
     .name = "ring",
     .summary = "ring attention: K/V blocks circulate, online-softmax merge (layout contiguous or zigzag)",
     .validate = spb_ring_validate_layout,
+    .uneven_tokens = 1, /* contiguous; zigzag's chunks stay equal (validate) */
     .local_positions = spb_ring_local_positions,
     .attn_saved_floats = ring_saved_floats,
     .attention_forward = ring_forward,

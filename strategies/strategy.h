@@ -6,7 +6,8 @@
  * Inside one SP group of P ranks, rank r holds the tokens at positions
  * positions[0..T) of every sequence of its micro-batch (T = N/P; contiguous
  * [r·N/P, (r+1)·N/P) unless the strategy lays them out otherwise, e.g. ring
- * zigzag).  A layer is
+ * zigzag; when P does not divide N, T and the offsets are rank r's share of
+ * common/runtime/split.h, for the strategies with uneven_tokens).  A layer is
  *
  *     a = LN1(x)                                  local tokens, all features
  *     h = enter_tp(a)                             TP region: T_tp tokens
@@ -65,6 +66,10 @@ typedef struct spb_strategy {
     /* Extra configuration checks (e.g. heads divisible by P); 0 or -1 with a
      * one-line message.  Runs before anything is allocated. */
     int (*validate)(const spb_config *cfg, int world_size, char *err, size_t errlen);
+    /* 1: takes --seq-length not divisible by P, ranks holding the uneven
+     * shares of common/runtime/split.h (its validate refuses the variants
+     * that cannot); 0: config.c refuses such lengths. */
+    int uneven_tokens;
 
     /* Tensor-parallel degree over the SP group (1 when NULL).  With degree
      * T > 1, QKV and fc are column-parallel and proj and fcproj

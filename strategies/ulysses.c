@@ -26,6 +26,7 @@
  * backend's strides. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checks.h"
@@ -33,6 +34,7 @@
 #include "timer.h"
 #include "device_mem.h"
 #include "sp_parts.h"
+#include "split.h"
 #include "strategy.h"
 
 typedef struct ulysses_dims {
@@ -41,7 +43,10 @@ typedef struct ulysses_dims {
     MPI_Comm comm;
     int B, T;  /* sequences, local tokens per sequence */
     long N;    /* the group's tokens per sequence: P·T (the whole sequence for plain Ulysses) */
-    int Hp, D; /* heads per rank, head dim */
+    int uneven; /* P does not divide N or H: exchanged with per-rank counts (exchange_uneven) */
+    int H;     /* the heads of the exchange (the core's head blocks: heads_of(j) each) */
+    int uneven_heads; /* P does not divide H: rank j attends heads_of(j) (split.h); no GQA then */
+    int Hp, D; /* heads per rank (this rank's share), head dim */
     int Gp;    /* K/V heads per rank (after replication when G < P) */
     long row;  /* floats of one token's Hp heads: Hp·D */
     long qkv;  /* floats of one token's Q, K and V in a block: (Hp + 2·Gp)·D */
@@ -53,16 +58,21 @@ static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
     u.P = group.size;
     u.rank = group.rank;
     u.comm = group.comm;
-    SPB_CHECK(c->heads % u.P == 0);
+    u.H = c->heads;
+    u.uneven_heads = !spb_split_is_even(u.H, u.P);
     u.B = c->batch;
     u.T = c->tokens;
-    u.N = (long)u.P * u.T;
-    u.Hp = c->heads / u.P;
+    /* Plain Ulysses' group is the SP group and holds the whole sequence,
+     * in even or uneven shares; the hybrid's groups hold equal shares. */
+    u.N = c->grid && group.comm == c->grid->sp_comm ? c->seq_length : (long)u.P * u.T;
+    u.uneven = !spb_split_is_even(u.N, u.P) || u.uneven_heads;
+    SPB_CHECK(u.T == spb_split_count(u.N, u.P, u.rank));
+    u.Hp = (int)spb_split_count(u.H, u.P, u.rank);
     u.D = c->head_dim;
     u.row = (long)u.Hp * u.D;
     int kv = c->kv_heads > 0 ? c->kv_heads : c->heads;
-    SPB_CHECK(kv % u.P == 0);
-    u.Gp = kv / u.P;
+    SPB_CHECK(u.uneven_heads ? kv == u.H && u.Hp > 0 : kv % u.P == 0); /* validate */
+    u.Gp = u.uneven_heads ? u.Hp : kv / u.P;
     u.qkv = (long)(u.Hp + 2 * u.Gp) * u.D;
     return u;
 }
@@ -144,24 +154,61 @@ static void whole_sequence_backward(const spb_attn_ctx *h, const float *qkv_h, c
 
 static const spb_head_side whole_sequence = {whole_sequence_forward, whole_sequence_backward};
 
-/* blocks (block i = rank i's T tokens) -> head layout [B][N][tok]. */
+/* Rank i's tokens of each sequence and the first of them (split.h; i·T
+ * and T when the shares are equal). */
+static long tokens_of(const ulysses_dims *u, int i) { return spb_split_count(u->N, u->P, i); }
+static long first_of(const ulysses_dims *u, int i) { return spb_split_offset(u->N, u->P, i); }
+
+/* blocks (block i = rank i's [B][T_i] tokens, at B·first_i) -> head layout [B][N][tok]. */
 static void blocks_to_head(const spb_attn_ctx *c, const float *blocks, float *head, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * tok; /* one sequence's T tokens */
-    for (int i = 0; i < u->P; i++)
+    for (int i = 0; i < u->P; i++) {
+        long seq_chunk = tokens_of(u, i) * tok; /* one sequence's T_i tokens */
         for (int b = 0; b < u->B; b++)
-            spb_dev_copy(c, head + ((long)b * u->P + i) * seq_chunk, blocks + ((long)i * u->B + b) * seq_chunk,
-                         seq_chunk);
+            spb_dev_copy(c, head + ((long)b * u->N + first_of(u, i)) * tok,
+                         blocks + ((long)u->B * first_of(u, i) + (long)b * tokens_of(u, i)) * tok, seq_chunk);
+    }
 }
 
 /* Inverse of blocks_to_head: block i = the rows of rank i's tokens. */
 static void head_to_blocks(const spb_attn_ctx *c, const float *head, float *blocks, const ulysses_dims *u, long tok)
 {
-    long seq_chunk = (long)u->T * tok;
-    for (int i = 0; i < u->P; i++)
+    for (int i = 0; i < u->P; i++) {
+        long seq_chunk = tokens_of(u, i) * tok;
         for (int b = 0; b < u->B; b++)
-            spb_dev_copy(c, blocks + ((long)i * u->B + b) * seq_chunk, head + ((long)b * u->P + i) * seq_chunk,
-                         seq_chunk);
+            spb_dev_copy(c, blocks + ((long)u->B * first_of(u, i) + (long)b * tokens_of(u, i)) * tok,
+                         head + ((long)b * u->N + first_of(u, i)) * tok, seq_chunk);
+    }
+}
+
+/* Rank j's heads (split.h; H/P when equal). */
+static long heads_of(const ulysses_dims *u, int j) { return spb_split_count(u->H, u->P, j); }
+
+/* Uneven shares: the all-to-all with per-rank counts.  Local side: P head
+ * blocks of this rank's B·T tokens, block j (rank j's heads_of(j) heads,
+ * tok_j floats per token) after blocks 0..j-1 (the core's layout); head
+ * side: rank i's B·T_i tokens at B·first_i·tok, which with one sequence
+ * is the head layout itself (blocks_to_head regroups B > 1).  tok is this
+ * rank's floats per token (u->qkv or u->row), tok_j the same for rank j's
+ * heads. */
+static void exchange_uneven(const ulysses_dims *u, long tok, int to_head, const float *in, float *out,
+                            spb_comm_phase phase)
+{
+    enum { MAX_STACK = 64 };
+    long stack[4 * MAX_STACK], *v = u->P <= MAX_STACK ? stack : SPB_CHECK_PTR(malloc(sizeof(long) * 4 * (size_t)u->P));
+    long *local_counts = v, *local_displs = v + u->P, *head_counts = v + 2 * u->P, *head_displs = v + 3 * u->P;
+    long floats_per_head = tok / u->Hp; /* 3·D (Q, K, V) or D (O); no GQA under uneven heads */
+    for (int i = 0; i < u->P; i++) {
+        long tok_i = u->uneven_heads ? floats_per_head * heads_of(u, i) : tok;
+        local_counts[i] = (long)u->B * u->T * tok_i;
+        local_displs[i] = i ? local_displs[i - 1] + local_counts[i - 1] : 0;
+        head_counts[i] = (long)u->B * tokens_of(u, i) * tok, head_displs[i] = (long)u->B * first_of(u, i) * tok;
+    }
+    if (to_head)
+        spb_alltoallv_f32(in, local_counts, local_displs, out, head_counts, head_displs, u->comm, phase);
+    else
+        spb_alltoallv_f32(in, head_counts, head_displs, out, local_counts, local_displs, u->comm, phase);
+    if (v != stack) free(v);
 }
 
 /* Buffers kept from call to call, grown when a call needs more: a fresh
@@ -212,11 +259,15 @@ static void allgather_exchange(const spb_attn_ctx *c, const ulysses_dims *u, lon
 static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int to_head, const float *in, float *out)
 {
     long count = (long)u->B * u->T * tok; /* floats per block */
-    float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, count * u->P) : NULL;
+    /* staging holds the head side's blocks: B·N tokens (P·count when even) */
+    float *staging = u->B > 1 ? spb_dev_cached(c, to_head ? &recv_buf : &send_buf, SPB_MEM_COMM, u->B * u->N * tok)
+                              : NULL;
     spb_timer_region timed = spb_timer_begin(SPB_T_EXCHANGE);
     if (to_head) {
         float *blocks = staging ? staging : out;
-        if (uses_allgather(c))
+        if (u->uneven)
+            exchange_uneven(u, tok, 1, in, blocks, c->phase);
+        else if (uses_allgather(c))
             allgather_exchange(c, u, tok, 1, in, blocks);
         else
             spb_alltoall_f32(in, blocks, count, u->comm, c->phase);
@@ -226,7 +277,10 @@ static void exchange(const spb_attn_ctx *c, const ulysses_dims *u, long tok, int
             allgather_exchange(c, u, tok, 0, in, out);
         else {
             if (staging) head_to_blocks(c, in, staging, u, tok);
-            spb_alltoall_f32(staging ? staging : in, out, count, u->comm, c->phase);
+            if (u->uneven)
+                exchange_uneven(u, tok, 0, staging ? staging : in, out, c->phase);
+            else
+                spb_alltoall_f32(staging ? staging : in, out, count, u->comm, c->phase);
         }
     }
     spb_timer_end(timed);
@@ -525,9 +579,11 @@ void spb_ulysses_backward(const spb_attn_ctx *c, spb_rank_group group, const spb
 
 static void ulysses_forward(const spb_attn_ctx *c, const float *qkv, float *o, float *saved)
 {
-    /* The all-to-all stitches rank i's block in at i·T: tokens must be contiguous. */
-    SPB_CHECK((long)c->grid->sp_size * c->tokens == c->seq_length &&
-              (!c->positions || c->positions[0] == (long)c->grid->sp_rank * c->tokens));
+    /* The all-to-all stitches rank i's block in at its first token (i·T for
+     * equal shares): tokens must be contiguous, in split.h's shares. */
+    SPB_CHECK(c->tokens == spb_split_count(c->seq_length, c->grid->sp_size, c->grid->sp_rank) &&
+              (!c->positions ||
+               c->positions[0] == spb_split_offset(c->seq_length, c->grid->sp_size, c->grid->sp_rank)));
     spb_ulysses_forward(c, spb_sp_group(c->grid), &whole_sequence, qkv, o, saved);
 }
 
@@ -541,20 +597,60 @@ static void ulysses_backward(const spb_attn_ctx *c, const float *qkv, const floa
 static int ulysses_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
 {
     (void)world_size;
-    if (cfg->sp_degree > 0 && cfg->num_heads % cfg->sp_degree != 0) {
-        snprintf(err, errlen,
-                 "--num-attention-heads %d is not divisible by --sp-degree %d (Ulysses gives each rank H/P heads)",
-                 cfg->num_heads, cfg->sp_degree);
-        return -1;
-    }
-    /* K/V heads: split like the query heads (G >= P), or one per rank,
-     * replicated (G < P): each rank's query heads must read one K/V head. */
-    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads, P = cfg->sp_degree;
-    if (P > 0 && (G >= P ? G % P : P % G)) {
+    int H = cfg->num_heads, P = cfg->sp_degree;
+    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
+    int uneven_heads = P > 0 && H % P != 0, uneven_tokens = P > 0 && cfg->seq_length % P != 0;
+    if (uneven_heads) {
+        /* uneven head groups (split.h: the first H mod P ranks one head
+         * more), as DeepSpeed's uneven-heads all-to-all: each rank needs a
+         * head, and its K/V heads are its query heads' own */
+        if (H < P) {
+            snprintf(err, errlen, "--num-attention-heads %d is not divisible by --sp-degree %d and fewer: Ulysses "
+                                  "gives every rank at least one head", H, P);
+            return -1;
+        }
+        if (G != H) {
+            snprintf(err, errlen, "--num-attention-heads %d not divisible by --sp-degree %d with --num-query-groups "
+                                  "%d: uneven head groups take K/V heads = query heads (no grouped-query attention)",
+                     H, P, G);
+            return -1;
+        }
+        if (strcmp(cfg->device, "cpu")) {
+            snprintf(err, errlen, "--num-attention-heads %d not divisible by --sp-degree %d: uneven head groups run "
+                                  "on --device cpu only (the device exchanges take equal blocks)", H, P);
+            return -1;
+        }
+    } else if (P > 0 && (G >= P ? G % P : P % G)) {
+        /* K/V heads: split like the query heads (G >= P), or one per rank,
+         * replicated (G < P): each rank's query heads must read one K/V head. */
         snprintf(err, errlen,
                  "--num-query-groups %d and --sp-degree %d: Ulysses needs G divisible by P (K/V heads split like "
                  "query heads) or P divisible by G (each K/V head replicated on P/G ranks)", G, P);
         return -1;
+    }
+    if (uneven_heads || uneven_tokens) {
+        /* uneven shares go through the all-to-all with per-rank counts only */
+        char what[96];
+        if (uneven_heads)
+            snprintf(what, sizeof what, "--num-attention-heads %d not divisible by --sp-degree %d", H, P);
+        else
+            snprintf(what, sizeof what, "--seq-length %d not divisible by --sp-degree %d", cfg->seq_length, P);
+        if (cfg->ulysses_overlap > 1) {
+            snprintf(err, errlen, "--ulysses-overlap %d with %s: the overlapped exchange moves equal blocks; use "
+                                  "equal shares or no overlap", cfg->ulysses_overlap, what);
+            return -1;
+        }
+        if (cfg->compare_alltoall) { /* its replay is of plain MPI_Alltoall calls (comm.c) */
+            snprintf(err, errlen, "--compare-alltoall with %s: the replay runs equal-block all-to-alls, not the "
+                                  "per-rank counts of uneven shares", what);
+            return -1;
+        }
+        if (!strcmp(cfg->ulysses_comm, "allgather")) {
+            snprintf(err, errlen, "--ulysses-comm allgather with %s: the ablation gathers equal blocks; use "
+                                  "--ulysses-comm alltoall", what);
+            return -1;
+        }
+        return 0;
     }
     return spb_ulysses_validate_overlap(cfg, cfg->sp_degree, err, errlen);
 }
@@ -614,11 +710,52 @@ int spb_ulysses_validate_overlap(const spb_config *cfg, int group_size, char *er
  * is the overlap's too: the K calls' link bytes sum to it (the test holds
  * it to 1e-12 relative where (P−1)/P is not a binary fraction and the sum
  * of K terms rounds differently from one). */
+/*
+ * Uneven shares (P ∤ N; split.h, rank r holds T_r tokens): each exchange
+ * goes through the all-to-all with per-rank counts, recorded with the
+ * floats a rank sends to the others exactly.  Into the head side rank r
+ * sends its T_r tokens' blocks to P − 1 ranks; out of it, the other ranks'
+ * N − T_r tokens of its heads.  With w = qkv width / P per token (the
+ * Q/K/V block, H/P + 2·max(G, P)/P heads of D) and h/P (O):
+ *   forward_r  = 4·b·[T_r·w·(P−1) + (N − T_r)·h/P]
+ *   backward_r = 4·b·[T_r·(h/P)·(P−1) + (N − T_r)·w]
+ * (for P | N both are the lines above).  This returns each phase's
+ * busiest link, the largest over r: forward_r grows with T_r (w·(P−1) >
+ * h/P, since w > h/P), so it is rank 0's (T_0 = ⌈N/P⌉); backward_r grows
+ * with T_r when (h/P)·(P−1) ≥ w (P ≥ 4 without GQA) and falls otherwise.
+ * Uneven heads (P ∤ H, no GQA; rank j attends H_j heads, split.h): the
+ * blocks to rank j carry 3·H_j·D (Q/K/V) or H_j·D (O) floats per token:
+ *   forward_r  = 4·b·[T_r·3·D·(H − H_r) + (N − T_r)·H_r·D]
+ *   backward_r = 4·b·[T_r·D·(H − H_r) + (N − T_r)·3·H_r·D]
+ */
 static spb_comm_volume ulysses_comm_volume(const spb_config *cfg, int sp_degree)
 {
     const int H = cfg->num_heads, D = cfg->hidden_size / H;
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
     const double qkv_width = (double)(H + 2 * (G > sp_degree ? G : sp_degree)) * D; /* floats per token */
+    if (sp_degree > 1 && (!spb_split_is_even(cfg->seq_length, sp_degree) || !spb_split_is_even(H, sp_degree))) {
+        /* per rank r, with qkv_j and o_j the floats per token of rank j's
+         * heads (3·H_j·D and H_j·D under uneven heads; else the equal
+         * qkv_width/P and h/P): the busiest link of each phase */
+        const int P = sp_degree, heads_uneven = !spb_split_is_even(H, P);
+        const double b = cfg->micro_batch_size, N = cfg->seq_length;
+        double all_qkv = 0, all_o = 0;
+        for (int j = 0; j < P; j++) {
+            all_qkv += heads_uneven ? 3.0 * D * spb_split_count(H, P, j) : qkv_width / P;
+            all_o += heads_uneven ? (double)D * spb_split_count(H, P, j) : (double)cfg->hidden_size / P;
+        }
+        spb_comm_volume v = {0, 0};
+        for (int r = 0; r < P; r++) {
+            double T = (double)spb_split_count(cfg->seq_length, P, r);
+            double qkv_r = heads_uneven ? 3.0 * D * spb_split_count(H, P, r) : qkv_width / P;
+            double o_r = heads_uneven ? (double)D * spb_split_count(H, P, r) : (double)cfg->hidden_size / P;
+            double fwd = 4.0 * b * (T * (all_qkv - qkv_r) + (N - T) * o_r);
+            double bwd = 4.0 * b * (T * (all_o - o_r) + (N - T) * qkv_r);
+            v.forward_bytes = fwd > v.forward_bytes ? fwd : v.forward_bytes;
+            v.backward_bytes = bwd > v.backward_bytes ? bwd : v.backward_bytes;
+        }
+        return v;
+    }
     double local_floats = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree) * cfg->hidden_size;
     double local_tokens = (double)cfg->micro_batch_size * (cfg->seq_length / sp_degree);
     spb_comm_volume v;
@@ -648,6 +785,7 @@ const spb_strategy spb_strategy_ulysses = {
     .head_blocks = ulysses_head_blocks,
     .summary = "DeepSpeed-Ulysses: all-to-all to H/P heads of the whole sequence around local attention",
     .validate = ulysses_validate,
+    .uneven_tokens = 1, /* the all-to-all with per-rank counts (exchange_uneven) */
     .attn_saved_floats = ulysses_saved_floats,
     .attention_forward = ulysses_forward,
     .attention_backward = ulysses_backward,

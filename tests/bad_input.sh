@@ -48,8 +48,17 @@ cases=(
   "stray-argument"
   "--strategy none --sp-degree 2"
   "--strategy megatron --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
-  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48"
+  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --num-query-groups 1"  # uneven heads: no GQA
+  "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --ulysses-overlap 2"  # uneven heads: no overlap
+  "--strategy ulysses --sp-degree 4 --num-attention-heads 3 --hidden-size 48"  # fewer heads than ranks
   "--strategy megatron --sp-degree 2 --seq-length 63"
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --seq-length 63"     # uneven shares: Ulysses, contiguous ring only
+  "--strategy allgather-kv --sp-degree 2 --ring-layout zigzag --seq-length 63"    # zigzag: chunk pairs stay equal
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-overlap 2"   # the overlapped exchange takes equal blocks
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-comm allgather"
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --compare-alltoall"   # its replay is of equal blocks
+  "--strategy ulysses --sp-degree 2 --seq-length 63 --device cuda"         # uneven shares: CPU only
+  "--strategy ring --sp-degree 2 --seq-length 1 --max-position-embeddings 1"  # a rank without a token
   "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
   "--strategy megatron --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # Megatron-SP: G % P, P % G
   "--strategy ulysses --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # G % P, P % G

@@ -45,6 +45,16 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "^h1.qkv_w .*FAIL" "$tmp/out" && [ "$(grep -c FAIL "$tmp/out")" -eq 2 ]
 verdict "a changed h1.qkv_w gradient: exit 1, that tensor (and the verdict) FAIL" $?
 
+# Uneven shares end to end: 35 tokens and 3 heads on 2 ranks (18/17 tokens,
+# 2/1 heads; docs/STRATEGIES.md), Ulysses and contiguous ring, against one rank.
+uneven=(--num-layers 2 --hidden-size 24 --num-attention-heads 3 --seq-length 35 --micro-batch-size 1
+        --global-batch-size 2 --train-iters 1 --quiet)
+"$spbench" "${uneven[@]}" --dump "$tmp/uneven_ref" >/dev/null &&
+"$mpiexec" -np 2 "$spbench" "${uneven[@]}" --strategy ulysses --sp-degree 2 --dump "$tmp/uneven_uly" >/dev/null &&
+"$mpiexec" -np 2 "$spbench" "${uneven[@]}" --strategy ring --sp-degree 2 --dump "$tmp/uneven_ring" >/dev/null &&
+"$compare" "$tmp/uneven_uly" "$tmp/uneven_ref" > /dev/null 2>&1 && "$compare" "$tmp/uneven_ring" "$tmp/uneven_ref" > /dev/null 2>&1
+verdict "N = 35 and 3 heads on P = 2 (uneven shares), Ulysses and ring: PASS" $?
+
 "$compare" "$tmp/short" "$tmp/ref" > /dev/null 2>&1
 [ $? -eq 2 ]
 verdict "another sequence length: exit 2" $?

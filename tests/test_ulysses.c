@@ -323,11 +323,16 @@ START_TEST(test_validate)
     spb_config cfg;
     spb_config_defaults(&cfg);
     char err[256] = "";
-    cfg.num_heads = 6;
+    cfg.num_heads = 3;
     cfg.sp_degree = 4;
     ck_assert_int_eq(spb_strategy_ulysses.validate(&cfg, 4, err, sizeof err), -1);
-    ck_assert_str_eq(err, "--num-attention-heads 6 is not divisible by --sp-degree 4 "
-                          "(Ulysses gives each rank H/P heads)");
+    ck_assert_str_eq(err, "--num-attention-heads 3 is not divisible by --sp-degree 4 and fewer: Ulysses gives "
+                          "every rank at least one head");
+    cfg.num_heads = 6; /* uneven head groups (2, 2, 1, 1): taken without GQA, refused with it */
+    ck_assert_int_eq(spb_strategy_ulysses.validate(&cfg, 4, err, sizeof err), 0);
+    cfg.num_query_groups = 2;
+    ck_assert_int_eq(spb_strategy_ulysses.validate(&cfg, 4, err, sizeof err), -1);
+    cfg.num_query_groups = 0;
     cfg.num_heads = 8;
     ck_assert_int_eq(spb_strategy_ulysses.validate(&cfg, 4, err, sizeof err), 0);
     cfg.sp_degree = 1;

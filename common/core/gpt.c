@@ -10,6 +10,7 @@
 #include "memory.h"
 #include "ops.h"
 #include "rng.h"
+#include "split.h"
 #include "timer.h"
 
 static const char *layer_tensor_names[SPB_TENSORS_PER_LAYER] = {
@@ -214,7 +215,7 @@ static float *scratch(const spb_gpt *g, long n) { return g->be->alloc(SPB_MEM_WO
 static spb_attn_ctx region_ctx(spb_gpt *g, int layer, spb_comm_phase phase)
 {
     return (spb_attn_ctx){.cfg = &g->cfg, .grid = g->grid, .backend = g->attn, .device = g->be, .batch = g->B, .heads = g->Hl,
-                          .kv_heads = g->head_blocks * g->kv_block, .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
+                          .kv_heads = (g->qkv_width / g->D - g->Hl) / 2, .head_dim = g->D, .tokens = g->Ttp, .positions = g->positions_tp,
                           .seq_length = g->seq_length, .causal = g->causal, .layer = layer, .phase = phase,
                           .flops = &g->attn_flops};
 }
@@ -234,7 +235,10 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->causal = cfg->causal;
     g->init_std = cfg->init_std;
     g->B = cfg->micro_batch_size;
-    g->T = cfg->seq_length / grid->sp_size;
+    /* This rank's share of the sequence: N/P, or with P not dividing N the
+     * uneven share of common/runtime/split.h (config.c allowed it for the
+     * strategies that take it; their local_positions lay it out). */
+    g->T = (int)spb_split_count(cfg->seq_length, grid->sp_size, grid->sp_rank);
     g->grid = grid;
     g->be = spb_backend_for(cfg->device, cfg->precision);
     SPB_CHECK(g->be);
@@ -253,8 +257,11 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->Ca = g->Hl * g->D;
     g->Fl = g->F / g->tp;
     g->Ttp = g->T * g->tp;
+    SPB_CHECK(g->tp == 1 || g->T * grid->sp_size == cfg->seq_length); /* a TP region gathers equal shares */
     g->head_blocks = g->strategy->head_blocks ? g->strategy->head_blocks(grid) : 1;
-    SPB_CHECK(g->Hl % g->head_blocks == 0);
+    /* Equal head blocks, or without grouped-query attention the uneven
+     * shares of split.h (Ulysses with H mod P != 0: its validate allowed it). */
+    SPB_CHECK(g->Hl >= g->head_blocks);
     /* Grouped-query attention: each head block gets the K/V heads its query
      * heads read; fewer K/V heads than blocks replicate one per block (the
      * same weight rows: the blocks' weight gradients add up in
@@ -272,8 +279,13 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     if (g->kv_replicas > 1)
         SPB_MPI_CHECK(MPI_Comm_split(grid->sp_comm, g->tp_rank / g->kv_replicas, g->tp_rank, &g->kv_comm));
     g->kv_block = g->Gl >= g->head_blocks ? g->Gl / g->head_blocks : 1;
-    SPB_CHECK(g->Gl >= g->head_blocks ? g->Gl % g->head_blocks == 0 : g->head_blocks % g->Gl == 0);
-    g->qkv_width = g->head_blocks * (g->Hl / g->head_blocks + 2 * g->kv_block) * g->D;
+    if (g->Gl == g->Hl) { /* K/V heads = query heads: blocks of any share */
+        g->qkv_width = 3 * g->Hl * g->D;
+    } else {
+        SPB_CHECK(g->Hl % g->head_blocks == 0);
+        SPB_CHECK(g->Gl >= g->head_blocks ? g->Gl % g->head_blocks == 0 : g->head_blocks % g->Gl == 0);
+        g->qkv_width = g->head_blocks * (g->Hl / g->head_blocks + 2 * g->kv_block) * g->D;
+    }
     g->rope = cfg->rope, g->rmsnorm = cfg->rmsnorm, g->swiglu = cfg->swiglu;
     g->untied = cfg->untie_embeddings_and_output_weights, g->bias = !cfg->disable_bias_linear;
     g->rotary_base = cfg->rotary_base;
@@ -284,7 +296,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     if (g->strategy->local_positions) {
         g->strategy->local_positions(grid, cfg, g->positions);
     } else {
-        for (int t = 0; t < g->T; t++) g->positions[t] = (long)grid->sp_rank * g->T + t;
+        long first = spb_split_offset(cfg->seq_length, grid->sp_size, grid->sp_rank);
+        for (int t = 0; t < g->T; t++) g->positions[t] = first + t;
     }
     /* A TP region gathers the SP group's tokens in rank order: positions of
      * rank j's block follow rank j's layout, which is contiguous here. */
@@ -452,13 +465,39 @@ typedef struct qkv_part {
     long dst;      /* offset in qkv of its first column */
 } qkv_part;
 
+/* Head block j: its query heads [q0, q0 + q), its K/V heads [kv0, kv0 +
+ * kv), its floats per token (width) and where it starts in qkv and atto.
+ * Blocks are equal (Hl / G_b heads) except without grouped-query attention
+ * under uneven head shares (split.h: the first Hl mod G_b blocks one head
+ * more; K/V heads = query heads). */
+typedef struct head_block {
+    int q, q0, kv, kv0;
+    long width, qkv_at, o_at;
+} head_block;
+
+static head_block head_block_of(const spb_gpt *g, int j)
+{
+    const int nb = g->head_blocks, D = g->D;
+    const long rows = (long)g->B * g->Ttp;
+    head_block b;
+    b.q = (int)spb_split_count(g->Hl, nb, j), b.q0 = (int)spb_split_offset(g->Hl, nb, j);
+    if (g->Gl == g->Hl)
+        b.kv = b.q, b.kv0 = b.q0;
+    else
+        b.kv = g->kv_block, b.kv0 = (int)((long)j * g->Gl / nb);
+    b.width = (long)(b.q + 2 * b.kv) * D;
+    b.qkv_at = rows * (g->Gl == g->Hl ? 3L * b.q0 * D : j * b.width); /* the blocks before: equal, or 3 rows per head */
+    b.o_at = rows * b.q0 * D;
+    return b;
+}
+
 static qkv_part qkv_part_of(const spb_gpt *g, int j, int s)
 {
-    const int D = g->D, qb = g->Hl / g->head_blocks, kvb = g->kv_block, kv0 = (int)((long)j * g->Gl / g->head_blocks);
-    const long block = (long)g->B * g->Ttp * (g->qkv_width / g->head_blocks);
-    if (s == 0) return (qkv_part){(long)j * qb * D, qb * D, j * block};
+    const int D = g->D;
+    head_block b = head_block_of(g, j);
+    if (s == 0) return (qkv_part){(long)b.q0 * D, b.q * D, b.qkv_at};
     long k_rows = (long)g->Hl * D + (s == 2 ? (long)g->Gl * D : 0);
-    return (qkv_part){k_rows + (long)kv0 * D, kvb * D, j * block + (long)(qb + (s == 2 ? kvb : 0)) * D};
+    return (qkv_part){k_rows + (long)b.kv0 * D, b.kv * D, b.qkv_at + (long)(b.q + (s == 2 ? b.kv : 0)) * D};
 }
 
 /* RoPE on the Q and K heads of every block (they are adjacent in each
@@ -467,21 +506,23 @@ static qkv_part qkv_part_of(const spb_gpt *g, int j, int s)
 static void rope_blocks(spb_gpt *g, float *qkv, int inverse)
 {
     if (!g->rope) return;
-    const int bw = g->qkv_width / g->head_blocks, heads = g->Hl / g->head_blocks + g->kv_block;
-    for (int j = 0; j < g->head_blocks; j++)
-        g->be->rope_apply(qkv + (long)j * g->B * g->Ttp * bw, g->positions_tp, g->B, g->Ttp, bw, (long)g->Ttp * bw,
-                          heads, g->D, g->rotary_base, inverse);
+    for (int j = 0; j < g->head_blocks; j++) {
+        head_block b = head_block_of(g, j);
+        g->be->rope_apply(qkv + b.qkv_at, g->positions_tp, g->B, g->Ttp, (int)b.width, (long)g->Ttp * b.width,
+                          b.q + b.kv, g->D, g->rotary_base, inverse);
+    }
 }
 
 static void qkv_forward(spb_gpt *g, float *qkv, const float *h, const spb_layer_params *p)
 {
-    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, bw = g->qkv_width / G;
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C;
     if (G == 1) {
         g->be->matmul_forward(qkv, h, p->qkv_w, p->qkv_b, BR, C, g->qkv_width);
     } else {
         for (int j = 0; j < G; j++)
             for (int s = 0; s < 3; s++) {
                 qkv_part q = qkv_part_of(g, j, s);
+                const int bw = (int)head_block_of(g, j).width;
                 g->be->matmul_forward_ld(qkv + q.dst, bw, h, C, p->qkv_w + q.w0 * C, C, p->qkv_b ? p->qkv_b + q.w0 : NULL,
                                          BR, C, q.rows, 0);
             }
@@ -494,7 +535,7 @@ static void qkv_forward(spb_gpt *g, float *qkv, const float *h, const spb_layer_
 static void qkv_backward(spb_gpt *g, float *dh, spb_layer_params *dp, const float *dqkv, const float *h,
                          const spb_layer_params *p)
 {
-    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, bw = g->qkv_width / G;
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C;
     if (G == 1) {
         g->be->matmul_backward(dh, dp->qkv_w, dp->qkv_b, dqkv, h, p->qkv_w, BR, C, g->qkv_width, 0);
         return;
@@ -502,6 +543,7 @@ static void qkv_backward(spb_gpt *g, float *dh, spb_layer_params *dp, const floa
     for (int j = 0; j < G; j++)
         for (int s = 0; s < 3; s++) {
             qkv_part q = qkv_part_of(g, j, s);
+            const int bw = (int)head_block_of(g, j).width;
             g->be->matmul_backward_ld(dh, C, dp->qkv_w + q.w0 * C, C, dp->qkv_b ? dp->qkv_b + q.w0 : NULL,
                                       dqkv + q.dst, bw, h, C, p->qkv_w + q.w0 * C, C, BR, C, q.rows, j > 0 || s > 0);
         }
@@ -509,19 +551,26 @@ static void qkv_backward(spb_gpt *g, float *dh, spb_layer_params *dp, const floa
 
 static void proj_forward(spb_gpt *g, float *out, const float *atto, const spb_layer_params *p)
 {
-    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
-    for (int j = 0; j < G; j++)
-        g->be->matmul_forward_ld(out, C, atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, NULL, BR,
-                              row, C, j > 0);
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C;
+    for (int j = 0; j < G; j++) {
+        head_block b = head_block_of(g, j);
+        const int row = b.q * g->D;
+        g->be->matmul_forward_ld(out, C, atto + b.o_at, row, p->proj_w + (long)b.q0 * g->D, g->Ca, NULL, BR, row, C,
+                                 j > 0);
+    }
 }
 
 static void proj_backward(spb_gpt *g, float *datto, spb_layer_params *dp, const float *dy, const float *atto,
                           const spb_layer_params *p)
 {
-    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C, row = g->Ca / G;
-    for (int j = 0; j < G; j++)
-        g->be->matmul_backward_ld(datto + (long)j * BR * row, row, dp->proj_w + (long)j * row, g->Ca, NULL, dy, C,
-                               atto + (long)j * BR * row, row, p->proj_w + (long)j * row, g->Ca, BR, row, C, 0);
+    const int G = g->head_blocks, BR = g->B * g->Ttp, C = g->C;
+    for (int j = 0; j < G; j++) {
+        head_block b = head_block_of(g, j);
+        const int row = b.q * g->D;
+        const long col = (long)b.q0 * g->D;
+        g->be->matmul_backward_ld(datto + b.o_at, row, dp->proj_w + col, g->Ca, NULL, dy, C, atto + b.o_at, row,
+                                  p->proj_w + col, g->Ca, BR, row, C, 0);
+    }
 }
 
 /* LayerNorm or RMSNorm (mean and b unused by RMSNorm; b NULL there). */

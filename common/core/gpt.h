@@ -98,7 +98,8 @@ typedef struct spb_gpt {
     int kv_replicas;   /* TP ranks holding each K/V head's rows: TP/G when G < TP, else 1 */
     MPI_Comm kv_comm;  /* those ranks (kv_replicas > 1; else MPI_COMM_NULL) */
     int kv_block;      /* K/V heads in each head block: Gl/head_blocks, at least 1 (replicated) */
-    int qkv_width;     /* floats of one token's qkv: head_blocks·(Hl/head_blocks + 2·kv_block)·D */
+    int qkv_width;     /* floats of one token's qkv: head_blocks·(Hl/head_blocks + 2·kv_block)·D (3·Hl·D without GQA,
+                          head blocks even or not) */
     int rope, rmsnorm, swiglu, untied, bias; /* the model's variant (config.h) */
     double rotary_base;
     int checkpoint;    /* activation checkpointing: keep layer inputs, recompute */

@@ -1,6 +1,7 @@
 #include "memory_model.h"
 
 #include "gpt.h"
+#include "split.h"
 #include "zero.h"
 
 #include <ctype.h>
@@ -39,7 +40,10 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     if (stage == 3) out->bytes[SPB_MEM_WORKSPACE] = pbytes * (z.global_elems + z.layer_elems);
 
     /* Activations saved for backward (common/core/gpt.c allocates exactly these). */
-    const double B = c->micro_batch_size, N = c->seq_length, T = N / P, C = c->hidden_size;
+    /* T: the largest rank's share (rank 0's ⌈N/P⌉ when P does not divide
+     * N: common/runtime/split.h), so the prediction bounds every rank. */
+    const double B = c->micro_batch_size, N = c->seq_length, T = (double)spb_split_max(c->seq_length, P),
+                 C = c->hidden_size;
     const double Ttp = T * tp, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
     const double D_head = C / H, Hl = H / tp, BT = B * T, BR = B * Ttp;
     /* The strategy's attention state per layer: its log-sum-exp, and for
@@ -59,8 +63,13 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
     double lse, head_copies = 0;
     if (ulysses) {
-        double Hp = Hl / U, Ng = T * U;
-        head_copies = B * Ng * (2.0 * Hp + 2.0 * Gq / U) * D_head; /* Q/K/V and O, head layout */
+        double Ng = U == P ? N : T * U; /* plain Ulysses' head side: all N, uneven or not */
+        /* heads of the largest rank: H/U, or ⌈H/P⌉ under uneven head groups
+         * (no GQA there: its K/V heads are its query heads) */
+        const int uneven_heads = (long)Hl % (long)U != 0;
+        double Hp = uneven_heads ? (double)spb_split_max((long)Hl, (int)U) : Hl / U;
+        double kvp = uneven_heads ? Hp : Gq / U;
+        head_copies = B * Ng * (2.0 * Hp + 2.0 * kvp) * D_head; /* Q/K/V and O, head layout */
         lse = B * Hp * Ng;
     } else {
         lse = B * Hl * Ttp;

@@ -14,6 +14,7 @@
 #include "sp_parts.h"
 #include "flops.h"
 #include "gpt.h"
+#include "split.h"
 #include "zero.h"
 
 static const char *elem_names[SPB_ELEM_NUM] = {"ln_fwd", "ln_bwd", "gelu_fwd", "gelu_bwd", "xent_fwd",
@@ -742,7 +743,8 @@ typedef struct dims {
 static dims dims_of(const spb_config *c)
 {
     dims d;
-    d.B = c->micro_batch_size, d.N = c->seq_length, d.P = c->sp_degree, d.T = d.N / d.P;
+    d.B = c->micro_batch_size, d.N = c->seq_length, d.P = c->sp_degree;
+    d.T = (double)spb_split_max(c->seq_length, c->sp_degree); /* the largest rank's share (split.h) */
     d.C = c->hidden_size, d.F = c->ffn_hidden_size, d.H = c->num_heads, d.hd = d.C / d.H, d.V = c->vocab_size;
     d.tp = !strcmp(c->strategy, "megatron") ? d.P : 1;
     d.Ttp = d.T * d.tp, d.BR = d.B * d.Ttp, d.BT = d.B * d.T;

@@ -108,7 +108,7 @@ static int alltoall_logged;
 /* Log of host-path sendrecvs for spb_comm_replay_sendrecvs. */
 enum { SENDRECV_LOG_MAX = 1 << 16 };
 static struct sendrecv_call {
-    long count;
+    long count, recv_count;
     MPI_Comm comm;
     int dest, src;
 } sendrecv_log[SENDRECV_LOG_MAX];
@@ -144,6 +144,8 @@ static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double p
     records[op][phase].seconds += seconds;
     spb_timer_add(SPB_T_COMM, seconds);
 }
+
+static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds);
 
 static long issue_ticket(spb_comm_op op, spb_comm_phase phase, enum time_use use)
 {
@@ -345,6 +347,110 @@ void spb_alltoall_wait(spb_alltoall_req *r)
     spb_timer_add(SPB_T_COMM, r->blocked);
 }
 
+/* A tag of its own, apart from the shaped exchange's and the rings'. */
+enum { ALLTOALLV_TAG = 8 };
+
+void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
+                       const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("all-to-all with per-rank counts: host fp32 buffers only");
+    double t0 = spb_now();
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    double sent_all = 0, sent_others = 0;
+    for (int j = 0; j < n; j++) {
+        if (j == me) continue;
+        SPB_MPI_CHECK(MPI_Irecv(recv + recv_displs[j], count_as_int(recv_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                &req[k++]));
+    }
+    for (int j = 0; j < n; j++) {
+        sent_all += (double)send_counts[j];
+        if (j == me) continue;
+        sent_others += (double)send_counts[j];
+        SPB_MPI_CHECK(MPI_Isend(send + send_displs[j], count_as_int(send_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                &req[k++]));
+    }
+    SPB_CHECK(send_counts[me] == recv_counts[me]);
+    memcpy(recv + recv_displs[me], send + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+    record_exact(SPB_OP_ALLTOALL, phase, 4.0 * sent_all, 4.0 * sent_others, spb_now() - t0);
+}
+
+/* Records a call whose link bytes are counted exactly (per-rank counts). */
+static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds)
+{
+    spb_comm_record *rec = &records[op][phase];
+    rec->calls++;
+    rec->payload_bytes += payload;
+    rec->link_bytes += link;
+    rec->seconds += seconds;
+    spb_timer_add(SPB_T_COMM, seconds);
+}
+
+enum { ALLGATHERV_TAG = 9, REDUCE_SCATTERV_TAG = 10 };
+
+void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
+                        spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("allgather with per-rank counts: host fp32 buffers only");
+    double t0 = spb_now();
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    double total = 0;
+    for (int j = 0; j < n; j++) {
+        total += (double)counts[j];
+        if (j == me) continue;
+        SPB_MPI_CHECK(MPI_Irecv(recv + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, ALLGATHERV_TAG, comm,
+                                &req[k++]));
+    }
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(send, count_as_int(counts[me]), MPI_FLOAT, j, ALLGATHERV_TAG, comm, &req[k++]));
+    memcpy(recv + displs[me], send, sizeof(float) * (size_t)counts[me]);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+    record_exact(SPB_OP_ALLGATHER, phase, 4.0 * total, 4.0 * (double)counts[me] * (n - 1), spb_now() - t0);
+}
+
+void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *displs, float *recv, MPI_Comm comm,
+                             spb_comm_phase phase)
+{
+    if (staging || device) SPB_DIE("reduce-scatter with per-rank counts: host fp32 buffers only");
+    double t0 = spb_now();
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    long mine = counts[me];
+    float *parts = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine * n + 1))); /* part i: rank i's block me */
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        total += (double)counts[i];
+        if (i != me)
+            SPB_MPI_CHECK(MPI_Irecv(parts + i * mine, count_as_int(mine), MPI_FLOAT, i, REDUCE_SCATTERV_TAG, comm,
+                                    &req[k++]));
+    }
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(send + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, REDUCE_SCATTERV_TAG, comm,
+                                    &req[k++]));
+    memcpy(parts + me * mine, send + displs[me], sizeof(float) * (size_t)mine);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    for (long x = 0; x < mine; x++) { /* in rank order: the same sum on every run */
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) sum += parts[i * mine + x];
+        recv[x] = sum;
+    }
+    free(parts);
+    free(req);
+    record_exact(SPB_OP_REDUCE_SCATTER, phase, 4.0 * total, 4.0 * (total - (double)mine), spb_now() - t0);
+}
+
 /* The replay through the device table: the calls' device seconds. */
 static double replay_on_device(long most)
 {
@@ -387,7 +493,10 @@ double spb_comm_replay_alltoalls(void)
 double spb_comm_replay_sendrecvs(void)
 {
     long most = 0;
-    for (int i = 0; i < sendrecv_logged; i++) most = sendrecv_log[i].count > most ? sendrecv_log[i].count : most;
+    for (int i = 0; i < sendrecv_logged; i++) {
+        most = sendrecv_log[i].count > most ? sendrecv_log[i].count : most;
+        most = sendrecv_log[i].recv_count > most ? sendrecv_log[i].recv_count : most;
+    }
     float *send = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     float *recv = SPB_CHECK_PTR(calloc((size_t)most + 1, sizeof(float)));
     MPI_Barrier(MPI_COMM_WORLD);
@@ -396,7 +505,7 @@ double spb_comm_replay_sendrecvs(void)
         const struct sendrecv_call *k = &sendrecv_log[i];
         int c = count_as_int(k->count);
         MPI_Request req[2]; /* Irecv + Isend: what the shm MPI offers too */
-        SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, k->src, 0, k->comm, &req[0]));
+        SPB_MPI_CHECK(MPI_Irecv(recv, count_as_int(k->recv_count), MPI_FLOAT, k->src, 0, k->comm, &req[0]));
         SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, k->dest, 0, k->comm, &req[1]));
         SPB_MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
     }
@@ -447,7 +556,14 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
 void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *recv, int src, long count,
                         MPI_Comm comm, spb_comm_phase phase)
 {
+    spb_sendrecv_start_v(r, send, count, dest, recv, count, src, comm, phase);
+}
+
+void spb_sendrecv_start_v(spb_sendrecv *r, const float *send, long count, int dest, float *recv, long recv_count,
+                          int src, MPI_Comm comm, spb_comm_phase phase)
+{
     r->count = count;
+    r->recv_count = recv_count;
     r->element_bytes = element_bytes(send);
     r->comm = comm;
     r->phase = phase;
@@ -457,6 +573,8 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
     const void *ds;
     void *dr;
     spb_comm_dtype dt;
+    if (recv_count != count && (staging || device))
+        SPB_DIE("sendrecv of %ld floats against a receive of %ld: host fp32 buffers only", count, recv_count);
     if (device_buffers(send, count, recv, count, &ds, &dr, &dt)) { /* accounted at the wait, as below */
         r->transfer = device->sendrecv_start(ds, dest, dr, src, count, dt, comm,
                                              issue_ticket(SPB_OP_SENDRECV, phase, TIME_RECORD));
@@ -473,8 +591,8 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
         send = r->host_send, recv = r->host_recv;
     }
     if (sendrecv_logged < SENDRECV_LOG_MAX)
-        sendrecv_log[sendrecv_logged++] = (struct sendrecv_call){count, comm, dest, src};
-    SPB_MPI_CHECK(MPI_Irecv(recv, c, MPI_FLOAT, src, 0, comm, &r->req[0]));
+        sendrecv_log[sendrecv_logged++] = (struct sendrecv_call){count, recv_count, comm, dest, src};
+    SPB_MPI_CHECK(MPI_Irecv(recv, count_as_int(recv_count), MPI_FLOAT, src, 0, comm, &r->req[0]));
     SPB_MPI_CHECK(MPI_Isend(send, c, MPI_FLOAT, dest, 0, comm, &r->req[1]));
     r->blocked = spb_now() - t0;
 }

@@ -51,6 +51,35 @@ void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm,
 void spb_allgather_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase);
 void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase);
 
+/* All-to-all with per-rank counts (MPI_Alltoallv's arguments in floats):
+ * send_counts[j] floats from send + send_displs[j] go to rank j, and
+ * recv_counts[i] floats from rank i land at recv + recv_displs[i]; every
+ * rank's send_counts[j] must equal rank j's recv_counts of it.  For uneven
+ * sequence shares (common/runtime/split.h).  Runs as point-to-point
+ * messages (any MPI, the built-in one included).  Recorded as an
+ * all-to-all: payload = every float this rank sends (its own block
+ * included, as the even call's n x count), link bytes = the floats it
+ * sends to the others, exactly (no bus factor: the blocks differ).  Host
+ * fp32 buffers only (config.c keeps uneven shares on --device cpu); not in
+ * spb_comm_replay_alltoalls' log. */
+void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
+                       const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase);
+
+/* Allgather and reduce-scatter with per-rank counts, for uneven sequence
+ * shares too: rank i's block is counts[i] floats at displs[i] of the
+ * n-block buffer (recv of the allgather, send of the reduce-scatter); the
+ * allgather sends this rank's counts[me] floats, the reduce-scatter
+ * receives the sum of block me.  Point-to-point messages (any MPI, the
+ * built-in one included); the reduce-scatter adds the blocks in rank order
+ * (the same bits on every run).  Recorded as allgather / reduce-scatter:
+ * payload = the n-block buffer's floats, link bytes = what this rank sends
+ * (allgather: its block to each of the n − 1 others; reduce-scatter: every
+ * block but its own to its owner).  Host fp32 buffers only. */
+void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
+                        spb_comm_phase phase);
+void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *displs, float *recv, MPI_Comm comm,
+                             spb_comm_phase phase);
+
 /* Point-to-point exchange for rings: post the receive from `src` and the
  * send to `dest` now, compute, then wait.  Recorded time is what the caller
  * is blocked (start + wait), i.e. the exposed part of the transfer; on the
@@ -58,7 +87,8 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
  * the communication stream, overlapped or not. */
 typedef struct spb_sendrecv {
     MPI_Request req[2];
-    long count;
+    long count;      /* floats sent */
+    long recv_count; /* floats received */
     double element_bytes;                       /* stored bytes per element sent */
     float *host_send, *host_recv, *device_recv; /* the host-staged path's */
     void *transfer;                             /* the device path's handle, else NULL */
@@ -69,6 +99,10 @@ typedef struct spb_sendrecv {
 void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *recv, int src, long count,
                         MPI_Comm comm, spb_comm_phase phase);
 void spb_sendrecv_wait(spb_sendrecv *r);
+/* The same with a receive of another size (ring blocks of uneven shares):
+ * recorded bytes are what is sent; host path only when the counts differ. */
+void spb_sendrecv_start_v(spb_sendrecv *r, const float *send, long send_count, int dest, float *recv,
+                          long recv_count, int src, MPI_Comm comm, spb_comm_phase phase);
 
 /* Non-blocking all-to-all (spb_alltoall_f32's blocks: count floats to and
  * from each rank), for exchanges split into pieces that overlap compute

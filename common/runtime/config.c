@@ -691,13 +691,26 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
 
     if (world_size % c->sp_degree)
         return fail(err, errlen, "world size %d is not divisible by --sp-degree %d", world_size, c->sp_degree);
-    if (c->seq_length % c->sp_degree)
-        return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d", c->seq_length, c->sp_degree);
+    if (c->seq_length < c->sp_degree)
+        return fail(err, errlen, "--seq-length %d is shorter than --sp-degree %d: every rank needs a token",
+                    c->seq_length, c->sp_degree);
     const spb_strategy *s = spb_strategy_by_name(c->strategy);
     if (!s) {
         char names[256];
         spb_strategy_names(names, sizeof names);
         return fail(err, errlen, "unknown --strategy '%s' (this build has: %s)", c->strategy, names);
+    }
+    /* Uneven token shares (common/runtime/split.h: the first N mod P ranks
+     * hold one token more): the CPU path of the strategies that take them. */
+    if (c->seq_length % c->sp_degree) {
+        if (!s->uneven_tokens)
+            return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d, and --strategy %s needs "
+                                     "equal shares (uneven shares: ulysses; ring and allgather-kv with --ring-layout contiguous)",
+                        c->seq_length, c->sp_degree, c->strategy);
+        if (strcmp(c->device, "cpu"))
+            return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d: uneven token shares run "
+                                     "on --device cpu only (the device exchanges take equal blocks)",
+                        c->seq_length, c->sp_degree);
     }
     if (s->validate && s->validate(c, world_size, err, errlen)) return -1;
 
