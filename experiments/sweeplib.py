@@ -63,8 +63,8 @@ SPB_OPTIONS = {
     "attention-mask": (("causal", "full"), "causal", "attention_mask"),
     "ulysses-comm": (("alltoall", "allgather"), "alltoall", "ulysses_comm"),
     "ring-layout": (("contiguous", "zigzag"), "contiguous", "ring_layout"),
-    "ulysses-degree": ("int", 0, "ulysses_degree"),
-    "ulysses-overlap": ("int", 0, None),  # Ulysses/hybrid: all-to-alls in K head groups overlapping attention  # hybrid: all-to-all degree U (0 = P), ring degree P/U
+    "ulysses-degree": ("int", 0, "ulysses_degree"),  # hybrid: all-to-all degree U (0 = P), ring degree P/U
+    "ulysses-overlap": ("int", 0, None),  # Ulysses/hybrid: all-to-alls in K head groups overlapping attention
     "sparse-block": ("int", 0, None),           # blocked-sparse attention (docs/SPARSE.md)
     "sparse-local-blocks": ("int", 0, None),
     "sparse-global-blocks": ("int", 0, None),
@@ -76,6 +76,7 @@ SPB_OPTIONS = {
     "timing-warmup": ("int", 1, None),
     "memory-budget": ("size", None, "memory_budget"),
     "compare-alltoall": ("flag", "no", None),
+    "kernel-timeline": ("flag", "no", None),  # --device cuda: each phase's GPU busy and idle time (docs/FORMATS.md)
     "quiet": ("flag", "yes", None),
     # mixed precision, the CUDA flash kernels' variant, fp16 loss scaling
     "bf16-kernels": (("fast", "reference"), None, None),
