@@ -46,6 +46,7 @@
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "cuda_llama_ops.h"
 #include "cudnn_attention.h"
 #include "gpu_env.h"
 #include "gpu_util.h"
@@ -61,6 +62,8 @@ extern "C" {
 }
 
 #ifdef SPB_GPU_CHECK_HAVE_CORE
+/* the fp32 CUDA table's attention (cuda_backend.cu; its header needs MPI) */
+extern "C" const spb_attn_backend spb_attn_cuda_simple;
 extern "C" void spb_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                                 float weight_decay, const spb_config *cfg, long step, double lr);
 #endif
@@ -732,6 +735,167 @@ static void check_attention(spb_cuda_impl impl, int D, int fp16, const char *var
         spb_cuda_free(gqkv), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
         spb_cuda_free(glr), spb_cuda_free(gd), spb_cuda_free(ws);
     }
+}
+
+/* The fp32 CUDA table's Llama-style operations (cuda_llama_ops.cu) against
+ * ops_llama_cpu.c on the same fp32 inputs: RMSNorm (one thread a row, the
+ * CPU's loop: sums of C terms), SwiGLU (element-wise; expf against the
+ * CPU's spb_expf, a few ulp), RoPE at scattered global positions in a
+ * fused-QKV-like row (strides larger than the rotated heads; the angles are
+ * the CPU's bits, so only the two products and the sum round, perhaps
+ * contracted to an FMA on the device: a few ulp of the largest element,
+ * where a wrong position is off by O(1)), and RoPE then its inverse (the
+ * backward) back to the input. */
+static void check_llama_ops()
+{
+    const check_unit unit;
+    if (!unit.taken) return;
+    const int rows = 120, C = 264, F = 200;
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows=%d C=%d F=%d", rows, C, F);
+    { /* RMSNorm */
+        auto x = randv((long)rows * C, 2.0f, false), w = randv(C, 1.0f, false), dy = randv((long)rows * C, 1.0f, false);
+        auto dx0 = randv((long)rows * C, 0.1f, false), dw0 = randv(C, 0.1f, false);
+        std::vector<float> ry((size_t)rows * C), rs(rows), rdx = dx0, rdw = dw0;
+        spb_rmsnorm_forward(ry.data(), rs.data(), x.data(), w.data(), rows, C);
+        spb_rmsnorm_backward(rdx.data(), rdw.data(), dy.data(), x.data(), w.data(), rs.data(), rows, C);
+        float *gx = dev(x), *gw = dev(w), *gdy = dev(dy), *gdx = dev(dx0), *gdw = dev(dw0);
+        float *gy = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows * C), *gs = dev(std::vector<float>(rows));
+        spb_cuda_rmsnorm_forward(gy, gs, gx, gw, rows, C);
+        check("rmsnorm fwd out", SPB_CUDA_SIMPLE, shape, host_f32(gy, (long)rows * C), ry, spb_tol_f32_sum(C));
+        check("rmsnorm fwd rstd", SPB_CUDA_SIMPLE, shape, host_f32(gs, rows), rs, spb_tol_f32_sum(C));
+        float *grs = dev(rs); /* the backward from the CPU's rstd: its own differences only */
+        spb_cuda_rmsnorm_backward(gdx, gdw, gdy, gx, gw, grs, rows, C);
+        check("rmsnorm bwd dinp (+=)", SPB_CUDA_SIMPLE, shape, host_f32(gdx, (long)rows * C), rdx, spb_tol_f32_sum(C));
+        check("rmsnorm bwd dw (+=)", SPB_CUDA_SIMPLE, shape, host_f32(gdw, C), rdw, spb_tol_f32_sum(rows));
+        for (float *p : {gx, gw, gdy, gdx, gdw, gy, gs, grs}) spb_cuda_free(p);
+    }
+    { /* SwiGLU: rows of [gate F | up F] */
+        auto in = randv(2L * rows * F, 4.0f, false), dy = randv((long)rows * F, 1.0f, false);
+        std::vector<float> ry((size_t)rows * F), rd((size_t)2 * rows * F);
+        spb_swiglu_forward(ry.data(), in.data(), rows, F);
+        spb_swiglu_backward(rd.data(), in.data(), dy.data(), rows, F);
+        float *gin = dev(in), *gdy = dev(dy), *gy = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4L * rows * F);
+        float *gd = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 8L * rows * F);
+        spb_cuda_swiglu_forward(gy, gin, rows, F);
+        spb_cuda_swiglu_backward(gd, gin, gdy, rows, F);
+        check("swiglu fwd", SPB_CUDA_SIMPLE, shape, host_f32(gy, (long)rows * F), ry, 8 * SPB_F32_U);
+        check("swiglu bwd d[gate|up]", SPB_CUDA_SIMPLE, shape, host_f32(gd, 2L * rows * F), rd, 8 * SPB_F32_U);
+        for (float *p : {gin, gdy, gy, gd}) spb_cuda_free(p);
+    }
+    { /* RoPE on 3 of 5 heads of each token row (a fused QKV's Q and K), B = 2,
+       * positions scattered (a zigzag block's) and large (angles of many turns) */
+        const int B = 2, T = 48, heads = 3, D = 16, width = 5 * D;
+        std::vector<long> pos(T);
+        for (int t = 0; t < T; t++) pos[t] = t < T / 2 ? 1000 + t : 70000 - t;
+        auto x = randv((long)B * T * width, 1.0f, false);
+        std::vector<float> r = x;
+        spb_rope_apply(r.data(), pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 0);
+        float *gx = dev(x);
+        spb_cuda_rope_apply(gx, pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 0);
+        snprintf(shape, sizeof shape, "B=%d T=%d heads=%d/5 D=%d", B, T, heads, D);
+        check("rope fwd", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), r, 8 * SPB_F32_U);
+        spb_rope_apply(r.data(), pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 1);
+        spb_cuda_rope_apply(gx, pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 1);
+        check("rope inverse (bwd)", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), r, 8 * SPB_F32_U);
+        check("rope inverse = input", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), x, 16 * SPB_F32_U);
+        spb_cuda_free(gx);
+    }
+}
+
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+/* Grouped-query attention in the fp32 CUDA table's kernels (cuda_backend.cu)
+ * against attention_naive.c: a fused row [H query heads | G K heads | G V
+ * heads] per token, G in {1, 2, H} (H = 4), causal with a ring block's
+ * offsets and full; fp32 both sides, sums of T terms. */
+static void check_gqa_attention_f32()
+{
+    const int B = 2, H = 4, D = 16, T = 72;
+    const int groups[] = {1, 2, H};
+    for (int G : groups)
+        for (int causal = 0; causal < 2; causal++) {
+            const check_unit unit;
+            if (!unit.taken) continue;
+            const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
+                       nl = (long)B * H * T;
+            spb_attn_desc d;
+            memset(&d, 0, sizeof d);
+            d.batch = B, d.heads = H, d.kv_heads = G, d.head_dim = D, d.q_len = T, d.k_len = T;
+            d.causal = causal, d.q_offset = causal ? 2L * T : 0, d.k_offset = causal ? T : 0;
+            d.scale = 1.0f / sqrtf((float)D);
+            d.q_token_stride = d.k_token_stride = width, d.q_batch_stride = d.k_batch_stride = width * T;
+            d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+            const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
+            auto qkv = randv(nq, 1.0f, false), dout = randv(no, 1.0f, false), d0 = randv(nq, 0.1f, false);
+            std::vector<float> ro((size_t)no), rl((size_t)nl), rd = d0;
+            spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+            spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data(),
+                                    dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+            float *g = dev(qkv), *gdo = dev(dout), *gd = dev(d0);
+            float *go = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * no), *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
+            spb_attn_cuda_simple.forward(&d, g + qo, g + ko, g + vo, go, gl);
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s fp32 D=%d B=%d H=%d G=%d T=%d", causal ? "ring block causal" : "full", D,
+                     B, H, G, T);
+            check("gqa attn fwd O", SPB_CUDA_SIMPLE, shape, host_f32(go, no), ro, spb_tol_f32_sum(T) * 8);
+            check("gqa attn fwd lse", SPB_CUDA_SIMPLE, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
+            /* backward from the CPU's O and lse: the kernels' own differences only */
+            float *gro = dev(ro), *grl = dev(rl);
+            spb_attn_cuda_simple.backward(&d, g + qo, g + ko, g + vo, gro, grl, gdo, gd + qo, gd + ko, gd + vo);
+            check("gqa attn bwd dQ,dK,dV (+=)", SPB_CUDA_SIMPLE, shape, host_f32(gd, nq), rd, spb_tol_f32_sum(T * H) * 8);
+            for (float *p : {g, gdo, gd, go, gl, gro, grl}) spb_cuda_free(p);
+        }
+}
+#endif
+
+/* Grouped-query attention in the 16-bit flash kernels: the simple ones map
+ * query head h to K/V head h / (H/G); the fast families take G = H only and
+ * must decline (fast_ok), leaving the call to the simple ones.  bf16, D = 64,
+ * H = 4, G in {1, 2}, a fused row [H query | G K | G V heads] per token; the
+ * bounds of check_attention. */
+static void check_gqa_attention_half(spb_cuda_impl impl)
+{
+    const int B = 2, H = 4, D = 64, T = 96;
+    const int groups[] = {1, 2};
+    for (int G : groups)
+        for (int causal = 0; causal < 2; causal++) {
+            const check_unit unit;
+            if (!unit.taken) continue;
+            const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
+                       nl = (long)B * H * T;
+            spb_attn_desc d;
+            memset(&d, 0, sizeof d);
+            d.batch = B, d.heads = H, d.kv_heads = G, d.head_dim = D, d.q_len = T, d.k_len = T;
+            d.causal = causal, d.q_offset = causal ? 2L * T : 0, d.k_offset = causal ? T + 40 : 0;
+            d.scale = 1.0f / sqrtf((float)D);
+            d.q_token_stride = d.k_token_stride = width, d.q_batch_stride = d.k_batch_stride = width * T;
+            d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+            const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
+            auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), d0 = randv(nq, 0.1f, false);
+            std::vector<float> ro((size_t)no), rl((size_t)nl);
+            spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+            spb_bf16 *g = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+            float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s bf16 D=%d B=%d H=%d G=%d T=%d", causal ? "ring block causal" : "full", D,
+                     B, H, G, T);
+            int ran_fast = spb_cuda_attention_forward_half(&d, 0, g + qo, g + ko, g + vo, go, gl, impl, 0);
+            if (ran_fast) report("gqa: fast path declined", impl, shape, 1.0, 0.0);
+            check("gqa flash fwd O", impl, shape, host_bf16(go, no), ro, spb_tol_attn_forward());
+            check("gqa flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
+            std::vector<float> ob = ro, rd = d0;
+            rnd(ob);
+            spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
+                                    dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+            spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout);
+            float *glr = dev(rl), *gd = dev(d0), *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * nl);
+            ran_fast = spb_cuda_attention_backward_half(&d, 0, g + qo, g + ko, g + vo, gob, glr, gdo, gd + qo, gd + ko,
+                                                        gd + vo, ws, impl, 0);
+            if (ran_fast) report("gqa: fast path declined", impl, shape, 1.0, 0.0);
+            check("gqa flash bwd dQ,dK,dV (+=)", impl, shape, host_f32(gd, nq), rd, spb_tol_attn_backward());
+            spb_cuda_free(g), spb_cuda_free(go), spb_cuda_free(gl), spb_cuda_free(gob), spb_cuda_free(gdo);
+            spb_cuda_free(glr), spb_cuda_free(gd), spb_cuda_free(ws);
+        }
 }
 
 /* The backward on FlashAttention-2's tiling (128 keys per block, P and dS
@@ -1411,6 +1575,12 @@ int main(int argc, char **argv)
         }
         check_direct_embedding();
         check_direct_bias_merge();
+        check_llama_ops();
+        check_gqa_attention_half(SPB_CUDA_SIMPLE);
+        check_gqa_attention_half(SPB_CUDA_FAST);
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+        check_gqa_attention_f32();
+#endif
         /* FAST LayerNorm in row blocks (256 threads per row, C = 256·{4, 8, 16, 32};
          * C = 264 above takes the warp-per-row kernels) */
         check_layernorm(SPB_CUDA_FAST, 24, 1024, "rows=24 C=1024 row blocks");

@@ -10,6 +10,7 @@
  *                     [--sp 8] [--peak-tflops X] [--watchdog SECONDS]
  *
  * --check-only: no timings; layer_checks.csv only if --out is given.
+ * --core-only: of the checks, only the core step's (GPT and Llama models).
  * --timings-only: no checks (an earlier --check-only pass wrote
  * layer_checks.csv, left as it is); the timings' CSVs.
  * --watchdog: end the process (exit 5) after SECONDS without a check
@@ -552,9 +553,15 @@ static void fill_f32(float *d, long n, float scale)
  * 1e-2..1. */
 static const double kCoreTolGrad = 1e-4, kCoreTolLoss = 1e-5;
 
-static void core_config(spb_config *cfg, int L, int C, int H, int V, int T, int B, int checkpoint)
+/* llama_groups > 0: --model llama (RoPE, RMSNorm, SwiGLU, no biases, untied
+ * head) with that many K/V heads (--num-query-groups). */
+static void core_config(spb_config *cfg, int L, int C, int H, int V, int T, int B, int checkpoint, int llama_groups)
 {
     spb_config_defaults(cfg);
+    if (llama_groups > 0) {
+        snprintf(cfg->model, sizeof cfg->model, "llama");
+        cfg->num_query_groups = llama_groups;
+    }
     cfg->num_layers = L, cfg->hidden_size = C, cfg->num_heads = H, cfg->vocab_size = V, cfg->seq_length = T;
     cfg->micro_batch_size = B;
     cfg->checkpoint_activations = checkpoint;
@@ -575,10 +582,10 @@ static spb_gpt *device_gpt(const spb_config *cfg, const spb_grid *grid)
     return g;
 }
 
-static void check_core_step(int checkpoint)
+static void check_core_step(int checkpoint, int llama_groups)
 {
     spb_config cfg;
-    core_config(&cfg, 2, 128, 4, 256, 64, 2, checkpoint);
+    core_config(&cfg, 2, 128, 4, 256, 64, 2, checkpoint, llama_groups);
     spb_grid grid;
     spb_grid_create(&grid, MPI_COMM_SELF, 1);
     spb_gpt *m = spb_gpt_create(&cfg, &grid);
@@ -611,10 +618,12 @@ static void check_core_step(int checkpoint)
     SPB_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> gg = host_f32(dm->grads, m->num_params);
 
-    const char *check = checkpoint ? "core-ckpt" : "core-step";
-    char shape[128];
-    snprintf(shape, sizeof shape, "L=%d B=%d T=%d C=%d H=%d F=%d V=%d%s", m->L, B, T, m->C, m->H, m->F, m->V,
-             checkpoint ? " ckpt" : "");
+    const char *check = llama_groups ? (checkpoint ? "core-llama-ckpt" : "core-llama")
+                                     : (checkpoint ? "core-ckpt" : "core-step");
+    char shape[128], model[32] = "";
+    if (llama_groups) snprintf(model, sizeof model, " llama G=%d", llama_groups);
+    snprintf(shape, sizeof shape, "L=%d B=%d T=%d C=%d H=%d F=%d V=%d%s%s", m->L, B, T, m->C, m->H, m->F, m->V,
+             checkpoint ? " ckpt" : "", model);
     printf("%s: loss cpu %.8f gpu %.8f\n", check, loss_cpu, loss_gpu);
     report_as(check, "fp32", shape, "loss", fabs(loss_gpu - loss_cpu) / fabs(loss_cpu), kCoreTolLoss);
     for (int k = 0; k < m->num_tensors; k++) {
@@ -635,7 +644,7 @@ static void time_core_step(int reps)
     const bool small = timing.smoke;
     const int L = 2, C = small ? 256 : 1024, H = small ? 4 : 8, V = small ? 512 : 8192, T = small ? 128 : 2048, B = 1;
     spb_config cfg;
-    core_config(&cfg, L, C, H, V, T, B, 0);
+    core_config(&cfg, L, C, H, V, T, B, 0, 0);
     spb_grid grid;
     spb_grid_create(&grid, MPI_COMM_SELF, 1);
     spb_gpt *dm = device_gpt(&cfg, &grid);
@@ -876,7 +885,7 @@ static double measured_gemm_tflops(spb_cuda_gemm *g)
 static void usage(void)
 {
     fprintf(stderr, "usage: spbench-gpu-layer [--check-only | --timings-only] [--out DIR] [--reps N] [--tokens N,N,...] [--sp P] "
-                    "[--peak-tflops X] [--smoke] [--lean-checks] [--watchdog SECONDS]\n");
+                    "[--peak-tflops X] [--smoke] [--lean-checks] [--core-only] [--watchdog SECONDS]\n");
 }
 
 int main(int argc, char **argv)
@@ -886,6 +895,9 @@ int main(int argc, char **argv)
      * layer at its first shape with both kernel sets, the GPT step, the core
      * step without checkpointing; every other shape only without it */
     bool lean = false;
+    /* --core-only: only the core-step checks (the GPT core on the device
+     * table, the Llama preset's included): a change to the table checked alone */
+    bool core_only = false;
     double peak_arg = 0.0, watchdog = kGpuWatchdogDefault;
     const char *out = "results/gpu";
     bool out_given = false;
@@ -899,6 +911,8 @@ int main(int argc, char **argv)
             timing = kTimingSmoke;
         else if (!strcmp(argv[i], "--lean-checks"))
             lean = true;
+        else if (!strcmp(argv[i], "--core-only"))
+            core_only = true;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i], out_given = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -945,12 +959,12 @@ int main(int argc, char **argv)
             {1, 256, 256, 4, 64, 1024, 1, SPB_LAYER_ATTN_LOCAL, 1, 0},
             {2, 192, 256, 2, 128, 1024, 0, SPB_LAYER_ATTN_LOCAL, 1, 0},
         };
-        for (int impl = 0; impl < 2; impl++)
+        for (int impl = 0; impl < 2 && !core_only; impl++)
             for (const auto &s : shapes) {
                 check_layer(g, s, (spb_cuda_impl)impl);
                 if (lean) break;
             }
-        if (!lean) {
+        if (!lean && !core_only) {
         /* the FAST kernels with a pass per bias and residual (the fusion's
          * side-by-side timing row), on the first and the non-causal shape */
         check_layer(g, shapes[0], SPB_CUDA_FAST, 0, 0);
@@ -979,11 +993,16 @@ int main(int argc, char **argv)
             printf("layer (cudnn attention): skipped: %s\n", spb_cudnn_attention_version());
         } /* !lean */
 #ifdef SPB_GPU_CHECK_HAVE_CORE
-        for (int impl = 0; impl < 2; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
+        for (int impl = 0; impl < 2 && !core_only; impl++) check_gpt_step(g, (spb_cuda_impl)impl);
         printf("\ncore-step: the GPT core (common/core/gpt.c) on the CUDA device table against the CPU table; metric as "
                "above, tolerance %.0e per tensor, %.0e for the loss (fp32 both sides)\n",
                kCoreTolGrad, kCoreTolLoss);
-        for (int ckpt = 0; ckpt < (lean ? 1 : 2); ckpt++) check_core_step(ckpt);
+        for (int ckpt = 0; ckpt < (lean ? 1 : 2); ckpt++) check_core_step(ckpt, 0);
+        /* the Llama preset (RoPE at global positions, RMSNorm, SwiGLU, no
+         * biases, untied head) with G = 1, 2 and H = 4 K/V heads */
+        for (int groups : {1, 2, 4})
+            if (!lean || groups == 2) check_core_step(0, groups);
+        if (!lean) check_core_step(1, 1);
 #else
         printf("gpt-step, core-step: skipped (standalone build without the MPI GPT core; the CMake build runs them)\n");
 #endif

@@ -65,10 +65,11 @@ void spb_bf16_direct_reset_counts(void) { counts = (spb_bf16_direct_counts){0}; 
 
 int spb_bf16_direct_attention_supported(const spb_attn_desc *d)
 {
-    /* grouped-query attention goes through the frames: the CUDA kernels
-     * take as many K/V heads as query heads */
+    /* grouped-query attention too: the CUDA fast kernels decline it and the
+     * simple ones map each query head to its K/V head (cuda_attention.cu);
+     * the CPU emulation's attention_flash.c takes it */
     return (d->head_dim == 64 || d->head_dim == 128) && d->sparse_block <= 0 && d->batch > 0 && d->heads > 0 &&
-           d->q_len > 0 && d->k_len > 0 && spb_attn_kv_heads(d) == d->heads;
+           d->q_len > 0 && d->k_len > 0;
 }
 
 /* One operand: elements [index, index + len) of handle h, all of one

@@ -304,6 +304,10 @@ static void occupancy_of(spb_cuda_occupancy *o, K kernel, int threads, size_t sm
 static int fast_ok(const spb_attn_desc *d, const void *const *ptrs, int nptr)
 {
     if (d->head_dim != 64 && d->head_dim != 128) return 0;
+    /* grouped-query attention: the fast families (mma, wgmma, TMA, the
+     * exchange backward) take as many K/V heads as query heads; the simple
+     * kernels map each query head to its K/V head */
+    if (spb_attn_kv_heads(d) != d->heads) return 0;
     long strides[6] = {d->q_token_stride, d->q_batch_stride, d->k_token_stride,
                        d->k_batch_stride, d->o_token_stride, d->o_batch_stride};
     for (int x = 0; x < 6; x++)
@@ -680,7 +684,8 @@ static int attention_backward(const spb_attn_desc *d, const spb_bf16 *q, const s
             wide ? bwd_fast_launch<T, 128, 8>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s)
                  : bwd_fast_launch<T, 128, 4>(d, q, k, v, lse, workspace, dout, dq, dk, dv, fast_fused_dq, s);
     } else {
-        dim3 gq((d->q_len + ST - 1) / ST, d->heads, d->batch), gk((d->k_len + ST - 1) / ST, d->heads, d->batch);
+        dim3 gq((d->q_len + ST - 1) / ST, d->heads, d->batch),
+            gk((d->k_len + ST - 1) / ST, spb_attn_kv_heads(d), d->batch); /* dK, dV: one block row per K/V head */
         if (d->head_dim == 64) {
             dq_simple<T, 64><<<gq, ST, 0, s>>>(*d, q, k, v, lse, workspace, dout, dq);
             SPB_CUDA_CHECK(cudaGetLastError());

@@ -39,6 +39,14 @@ __device__ __forceinline__ void stage_rows(T (*dst)[D], const spb_bf16 *src, lon
     }
 }
 
+/* Grouped-query attention: the K/V head query head h reads (attention.h's
+ * spb_attn_kv_head, host code there) and the K/V heads per token. */
+__device__ __forceinline__ int kv_head_of(const spb_attn_desc &d, int h)
+{
+    return d.kv_heads > 0 ? h / (d.heads / d.kv_heads) : h;
+}
+__device__ __forceinline__ int kv_heads_of(const spb_attn_desc &d) { return d.kv_heads > 0 ? d.kv_heads : d.heads; }
+
 template <typename T, int D>
 __global__ void __launch_bounds__(ST) fwd_simple(spb_attn_desc d, const spb_bf16 *q, const spb_bf16 *k,
                                                  const spb_bf16 *v, spb_bf16 *o, float *lse)
@@ -57,8 +65,8 @@ __global__ void __launch_bounds__(ST) fwd_simple(spb_attn_desc d, const spb_bf16
     }
     for (int j0 = 0; j0 < n_block; j0 += ST) {
         __syncthreads();
-        stage_rows<T, D>(Ks, k, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
-        stage_rows<T, D>(Vs, v, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
+        stage_rows<T, D>(Ks, k, b * d.k_batch_stride + (long)kv_head_of(d, h) * D, d.k_token_stride, j0, d.k_len);
+        stage_rows<T, D>(Vs, v, b * d.k_batch_stride + (long)kv_head_of(d, h) * D, d.k_token_stride, j0, d.k_len);
         __syncthreads();
         for (int r = 0; r < ST && j0 + r < n; r++) {
             float s = 0.0f;
@@ -117,8 +125,8 @@ __global__ void __launch_bounds__(ST) dq_simple(spb_attn_desc d, const spb_bf16 
     }
     for (int j0 = 0; j0 < n_block; j0 += ST) {
         __syncthreads();
-        stage_rows<T, D>(Ks, k, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
-        stage_rows<T, D>(Vs, v, b * d.k_batch_stride + (long)h * D, d.k_token_stride, j0, d.k_len);
+        stage_rows<T, D>(Ks, k, b * d.k_batch_stride + (long)kv_head_of(d, h) * D, d.k_token_stride, j0, d.k_len);
+        stage_rows<T, D>(Vs, v, b * d.k_batch_stride + (long)kv_head_of(d, h) * D, d.k_token_stride, j0, d.k_len);
         __syncthreads();
         for (int r = 0; r < ST && j0 + r < n; r++) {
             float s = 0.0f, dp = 0.0f;
@@ -141,41 +149,45 @@ __global__ void __launch_bounds__(ST) dkv_simple(spb_attn_desc d, const spb_bf16
 {
     __shared__ T Qs[ST][D], dOs[ST][D];
     __shared__ float Ls[ST], Ds[ST];
-    const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x * ST + threadIdx.x;
+    /* blockIdx.y: the K/V head g; the query heads that read it (all
+     * heads / kv_heads of them) add into one key row: one writer */
+    const int b = blockIdx.z, g = blockIdx.y, j = blockIdx.x * ST + threadIdx.x, group = d.heads / kv_heads_of(d);
     const bool live = j < d.k_len;
-    const long koff = b * d.k_batch_stride + (long)j * d.k_token_stride + (long)h * D;
+    const long koff = b * d.k_batch_stride + (long)j * d.k_token_stride + (long)g * D;
     float kr[D], vr[D], dka[D], dva[D];
     for (int x = 0; x < D; x++) {
         kr[x] = live ? ld<T>(k, koff + x) : 0.0f;
         vr[x] = live ? ld<T>(v, koff + x) : 0.0f;
         dka[x] = dva[x] = 0.0f;
     }
-    for (int i0 = first_query_tile<ST>(d, (long)blockIdx.x * ST); i0 < d.q_len; i0 += ST) {
-        __syncthreads();
-        stage_rows<T, D>(Qs, q, b * d.q_batch_stride + (long)h * D, d.q_token_stride, i0, d.q_len);
-        stage_rows<T, D>(dOs, dout, b * d.o_batch_stride + (long)h * D, d.o_token_stride, i0, d.q_len);
-        if (i0 + (int)threadIdx.x < d.q_len) {
-            long row = ((long)b * d.heads + h) * d.q_len + i0 + threadIdx.x;
-            Ls[threadIdx.x] = lse[row];
-            Ds[threadIdx.x] = delta[row];
-        } else {
-            Ls[threadIdx.x] = -INFINITY;
-            Ds[threadIdx.x] = 0.0f;
-        }
-        __syncthreads();
-        if (!live) continue;
-        for (int r = 0; r < ST && i0 + r < d.q_len; r++) {
-            if (d.causal && d.k_offset + j > d.q_offset + i0 + r) continue;
-            if (!(Ls[r] > -INFINITY)) continue;
-            float s = 0.0f, dp = 0.0f;
-            for (int x = 0; x < D; x++) {
-                s += kr[x] * elem<T>::to_f(Qs[r][x]);
-                dp += vr[x] * elem<T>::to_f(dOs[r][x]);
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        for (int i0 = first_query_tile<ST>(d, (long)blockIdx.x * ST); i0 < d.q_len; i0 += ST) {
+            __syncthreads();
+            stage_rows<T, D>(Qs, q, b * d.q_batch_stride + (long)h * D, d.q_token_stride, i0, d.q_len);
+            stage_rows<T, D>(dOs, dout, b * d.o_batch_stride + (long)h * D, d.o_token_stride, i0, d.q_len);
+            if (i0 + (int)threadIdx.x < d.q_len) {
+                long row = ((long)b * d.heads + h) * d.q_len + i0 + threadIdx.x;
+                Ls[threadIdx.x] = lse[row];
+                Ds[threadIdx.x] = delta[row];
+            } else {
+                Ls[threadIdx.x] = -INFINITY;
+                Ds[threadIdx.x] = 0.0f;
             }
-            float p = expf(d.scale * s - Ls[r]), ds = p * (dp - Ds[r]);
-            for (int x = 0; x < D; x++) {
-                dva[x] += p * elem<T>::to_f(dOs[r][x]);
-                dka[x] += ds * elem<T>::to_f(Qs[r][x]);
+            __syncthreads();
+            if (!live) continue;
+            for (int r = 0; r < ST && i0 + r < d.q_len; r++) {
+                if (d.causal && d.k_offset + j > d.q_offset + i0 + r) continue;
+                if (!(Ls[r] > -INFINITY)) continue;
+                float s = 0.0f, dp = 0.0f;
+                for (int x = 0; x < D; x++) {
+                    s += kr[x] * elem<T>::to_f(Qs[r][x]);
+                    dp += vr[x] * elem<T>::to_f(dOs[r][x]);
+                }
+                float p = expf(d.scale * s - Ls[r]), ds = p * (dp - Ds[r]);
+                for (int x = 0; x < D; x++) {
+                    dva[x] += p * elem<T>::to_f(dOs[r][x]);
+                    dka[x] += ds * elem<T>::to_f(Qs[r][x]);
+                }
             }
         }
     }

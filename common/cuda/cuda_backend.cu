@@ -27,6 +27,7 @@
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
+#include "cuda_llama_ops.h"
 #include "cuda_scalars.h"
 #include "cuda_trace.h"
 #include "cuda_upload.h"
@@ -318,7 +319,7 @@ __global__ void k_embedding_forward(float *out, const int *tokens, const float *
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)rows * C) return;
     int r = (int)(idx / C), i = (int)(idx % C);
-    out[idx] = wte[(long)tokens[r] * C + i] + wpe[positions[r % T] * C + i];
+    out[idx] = wte[(long)tokens[r] * C + i] + (wpe ? wpe[positions[r % T] * C + i] : 0.0f); /* RoPE: no table */
 }
 
 __global__ void k_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
@@ -329,7 +330,7 @@ __global__ void k_embedding_backward(float *dwte, float *dwpe, const float *dout
     int r = (int)(idx / C), i = (int)(idx % C);
     float d = dout[idx];
     atomicAdd(dwte + (long)tokens[r] * C + i, d);
-    atomicAdd(dwpe + positions[r % T] * C + i, d);
+    if (dwpe) atomicAdd(dwpe + positions[r % T] * C + i, d);
 }
 
 void dev_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, const long *positions,
@@ -464,6 +465,11 @@ __device__ bool visible(const spb_attn_desc &d, long i, long j)
     return (bk > bq - d.sparse_local && bk < bq + d.sparse_local) || bk < d.sparse_global;
 }
 
+/* Grouped-query attention: the K/V head query head h reads (attention.h's
+ * spb_attn_kv_head, which is host code) and the K/V heads per token. */
+__device__ int kv_head(const spb_attn_desc &d, int h) { return d.kv_heads > 0 ? h / (d.heads / d.kv_heads) : h; }
+__device__ int kv_heads(const spb_attn_desc &d) { return d.kv_heads > 0 ? d.kv_heads : d.heads; }
+
 __device__ float dot(const float *a, const float *b, int D)
 {
     float s = 0.0f;
@@ -487,7 +493,7 @@ __global__ void k_attn_forward(spb_attn_desc d, const float *q, const float *k, 
     bool any = false;
     for (int j = 0; j < d.k_len; j++) {
         if (!visible(d, i, j)) continue;
-        const float *kj = k + b * d.k_batch_stride + j * d.k_token_stride + (long)h * D;
+        const float *kj = k + b * d.k_batch_stride + j * d.k_token_stride + (long)kv_head(d, h) * D;
         float s = d.scale * dot(qi, kj, D);
         mx = s > mx ? s : mx;
         any = true;
@@ -500,7 +506,7 @@ __global__ void k_attn_forward(spb_attn_desc d, const float *q, const float *k, 
     float sum = 0.0f;
     for (int j = 0; j < d.k_len; j++) {
         if (!visible(d, i, j)) continue;
-        const long koff = b * d.k_batch_stride + j * d.k_token_stride + (long)h * D;
+        const long koff = b * d.k_batch_stride + j * d.k_token_stride + (long)kv_head(d, h) * D;
         float p = expf(d.scale * dot(qi, k + koff, D) - mx);
         sum += p;
         const float *vj = v + koff;
@@ -539,7 +545,7 @@ __global__ void k_attn_backward_dq(spb_attn_desc d, const float *q, const float 
     const float Di = ws[idx];
     for (int j = 0; j < d.k_len; j++) {
         if (!visible(d, i, j)) continue;
-        const long koff = b * d.k_batch_stride + j * d.k_token_stride + (long)h * D;
+        const long koff = b * d.k_batch_stride + j * d.k_token_stride + (long)kv_head(d, h) * D;
         float p = expf(d.scale * dot(qi, k + koff, D) - l);
         float ds = p * (dot(doi, v + koff, D) - Di);
         const float *kj = k + koff;
@@ -548,29 +554,33 @@ __global__ void k_attn_backward_dq(spb_attn_desc d, const float *q, const float 
 }
 
 /* dK_j += scale sum_i dS_ij Q_i, dV_j += sum_i P_ij dO_i; one thread per
- * (b, h, j): each key row has one writer. */
+ * (b, K/V head g, j), over the query heads that read g (grouped-query
+ * attention: heads / kv_heads of them): each key row has one writer. */
 __global__ void k_attn_backward_dkdv(spb_attn_desc d, const float *q, const float *k, const float *v,
                                      const float *lse, const float *dout, const float *ws, float *dk, float *dv)
 {
+    const int G = kv_heads(d), group = d.heads / G;
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long)d.batch * d.heads * d.k_len) return;
-    const int j = (int)(idx % d.k_len), h = (int)(idx / d.k_len % d.heads), b = (int)(idx / d.k_len / d.heads);
+    if (idx >= (long)d.batch * G * d.k_len) return;
+    const int j = (int)(idx % d.k_len), g = (int)(idx / d.k_len % G), b = (int)(idx / d.k_len / G);
     const int D = d.head_dim;
-    const long koff = b * d.k_batch_stride + j * d.k_token_stride + (long)h * D;
+    const long koff = b * d.k_batch_stride + j * d.k_token_stride + (long)g * D;
     const float *kj = k + koff, *vj = v + koff;
     float *dkj = dk + koff, *dvj = dv + koff;
-    const long row0 = ((long)b * d.heads + h) * d.q_len;
-    for (int i = 0; i < d.q_len; i++) {
-        const float l = lse[row0 + i];
-        if (!(l > -INFINITY) || !visible(d, i, j)) continue;
-        const long qoff = b * d.q_batch_stride + i * d.q_token_stride + (long)h * D;
-        const long ooff = b * d.o_batch_stride + i * d.o_token_stride + (long)h * D;
-        const float *qi = q + qoff, *doi = dout + ooff;
-        float p = expf(d.scale * dot(qi, kj, D) - l);
-        float ds = p * (dot(doi, vj, D) - ws[row0 + i]);
-        for (int c = 0; c < D; c++) {
-            dkj[c] += d.scale * ds * qi[c];
-            dvj[c] += p * doi[c];
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        const long row0 = ((long)b * d.heads + h) * d.q_len;
+        for (int i = 0; i < d.q_len; i++) {
+            const float l = lse[row0 + i];
+            if (!(l > -INFINITY) || !visible(d, i, j)) continue;
+            const long qoff = b * d.q_batch_stride + i * d.q_token_stride + (long)h * D;
+            const long ooff = b * d.o_batch_stride + i * d.o_token_stride + (long)h * D;
+            const float *qi = q + qoff, *doi = dout + ooff;
+            float p = expf(d.scale * dot(qi, kj, D) - l);
+            float ds = p * (dot(doi, vj, D) - ws[row0 + i]);
+            for (int c = 0; c < D; c++) {
+                dkj[c] += d.scale * ds * qi[c];
+                dvj[c] += p * doi[c];
+            }
         }
     }
 }
@@ -587,7 +597,7 @@ void attn_forward(const spb_attn_desc *d, const float *q, const float *k, const 
 void attn_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
                    const float *lse, const float *dout, float *dq, float *dk, float *dv)
 {
-    long nq = (long)d->batch * d->heads * d->q_len, nk = (long)d->batch * d->heads * d->k_len;
+    long nq = (long)d->batch * d->heads * d->q_len, nk = (long)d->batch * spb_attn_kv_heads(d) * d->k_len;
     if (nq <= 0 || nk <= 0) return;
     float *ws = spb_cuda_attention_workspace(nq);
     SPB_KT_BEGIN(0);
@@ -861,6 +871,11 @@ spb_backend make_table(void)
     t.matmul_backward_ld = dev_matmul_backward_ld;
     t.layernorm_forward = dev_layernorm_forward;
     t.layernorm_backward = dev_layernorm_backward;
+    t.rmsnorm_forward = spb_cuda_rmsnorm_forward; /* cuda_llama_ops.cu */
+    t.rmsnorm_backward = spb_cuda_rmsnorm_backward;
+    t.swiglu_forward = spb_cuda_swiglu_forward;
+    t.swiglu_backward = spb_cuda_swiglu_backward;
+    t.rope_apply = spb_cuda_rope_apply;
     t.gelu_forward = dev_gelu_forward;
     t.gelu_backward = dev_gelu_backward;
     t.embedding_forward = dev_embedding_forward;

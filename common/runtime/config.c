@@ -401,6 +401,8 @@ const char *spb_config_default_attention(const spb_config *c, int build_has_cudn
         reason = "cuDNN's graph here takes head dims that are multiples of 8 up to 128";
     else if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0])
         reason = "a --flash-* variant was asked for";
+    else if (c->num_query_groups > 0 && c->num_query_groups != c->num_heads)
+        reason = "grouped-query attention (--num-query-groups < heads) is not in the cuDNN graph here";
     else
         pick = "cudnn", reason = "cuDNN 9's fused attention, the fastest this build has";
     if (why) *why = reason;
@@ -501,14 +503,10 @@ static int model_options(spb_config *c, char *err, size_t errlen)
             return fail(err, errlen, "--swiglu with --hidden-size %d: Megatron-LM's default MLP width "
                                      "int(8h/3 / 64)·64 is 0; give --ffn-hidden-size", c->hidden_size);
     }
-    int modern = c->num_query_groups != c->num_heads || c->rope || c->rmsnorm || c->swiglu ||
-                 c->untie_embeddings_and_output_weights || c->disable_bias_linear;
-    /* the CUDA table has no RMSNorm, SwiGLU or RoPE kernels and its attention
-     * kernels take as many K/V heads as heads; the CPU's fp32 table has them
-     * and the 16-bit emulation runs them on fp32 copies */
-    if (modern && strcmp(c->device, "cpu"))
-        return fail(err, errlen, "--model llama and its options (--num-query-groups < heads, rope, rmsnorm, swiglu, "
-                                 "untied head, no biases) run on --device cpu only so far (got %s)", c->device);
+    /* Every table runs these now: the CPU's fp32 table and the CUDA table
+     * (common/cuda/cuda_llama_ops.cu; GQA in its attention kernels), and the
+     * 16-bit tables on fp32 copies through them.  cuDNN's graph (--attention
+     * cudnn) takes as many K/V heads as query heads: refused below. */
     return 0;
 }
 
@@ -664,6 +662,10 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         if (head_dim % 8 || head_dim > 128)
             return fail(err, errlen, "--attention cudnn: head dim %d (hidden / heads) must be a multiple of 8 up to "
                                      "128", head_dim);
+        if (c->num_query_groups > 0 && c->num_query_groups != c->num_heads)
+            return fail(err, errlen, "--attention cudnn with --num-query-groups %d < %d heads: the cuDNN graph here "
+                                     "takes as many K/V heads as query heads (use --attention flash)",
+                        c->num_query_groups, c->num_heads);
     } else if (!spb_attn_backend_by_name(c->attention))
         return fail(err, errlen, "unknown --attention '%s' (auto, flash, naive, cudnn)", c->attention);
     if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0]) {
