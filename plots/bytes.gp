@@ -1,7 +1,8 @@
 # Bytes per link per layer and micro-step (forward + backward collectives of
 # the layers) against N/P: measured (points) and the strategies' formulas
 # (dashed, open circles).  One block per series: x, measured, predicted; x is N/P,
-# or P when N/P is the same at every point (weak scaling).  Variables from plots/render.
+# or P when N/P is the same at every point (weak scaling), or N on a linear
+# axis (logx = 0, ticks in xtics_at) when N/P differs by a fraction (uneven splits).  Variables from plots/render.
 set datafile separator whitespace
 if (term eq 'svg') { set terminal svg size 950,600 dynamic noenhanced font 'DejaVu Sans,12' } \
 else { set terminal pngcairo size 950,600 noenhanced font 'DejaVu Sans,11' }
@@ -10,7 +11,9 @@ set title title font ',12'
 if (!exists("xlabel")) xlabel = 'tokens per rank N/P'
 set xlabel xlabel
 set ylabel 'MiB per link per layer per micro-step (forward + backward)'
-set logscale x 2
+if (!exists("logx")) logx = 1
+if (logx) { set logscale x 2 } else { unset logscale x }
+if (exists("xtics_at")) { eval xtics_at }
 set logscale y 2
 set grid
 set offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05
