@@ -6,8 +6,9 @@
  *   - the all-to-all, allgather and reduce-scatter with per-rank counts
  *     move (and sum) what they are told and record the floats each rank
  *     sends;
- *   - Ulysses, ring and allgather-kv (contiguous) at N = 4P + 1 and 5P − 1, causal
- *     and full, GPT (learned positions) and the Llama preset (RoPE at
+ *   - Ulysses, ring and allgather-kv (contiguous) and Megatron-SP (its
+ *     tensor-parallel region gathers every rank's share) at N = 4P + 1 and
+ *     5P − 1, causal and full, GPT (learned positions) and the Llama preset (RoPE at
  *     global positions, GQA): the loss and every gradient of one step equal
  *     one rank running `none` on the whole global batch; the busiest link's
  *     bytes per layer (the largest over ranks) equal comm_volume; the
@@ -69,6 +70,9 @@ static void config(spb_config *c, const ucase *k, int P, int global)
     if (k->G) {
         snprintf(c->model, sizeof c->model, "llama");
         c->num_query_groups = k->G;
+        /* Megatron-SP splits the MLP P ways; the SwiGLU width rule's 128
+         * does not divide by 3 or 6 */
+        if (!strcmp(k->strategy, "megatron")) c->ffn_hidden_size = 120;
     }
 }
 
@@ -259,14 +263,17 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int world = world_size();
-    static const char *const strategies[] = {"ulysses", "ring", "allgather-kv"}; /* ring's layout: contiguous */
+    /* ring's layout: contiguous; megatron: the TP region's allgathers and reduce-scatters with per-rank counts */
+    static const char *const strategies[] = {"ulysses", "ring", "allgather-kv", "megatron"};
+    enum { NUM_STRATEGIES = sizeof strategies / sizeof strategies[0] };
     for (int P = 2; P <= world; P++) {
         if (world % P) continue;
         /* one token over: rank 0 alone holds the extra; P - 1 over: all but the last */
         const int lengths[2] = {4 * P + 1, 5 * P - 1};
-        /* K/V heads Ulysses takes at this P (G | P or P | G) */
+        /* K/V heads Ulysses takes at this P (G | P or P | G); G | P for
+         * Megatron-SP (replicated K/V heads) */
         const int G = P % 3 == 0 ? 3 : 2;
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < NUM_STRATEGIES; s++) {
             for (int li = 0; li < (P > 2 ? 2 : 1); li++)
                 for (int causal = 0; causal < 2; causal++)
                     add((ucase){strategies[s], P, lengths[li], causal, 0, 0, 0});
@@ -282,8 +289,8 @@ int main(int argc, char **argv)
     int n_equal = num_cases;
     if (world == 4)
         for (int zero = 0; zero <= 3; zero++)
-            for (int s = 0; s < 4; s++) /* ulysses, ring, allgather-kv, ulysses with 7 heads */
-                add((ucase){strategies[s % 3], 2, 9, 1, zero, 0, s == 3 ? ODD_HEADS : 0});
+            for (int s = 0; s <= NUM_STRATEGIES; s++) /* every strategy, and ulysses with 7 heads */
+                add((ucase){strategies[s % NUM_STRATEGIES], 2, 9, 1, zero, 0, s == NUM_STRATEGIES ? ODD_HEADS : 0});
     Suite *su = suite_create("uneven");
     TCase *tc = tcase_create("uneven_shares");
     tcase_set_timeout(tc, 600);
