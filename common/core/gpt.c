@@ -240,6 +240,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
      * strategies that take it; their local_positions lay it out). */
     g->T = (int)spb_split_count(cfg->seq_length, grid->sp_size, grid->sp_rank);
     g->grid = grid;
+    const spb_strategy *layout = spb_strategy_by_name(cfg->strategy);
+    if (layout && layout->local_tokens) g->T = layout->local_tokens(grid, cfg); /* e.g. the hybrid's nested shares */
     g->be = spb_backend_for(cfg->device, cfg->precision);
     SPB_CHECK(g->be);
     if (g->be->configure) g->be->configure(cfg);

@@ -64,7 +64,10 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
     double lse, head_copies = 0;
     if (ulysses) {
-        double Ng = U == P ? N : T * U; /* plain Ulysses' head side: all N, uneven or not */
+        /* the head side: all N for plain Ulysses; the hybrid's group 0
+         * holds the largest ring block, split.h's ⌈N/R⌉ (N/R when equal;
+         * rank 0 also holds the largest T, as ⌈⌈N/R⌉/U⌉ = ⌈N/P⌉) */
+        double Ng = U == P ? N : (double)spb_split_max(c->seq_length, (int)(P / U));
         /* heads of the largest rank: H/U, or ⌈H/P⌉ under uneven head groups
          * (no GQA there: its K/V heads are its query heads) */
         const int uneven_heads = (long)Hl % (long)U != 0;
