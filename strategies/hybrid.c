@@ -9,7 +9,9 @@
  * group g holds ring block g of N/R tokens, laid out over the R blocks as
  * ring attention lays them out (contiguous, or zigzag: chunks g and 2R−1−g
  * of N/(2R)); inside the group, rank u holds rows [u·T, (u+1)·T) of that
- * block, T = N/P.
+ * block, T = N/P.  With P ∤ N (contiguous only) the shares nest: block g is
+ * split.h's share g of N over R, rank u's rows its share u of that block
+ * over U (hybrid_local_tokens).
  *
  * A layer's attention is Ulysses' exchange over the Ulysses group (U head
  * blocks of all H heads of T tokens -> H/U heads of the group's N/R
