@@ -9,7 +9,9 @@
  * group g holds ring block g of N/R tokens, laid out over the R blocks as
  * ring attention lays them out (contiguous, or zigzag: chunks g and 2R−1−g
  * of N/(2R)); inside the group, rank u holds rows [u·T, (u+1)·T) of that
- * block, T = N/P.
+ * block, T = N/P.  With P ∤ N (contiguous only) the shares nest: block g is
+ * split.h's share g of N over R, rank u's rows its share u of that block
+ * over U (hybrid_local_tokens).
  *
  * A layer's attention is Ulysses' exchange over the Ulysses group (U head
  * blocks of all H heads of T tokens -> H/U heads of the group's N/R
@@ -30,6 +32,7 @@
 
 #include "checks.h"
 #include "sp_parts.h"
+#include "split.h"
 #include "strategy.h"
 
 static int ulysses_degree(const spb_config *cfg) { return cfg->ulysses_degree > 0 ? cfg->ulysses_degree : cfg->sp_degree; }
@@ -64,6 +67,20 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
     }
     if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) return -1;
     int R = P / U;
+    if (cfg->seq_length % P) {
+        /* uneven shares: the Ulysses exchange with per-rank counts and the
+         * contiguous ring's owner-sized blocks (strategies/ulysses.c, ring.c) */
+        const char *what = spb_ring_is_zigzag(cfg) ? "--ring-layout zigzag (its chunk pairs stay equal)"
+                           : cfg->ulysses_overlap > 1 ? "--ulysses-overlap (its shaped blocks are equal)"
+                           : cfg->compare_alltoall    ? "--compare-alltoall (its replay is of equal blocks)"
+                           : !strcmp(cfg->ulysses_comm, "allgather") ? "--ulysses-comm allgather (it gathers equal blocks)"
+                                                                      : NULL;
+        if (what) {
+            snprintf(err, errlen, "hybrid with --seq-length %d not divisible by --sp-degree %d: not with %s",
+                     cfg->seq_length, P, what);
+            return -1;
+        }
+    }
     if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * R)) {
         /* chunks of N/(2R) tokens; a rank's T = N/P rows may straddle two */
         snprintf(err, errlen,
@@ -75,15 +92,30 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
     return 0;
 }
 
-/* Rows [u·T, (u+1)·T) of ring block g under the ring layout over R blocks. */
+/* Uneven shares (P ∤ N, contiguous): ring block g is split.h's share g of
+ * N over the R groups (what the ring attention's owners hold), and rank u
+ * of the group holds split.h's share u of that block over the U ranks
+ * (what the Ulysses exchange stitches together).  Equal shares: N/P. */
+static long group_tokens(const spb_grid *grid, const spb_config *cfg)
+{
+    return spb_split_count(cfg->seq_length, grid->ring_size, grid->ring_rank);
+}
+
+static int hybrid_local_tokens(const spb_grid *grid, const spb_config *cfg)
+{
+    return (int)spb_split_count(group_tokens(grid, cfg), grid->ulysses_size, grid->ulysses_rank);
+}
+
+/* This rank's rows of ring block g under the ring layout over R blocks. */
 static void hybrid_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
 {
     SPB_CHECK(grid->ulysses_size == ulysses_degree(cfg));
     spb_ring_run runs[SPB_RING_MAX_RUNS];
     int n = spb_ring_layout_runs(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->ring_size, grid->ring_rank, runs);
-    int T = cfg->seq_length / grid->sp_size;
+    long block = group_tokens(grid, cfg);
+    int T = hybrid_local_tokens(grid, cfg), first = (int)spb_split_offset(block, grid->ulysses_size, grid->ulysses_rank);
     for (int t = 0; t < T; t++) {
-        int row = grid->ulysses_rank * T + t, k = 0;
+        int row = first + t, k = 0;
         while (k < n - 1 && row >= runs[k].row + runs[k].len) k++;
         positions[t] = runs[k].pos + (row - runs[k].row);
     }
@@ -158,9 +190,45 @@ void spb_hybrid_volume_parts(const spb_config *cfg, int sp_degree, double *excha
     *ring_block = 4.0 * 2.0 * local_tokens * (double)Gu * D;
 }
 
+/* Uneven shares (P ∤ N, contiguous): group g holds N_g = split.h's share g
+ * of N over R, its rank u T = share u of N_g over U.  With q = (H + 2·Gu)·D/U
+ * and o = h/U floats per token and destination (heads divide by U) and
+ * k = 2·(Gu/U)·D the K/V floats per token of a head side, rank (g, u)
+ * sends, as ulysses' and ring's uneven formulas over U and R ranks:
+ *   Ulysses part  forward  4·b·[T·q·(U−1) + (N_g − T)·o]
+ *                 backward 4·b·[T·o·(U−1) + (N_g − T)·q]
+ *   ring part     forward  4·b·k·(N − N_{g+1}),  backward 4·b·k·(2N − N_{g+1})
+ * (N_{g+1}: the next group's block, g+1 mod R; no ring part when R = 1).
+ * Which rank is busiest depends on both parts, so this evaluates every
+ * rank and returns each phase's largest; with P | N every rank sends the
+ * even formula's bytes. */
+static spb_comm_volume hybrid_uneven_volume(const spb_config *cfg, int P, int U)
+{
+    const int R = P / U, H = cfg->num_heads, D = cfg->hidden_size / H;
+    const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H, Gu = G > U ? G : U;
+    const double b = cfg->micro_batch_size, N = cfg->seq_length;
+    const double q = (double)(H + 2 * Gu) * D / U, o = (double)cfg->hidden_size / U, k = 2.0 * (Gu / U) * D;
+    spb_comm_volume v = {0, 0};
+    for (int g = 0; g < R; g++) {
+        double Ng = (double)spb_split_count(cfg->seq_length, R, g);
+        double next = (double)spb_split_count(cfg->seq_length, R, (g + 1) % R);
+        for (int u = 0; u < U; u++) {
+            double T = (double)spb_split_count((long)Ng, U, u);
+            double fwd = 4.0 * b * (T * q * (U - 1) + (Ng - T) * o);
+            double bwd = 4.0 * b * (T * o * (U - 1) + (Ng - T) * q);
+            if (R > 1) fwd += 4.0 * b * k * (N - next), bwd += 4.0 * b * k * (2.0 * N - next);
+            v.forward_bytes = fwd > v.forward_bytes ? fwd : v.forward_bytes;
+            v.backward_bytes = bwd > v.backward_bytes ? bwd : v.backward_bytes;
+        }
+    }
+    return v;
+}
+
 static spb_comm_volume hybrid_comm_volume(const spb_config *cfg, int sp_degree)
 {
     int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree, R = sp_degree / U;
+    if (sp_degree > 1 && !spb_split_is_even(cfg->seq_length, sp_degree))
+        return hybrid_uneven_volume(cfg, sp_degree, U);
     double payload, block_bytes;
     spb_hybrid_volume_parts(cfg, sp_degree, &payload, &block_bytes);
     double share = spb_comm_bus_factor(!strcmp(cfg->ulysses_comm, "allgather") ? SPB_OP_ALLGATHER : SPB_OP_ALLTOALL, U);
@@ -179,7 +247,9 @@ const spb_strategy spb_strategy_hybrid = {
     .summary = "Ulysses x ring (USP): all-to-all inside groups of --ulysses-degree U ranks, ring attention across the "
                "P/U groups",
     .validate = hybrid_validate,
+    .uneven_tokens = 1, /* contiguous: nested shares, N over the R groups, then each group's over U */
     .head_blocks = hybrid_head_blocks,
+    .local_tokens = hybrid_local_tokens,
     .local_positions = hybrid_local_positions,
     .attn_saved_floats = hybrid_saved_floats,
     .attention_forward = hybrid_forward,

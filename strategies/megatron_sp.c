@@ -8,11 +8,14 @@
  * LayerNorm output is kept and it is gathered again in backward for the
  * weight gradient (memory for communication). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "memory.h"
 #include "device_mem.h"
 #include "local_attention.h"
+#include "split.h"
 #include "strategy.h"
 
 static int megatron_validate(const spb_config *cfg, int world_size, char *err, size_t errlen)
@@ -47,44 +50,75 @@ static int megatron_validate(const spb_config *cfg, int world_size, char *err, s
 
 static int megatron_tp_degree(const spb_grid *grid) { return grid->sp_size; }
 
-/* [B][P·T][C] (sequence order) <-> [P][B][T][C] (rank-major blocks, the
- * layout MPI's allgather and reduce-scatter use). */
-static void region_to_blocks(const spb_attn_ctx *c, const float *region, float *blocks, int B, int T, int C, int P)
+/* The region [B][N][C] (sequence order) <-> rank-major blocks [P][B][T_j][C]
+ * (the layout the allgather and reduce-scatter use): block j holds rank j's
+ * T_j tokens of every sequence, starting at its first position (split.h;
+ * T_j = N/P when P divides N). */
+typedef struct region_split {
+    long *counts, *displs; /* floats of block j and where it starts */
+    long *first, *tokens;  /* rank j's share: its first position and token count */
+} region_split;
+
+static void split_region(const spb_attn_ctx *c, long C, region_split *s)
 {
-    long row = (long)T * C;
-    for (int j = 0; j < P; j++)
-        for (int b = 0; b < B; b++)
-            spb_dev_copy(c, blocks + ((long)j * B + b) * row, region + ((long)b * P + j) * row, row);
+    int P = c->grid->sp_size;
+    long *all = SPB_CHECK_PTR(malloc(sizeof(long) * 4 * (size_t)P));
+    s->counts = all, s->displs = all + P, s->first = all + 2 * P, s->tokens = all + 3 * P;
+    long at = 0;
+    for (int j = 0; j < P; j++) {
+        s->tokens[j] = spb_split_count(c->tokens, P, j), s->first[j] = spb_split_offset(c->tokens, P, j);
+        s->counts[j] = (long)c->batch * s->tokens[j] * C, s->displs[j] = at, at += s->counts[j];
+    }
 }
 
-static void blocks_to_region(const spb_attn_ctx *c, const float *blocks, float *region, int B, int T, int C, int P)
+static void region_to_blocks(const spb_attn_ctx *c, const region_split *s, const float *region, float *blocks, long C)
 {
-    long row = (long)T * C;
-    for (int j = 0; j < P; j++)
-        for (int b = 0; b < B; b++)
-            spb_dev_copy(c, region + ((long)b * P + j) * row, blocks + ((long)j * B + b) * row, row);
+    for (int j = 0; j < c->grid->sp_size; j++)
+        for (int b = 0; b < c->batch; b++)
+            spb_dev_copy(c, blocks + s->displs[j] + b * s->tokens[j] * C,
+                         region + ((long)b * c->tokens + s->first[j]) * C, s->tokens[j] * C);
 }
 
-/* Local [B][T][C] -> region [B][N][C]. */
+static void blocks_to_region(const spb_attn_ctx *c, const region_split *s, const float *blocks, float *region, long C)
+{
+    for (int j = 0; j < c->grid->sp_size; j++)
+        for (int b = 0; b < c->batch; b++)
+            spb_dev_copy(c, region + ((long)b * c->tokens + s->first[j]) * C,
+                         blocks + s->displs[j] + b * s->tokens[j] * C, s->tokens[j] * C);
+}
+
+/* Local [B][T_r][C] -> region [B][N][C].  ctx->tokens is the region's N. */
 static void gather_sequence(const spb_attn_ctx *c, const float *local, float *region)
 {
-    int P = c->grid->sp_size, T = c->tokens / P, C = c->heads * c->head_dim * P;
-    long n = (long)c->batch * T * C;
-    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, (long)n * P);
-    spb_allgather_f32(local, blocks, n, c->grid->sp_comm, c->phase);
-    blocks_to_region(c, blocks, region, c->batch, T, C, P);
+    int P = c->grid->sp_size, me = c->grid->sp_rank;
+    long C = (long)c->heads * c->head_dim * P, N = c->tokens;
+    region_split s;
+    split_region(c, C, &s);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, (long)c->batch * N * C);
+    if (spb_split_is_even(N, P))
+        spb_allgather_f32(local, blocks, s.counts[me], c->grid->sp_comm, c->phase);
+    else /* uneven shares (CPU only: config.c) */
+        spb_allgatherv_f32(local, blocks, s.counts, s.displs, c->grid->sp_comm, c->phase);
+    blocks_to_region(c, &s, blocks, region, C);
     spb_dev_free(c, blocks);
+    free(s.counts);
 }
 
-/* Region [B][N][C] partial sums -> local [B][T][C] sums. */
+/* Region [B][N][C] partial sums -> local [B][T_r][C] sums. */
 static void reduce_scatter_sequence(const spb_attn_ctx *c, const float *region, float *local)
 {
-    int P = c->grid->sp_size, T = c->tokens / P, C = c->heads * c->head_dim * P;
-    long n = (long)c->batch * T * C;
-    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, (long)n * P);
-    region_to_blocks(c, region, blocks, c->batch, T, C, P);
-    spb_reduce_scatter_f32(blocks, local, n, c->grid->sp_comm, c->phase);
+    int P = c->grid->sp_size, me = c->grid->sp_rank;
+    long C = (long)c->heads * c->head_dim * P, N = c->tokens;
+    region_split s;
+    split_region(c, C, &s);
+    float *blocks = spb_dev_alloc(c, SPB_MEM_COMM, (long)c->batch * N * C);
+    region_to_blocks(c, &s, region, blocks, C);
+    if (spb_split_is_even(N, P))
+        spb_reduce_scatter_f32(blocks, local, s.counts[me], c->grid->sp_comm, c->phase);
+    else
+        spb_reduce_scatterv_f32(blocks, s.counts, s.displs, local, c->grid->sp_comm, c->phase);
     spb_dev_free(c, blocks);
+    free(s.counts);
 }
 
 /* The exchanges move [b][N][h] activations, never Q, K or V: grouped-query
@@ -104,10 +138,30 @@ static void reduce_scatter_sequence(const spb_attn_ctx *c, const float *region, 
  *             of the input gradient at each entry (2), and the re-gather of
  *             each LayerNorm output for the weight gradient (2) = 6 regions
  * So forward = 4·b·N·h·(P−1)/P floats: the paper's "4Nh per link whatever P"
- * (up to the (P−1)/P that leaves the rank). */
+ * (up to the (P−1)/P that leaves the rank).
+ *
+ * Uneven shares (P does not divide N; rank r holds T_r tokens, split.h):
+ * the collectives take per-rank counts (comm.c's allgatherv and
+ * reduce-scatterv) and record exactly what a rank sends.  Rank r's
+ * allgather sends its b·T_r·h block to each of the P − 1 others, its
+ * reduce-scatter every block but its own, b·(N − T_r)·h.  Per phase, in
+ * floats:
+ *   forward  (2 allgathers, 2 reduce-scatters):  b·h·[2·T_r·(P−1) + 2·(N − T_r)]
+ *                                              = b·h·[2·T_r·(P−2) + 2·N]
+ *   backward (4 allgathers, 2 reduce-scatters):  b·h·[4·T_r·(P−1) + 2·(N − T_r)]
+ *                                              = b·h·[T_r·(4P−6) + 2·N]
+ * Both grow with T_r (P ≥ 2; at P = 2 the forward is 2·b·h·N on every
+ * rank), so the busiest link is rank 0's, T_0 = ⌈N/P⌉.  With T_r = N/P they
+ * are 4 and 6 regions of b·N·h·(P−1)/P, the even formula. */
 static spb_comm_volume megatron_comm_volume(const spb_config *cfg, int P)
 {
-    double region = 4.0 * cfg->micro_batch_size * cfg->seq_length * cfg->hidden_size * (P - 1) / P;
+    const double b = cfg->micro_batch_size, N = cfg->seq_length, h = cfg->hidden_size;
+    if (P > 1 && !spb_split_is_even(cfg->seq_length, P)) {
+        const double most = (double)spb_split_max(cfg->seq_length, P);
+        return (spb_comm_volume){.forward_bytes = 4.0 * b * h * (2.0 * most * (P - 1) + 2.0 * (N - most)),
+                                 .backward_bytes = 4.0 * b * h * (4.0 * most * (P - 1) + 2.0 * (N - most))};
+    }
+    double region = 4.0 * b * N * h * (P - 1) / P;
     return (spb_comm_volume){4.0 * region, 6.0 * region};
 }
 
@@ -115,6 +169,7 @@ const spb_strategy spb_strategy_megatron = {
     .name = "megatron",
     .summary = "Megatron-LM sequence parallelism: tensor parallel over the SP group, allgather/reduce-scatter",
     .validate = megatron_validate,
+    .uneven_tokens = 1, /* the region's allgathers and reduce-scatters take per-rank counts */
     .tp_degree = megatron_tp_degree,
     .attn_saved_floats = spb_local_attention_saved_floats,
     .attention_forward = spb_local_attention_forward,

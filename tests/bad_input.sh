@@ -51,8 +51,8 @@ cases=(
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --num-query-groups 1"  # uneven heads: no GQA
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --ulysses-overlap 2"  # uneven heads: no overlap
   "--strategy ulysses --sp-degree 4 --num-attention-heads 3 --hidden-size 48"  # fewer heads than ranks
-  "--strategy megatron --sp-degree 2 --seq-length 63"
-  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --seq-length 63"     # uneven shares: Ulysses, contiguous ring only
+  "--strategy megatron --sp-degree 2 --seq-length 63 --device cuda"        # uneven shares: CPU only
+  "--strategy hybrid --sp-degree 2 --ulysses-degree 1 --ring-layout zigzag --seq-length 63"  # uneven shares: contiguous only
   "--strategy allgather-kv --sp-degree 2 --ring-layout zigzag --seq-length 63"    # zigzag: chunk pairs stay equal
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-overlap 2"   # the overlapped exchange takes equal blocks
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-comm allgather"

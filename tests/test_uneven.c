@@ -6,8 +6,11 @@
  *   - the all-to-all, allgather and reduce-scatter with per-rank counts
  *     move (and sum) what they are told and record the floats each rank
  *     sends;
- *   - Ulysses, ring and allgather-kv (contiguous) at N = 4P + 1 and 5P − 1, causal
- *     and full, GPT (learned positions) and the Llama preset (RoPE at
+ *   - Ulysses, ring and allgather-kv (contiguous), Megatron-SP (its
+ *     tensor-parallel region gathers every rank's share) and the hybrid
+ *     (every U dividing P; nested shares, also at N = 4P + P/2 with U = 2
+ *     where they differ from the flat ones) at N = 4P + 1 and 5P − 1,
+ *     causal and full, GPT (learned positions) and the Llama preset (RoPE at
  *     global positions, GQA): the loss and every gradient of one step equal
  *     one rank running `none` on the whole global batch; the busiest link's
  *     bytes per layer (the largest over ranks) equal comm_volume; the
@@ -36,13 +39,14 @@
 #include "strategy_check.h"
 #include "train.h"
 
-enum { HEADS = 12, ODD_HEADS = 7, MAX_CASES = 160 };
+enum { HEADS = 12, ODD_HEADS = 7, MAX_CASES = 256 };
 
 typedef struct ucase {
     const char *strategy;
     int P, N, causal, zero;
     int G; /* K/V heads with the Llama preset (RoPE, RMSNorm, SwiGLU); 0: GPT */
     int heads; /* 0: HEADS; else ODD_HEADS (not divisible by any P here: uneven head groups) */
+    int U;     /* hybrid's --ulysses-degree */
 } ucase;
 
 static ucase cases[MAX_CASES];
@@ -66,9 +70,13 @@ static void config(spb_config *c, const ucase *k, int P, int global)
     snprintf(c->strategy, sizeof c->strategy, "%s", P == 1 ? "none" : k->strategy);
     snprintf(c->attention_mask, sizeof c->attention_mask, "%s", k->causal ? "causal" : "full");
     if (P > 1) c->zero_stage = k->zero;
+    if (P > 1 && k->U) c->ulysses_degree = k->U;
     if (k->G) {
         snprintf(c->model, sizeof c->model, "llama");
         c->num_query_groups = k->G;
+        /* Megatron-SP splits the MLP P ways; the SwiGLU width rule's 128
+         * does not divide by 3 or 6 */
+        if (!strcmp(k->strategy, "megatron")) c->ffn_hidden_size = 120;
     }
 }
 
@@ -191,9 +199,9 @@ START_TEST(equals_single_rank)
     float *global = global_grads(dist);
     const char *where = "";
     double gerr = worst_tensor_error(ref->gpt, global, ref->gpt->grads, &where);
-    say("%-8s H=%-2d G=%-2d P=%d D=%d N=%-3d (shares %d..%ld) %-6s loss %.9f vs %.9f | worst gradient %-10s %.2e | busiest "
+    say("%-8s U=%d H=%-2d G=%-2d P=%d D=%d N=%-3d (shares %d..%ld) %-6s loss %.9f vs %.9f | worst gradient %-10s %.2e | busiest "
         "link/layer fwd %.0f (formula %.0f) bwd %.0f (formula %.0f) | activations rank 0 %.0f model %.0f\n",
-        k->strategy, dc.num_heads, k->G, k->P, D, k->N, most, (long)k->N / k->P, k->causal ? "causal" : "full", ld, lr, where, gerr,
+        k->strategy, k->U, dc.num_heads, k->G, k->P, D, k->N, most, (long)k->N / k->P, k->causal ? "causal" : "full", ld, lr, where, gerr,
         fwd, vol.forward_bytes, bwd, vol.backward_bytes, act, pred.bytes[SPB_MEM_ACTIVATIONS]);
     ck_assert_msg(fabs(ld - lr) / lr <= 1e-6, "%s P=%d N=%d: loss %.9f vs %.9f", k->strategy, k->P, k->N, ld, lr);
     /* fp32 on both sides, sums in other orders: measured ~1e-7 (test_strategies.c) */
@@ -237,7 +245,7 @@ START_TEST(zero_after_two_steps)
     spb_gpt_gather_global(dist->gpt, local, global);
     const char *where = "";
     double perr = worst_tensor_error(ref->gpt, global, ref->gpt->params, &where);
-    say("%-8s H=%-2d G=%-2d P=%d D=%d N=%d ZeRO-%d params after 2 steps %-10s %.2e\n", k->strategy, dc.num_heads, k->G,
+    say("%-8s U=%d H=%-2d G=%-2d P=%d D=%d N=%d ZeRO-%d params after 2 steps %-10s %.2e\n", k->strategy, k->U, dc.num_heads, k->G,
         k->P, world / k->P, k->N, k->zero, where, perr);
     ck_assert_msg(perr <= 1e-5, "%s ZeRO-%d: parameters of %s off by %.3e", k->strategy, k->zero, where, perr);
     free(local);
@@ -259,31 +267,52 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int world = world_size();
-    static const char *const strategies[] = {"ulysses", "ring", "allgather-kv"}; /* ring's layout: contiguous */
+    /* ring's layout: contiguous; megatron: the TP region's allgathers and reduce-scatters with per-rank counts */
+    static const char *const strategies[] = {"ulysses", "ring", "allgather-kv", "megatron"};
+    enum { NUM_STRATEGIES = sizeof strategies / sizeof strategies[0] };
     for (int P = 2; P <= world; P++) {
         if (world % P) continue;
         /* one token over: rank 0 alone holds the extra; P - 1 over: all but the last */
         const int lengths[2] = {4 * P + 1, 5 * P - 1};
-        /* K/V heads Ulysses takes at this P (G | P or P | G) */
+        /* K/V heads Ulysses takes at this P (G | P or P | G); G | P for
+         * Megatron-SP (replicated K/V heads) */
         const int G = P % 3 == 0 ? 3 : 2;
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < NUM_STRATEGIES; s++) {
             for (int li = 0; li < (P > 2 ? 2 : 1); li++)
                 for (int causal = 0; causal < 2; causal++)
-                    add((ucase){strategies[s], P, lengths[li], causal, 0, 0, 0});
-            add((ucase){strategies[s], P, lengths[0], 1, 0, G, 0}); /* RoPE at global positions, GQA */
+                    add((ucase){strategies[s], P, lengths[li], causal, 0, 0, 0, 0});
+            add((ucase){strategies[s], P, lengths[0], 1, 0, G, 0, 0}); /* RoPE at global positions, GQA */
         }
         /* uneven head groups (7 heads), with equal and uneven token shares, and with RoPE */
         for (int causal = 0; causal < 2; causal++) {
-            add((ucase){"ulysses", P, 4 * P, causal, 0, 0, ODD_HEADS});
-            add((ucase){"ulysses", P, 4 * P + 1, causal, 0, 0, ODD_HEADS});
+            add((ucase){"ulysses", P, 4 * P, causal, 0, 0, ODD_HEADS, 0});
+            add((ucase){"ulysses", P, 4 * P + 1, causal, 0, 0, ODD_HEADS, 0});
         }
-        add((ucase){"ulysses", P, 5 * P - 1, 1, 0, ODD_HEADS, ODD_HEADS}); /* Llama preset, G = H */
+        add((ucase){"ulysses", P, 5 * P - 1, 1, 0, ODD_HEADS, ODD_HEADS, 0}); /* Llama preset, G = H */
+        /* hybrid, every U dividing P: N over the R = P/U ring groups, each
+         * group's share over its U ranks; with the Llama preset G = 2 or 3
+         * (G >= U split, G < U replicated) */
+        for (int U = 1; U <= P; U++) {
+            if (P % U) continue;
+            const int Gh = U % 2 == 0 ? 2 : U % 3 == 0 ? 3 : 2;
+            for (int li = 0; li < (P > 2 ? 2 : 1); li++)
+                for (int causal = 0; causal < 2; causal++)
+                    add((ucase){"hybrid", P, lengths[li], causal, 0, 0, 0, U});
+            add((ucase){"hybrid", P, lengths[1], 1, 0, Gh, 0, U});
+        }
+        /* N mod P = P/2 with U = 2: the nested shares are not the flat ones
+         * (P = 4, N = 18: 5, 4, 5, 4 instead of 5, 5, 4, 4) */
+        if (P >= 4 && P % 2 == 0)
+            for (int causal = 0; causal < 2; causal++) add((ucase){"hybrid", P, 4 * P + P / 2, causal, 0, 0, 0, 2});
     }
     int n_equal = num_cases;
     if (world == 4)
         for (int zero = 0; zero <= 3; zero++)
-            for (int s = 0; s < 4; s++) /* ulysses, ring, allgather-kv, ulysses with 7 heads */
-                add((ucase){strategies[s % 3], 2, 9, 1, zero, 0, s == 3 ? ODD_HEADS : 0});
+            for (int s = 0; s <= NUM_STRATEGIES; s++) /* every strategy, and ulysses with 7 heads */
+                add((ucase){strategies[s % NUM_STRATEGIES], 2, 9, 1, zero, 0, s == NUM_STRATEGIES ? ODD_HEADS : 0, 0});
+    if (world == 4)
+        for (int zero = 0; zero <= 3; zero++)
+            for (int U = 1; U <= 2; U++) add((ucase){"hybrid", 2, 9, 1, zero, 0, 0, U});
     Suite *su = suite_create("uneven");
     TCase *tc = tcase_create("uneven_shares");
     tcase_set_timeout(tc, 600);

@@ -240,6 +240,8 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
      * strategies that take it; their local_positions lay it out). */
     g->T = (int)spb_split_count(cfg->seq_length, grid->sp_size, grid->sp_rank);
     g->grid = grid;
+    const spb_strategy *layout = spb_strategy_by_name(cfg->strategy);
+    if (layout && layout->local_tokens) g->T = layout->local_tokens(grid, cfg); /* e.g. the hybrid's nested shares */
     g->be = spb_backend_for(cfg->device, cfg->precision);
     SPB_CHECK(g->be);
     if (g->be->configure) g->be->configure(cfg);
@@ -256,8 +258,10 @@ spb_gpt *spb_gpt_create(const spb_config *cfg, const spb_grid *grid)
     g->Hl = g->H / g->tp;
     g->Ca = g->Hl * g->D;
     g->Fl = g->F / g->tp;
-    g->Ttp = g->T * g->tp;
-    SPB_CHECK(g->tp == 1 || g->T * grid->sp_size == cfg->seq_length); /* a TP region gathers equal shares */
+    /* A TP region (Megatron-SP, TP = P) holds the whole sequence: every
+     * rank's share, equal or not (split.h). */
+    SPB_CHECK(g->tp == 1 || g->tp == grid->sp_size);
+    g->Ttp = g->tp > 1 ? cfg->seq_length : g->T;
     g->head_blocks = g->strategy->head_blocks ? g->strategy->head_blocks(grid) : 1;
     /* Equal head blocks, or without grouped-query attention the uneven
      * shares of split.h (Ulysses with H mod P != 0: its validate allowed it). */

@@ -91,7 +91,7 @@ typedef struct spb_gpt {
     int causal;
     int tp, tp_rank;   /* tensor-parallel degree and rank (over the SP group) */
     int Hl, Ca, Fl;    /* local heads, attention width H/TP·D, ffn width F/TP */
-    int Ttp;           /* tokens per sequence inside a TP region (T·TP) */
+    int Ttp;           /* tokens per sequence inside a TP region (N when TP > 1, else T) */
     int head_blocks;   /* qkv and atto in this many head blocks (strategy.h) */
     int G;             /* K/V heads (--num-query-groups) */
     int Gl;            /* K/V heads of this rank's weight shard: G/TP, or 1 replicated when G < TP */

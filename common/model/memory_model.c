@@ -44,7 +44,8 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
      * N: common/runtime/split.h), so the prediction bounds every rank. */
     const double B = c->micro_batch_size, N = c->seq_length, T = (double)spb_split_max(c->seq_length, P),
                  C = c->hidden_size;
-    const double Ttp = T * tp, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
+    /* A TP region (Megatron-SP) holds all N tokens, equal shares or not. */
+    const double Ttp = tp > 1 ? N : T, Ca = C / tp, Fl = (double)c->ffn_hidden_size / tp, H = c->num_heads;
     const double D_head = C / H, Hl = H / tp, BT = B * T, BR = B * Ttp;
     /* The strategy's attention state per layer: its log-sum-exp, and for
      * Ulysses the head-layout QKV and O before it: H/U query heads of the
@@ -63,7 +64,10 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
     double lse, head_copies = 0;
     if (ulysses) {
-        double Ng = U == P ? N : T * U; /* plain Ulysses' head side: all N, uneven or not */
+        /* the head side: all N for plain Ulysses; the hybrid's group 0
+         * holds the largest ring block, split.h's ⌈N/R⌉ (N/R when equal;
+         * rank 0 also holds the largest T, as ⌈⌈N/R⌉/U⌉ = ⌈N/P⌉) */
+        double Ng = U == P ? N : (double)spb_split_max(c->seq_length, (int)(P / U));
         /* heads of the largest rank: H/U, or ⌈H/P⌉ under uneven head groups
          * (no GQA there: its K/V heads are its query heads) */
         const int uneven_heads = (long)Hl % (long)U != 0;

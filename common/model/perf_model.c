@@ -747,7 +747,7 @@ static dims dims_of(const spb_config *c)
     d.T = (double)spb_split_max(c->seq_length, c->sp_degree); /* the largest rank's share (split.h) */
     d.C = c->hidden_size, d.F = c->ffn_hidden_size, d.H = c->num_heads, d.hd = d.C / d.H, d.V = c->vocab_size;
     d.tp = !strcmp(c->strategy, "megatron") ? d.P : 1;
-    d.Ttp = d.T * d.tp, d.BR = d.B * d.Ttp, d.BT = d.B * d.T;
+    d.Ttp = d.tp > 1 ? d.N : d.T, d.BR = d.B * d.Ttp, d.BT = d.B * d.T;
     d.Ca = d.C / d.tp, d.Fl = d.F / d.tp, d.Hl = d.H / d.tp;
     d.G = !strcmp(c->strategy, "ulysses") ? d.P : 1;
     d.gated = c->swiglu ? 2 : 1;

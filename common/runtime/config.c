@@ -707,7 +707,8 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
     if (c->seq_length % c->sp_degree) {
         if (!s->uneven_tokens)
             return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d, and --strategy %s needs "
-                                     "equal shares (uneven shares: ulysses; ring and allgather-kv with --ring-layout contiguous)",
+                                     "equal shares (uneven shares: ulysses, megatron; ring, allgather-kv and hybrid with "
+                                     "--ring-layout contiguous)",
                         c->seq_length, c->sp_degree, c->strategy);
         if (strcmp(c->device, "cpu"))
             return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d: uneven token shares run "
