@@ -23,7 +23,10 @@
 #     group or ungrouped call; each inside an interval, as many NCCL
 #     intervals as NCCL kernels), gpu_comm_busy_<phase>_s > 0 where the
 #     phase communicates and <= its busy, busy <= wall, the dump identical
-#     with and without the timeline, and no host wait added to the step.
+#     with and without the timeline, and no host wait added to the step;
+#     and ring at P = 2, whose K/V transfers run on the communicator's
+#     stream beside the attention (the same checks; its host waits, from
+#     cudaFree of its rotation buffers each layer, printed, not bounded).
 # Usage: kernel_timeline.sh SPBENCH [MPIEXEC NCCL(0|1)]
 set -u
 spbench=$1
@@ -54,6 +57,10 @@ if [ "$nccl" = 1 ]; then
     nccl_args=(--precision fp32 --strategy ulysses --sp-degree 2 --comm nccl)
     SPB_EMU_DEVICES=2 run nccl-timeline "$mpiexec" "${nccl_args[@]}" --kernel-timeline
     SPB_EMU_DEVICES=2 run nccl-plain "$mpiexec" "${nccl_args[@]}"
+    # ring: the K/V rotation's send/receive on the communicator's stream beside the attention
+    nccl_args=(--precision fp32 --strategy ring --sp-degree 2 --comm nccl)
+    SPB_EMU_DEVICES=2 run nccl_ring-timeline "$mpiexec" "${nccl_args[@]}" --kernel-timeline
+    SPB_EMU_DEVICES=2 run nccl_ring-plain "$mpiexec" "${nccl_args[@]}"
 else
     echo "NCCL case left out: the build has no NCCL stand-in (or no MPIEXEC given)"
 fi
@@ -71,7 +78,8 @@ def row(label):
     with open(os.path.join(tmp, label + ".csv")) as f:
         return list(csv.DictReader(f))[-1]
 phases = ["forward", "backward", "grad_reduce", "optimizer"]
-for prec in ["fp32", "bf16"] + (["nccl"] if nccl else []):
+for prec in ["fp32", "bf16"] + (["nccl", "nccl_ring"] if nccl else []):
+    through_nccl = prec.startswith("nccl")
     r, plain = row(prec + "-timeline"), row(prec + "-plain")
     out = open(os.path.join(tmp, prec + "-timeline.out")).read()
     m = re.search(r"kernel timeline \(emulated device\): (\d+) kernels run \((\d+) NCCL's\), (\d+) outside any "
@@ -83,8 +91,8 @@ for prec in ["fp32", "bf16"] + (["nccl"] if nccl else []):
         if prec != "bf16":  # fp32 tables: each of our launches and each NCCL call its own interval
             check(intervals - library == run_,
                   f"{prec}: kernel and NCCL intervals {intervals - library} = kernels run {run_} (library calls {library})")
-        if prec == "nccl":
-            check(comm > 0 and comm == nccl_run, f"nccl: {comm} NCCL intervals = {nccl_run} NCCL kernels run")
+        if through_nccl:
+            check(comm > 0 and comm == nccl_run, f"{prec}: {comm} NCCL intervals = {nccl_run} NCCL kernels run")
         else:
             check(comm == 0 and nccl_run == 0, f"{prec}: no NCCL interval on one rank")
     check(r["kernel_timeline"] == "1", f"{prec}: kernel_timeline 1")
@@ -92,10 +100,10 @@ for prec in ["fp32", "bf16"] + (["nccl"] if nccl else []):
         busy, idle = float(r[f"gpu_busy_{p}_s"]), float(r[f"gpu_idle_{p}_s"])
         comm_busy = float(r[f"gpu_comm_busy_{p}_s"])
         check(busy >= 0 and idle >= -1e-6, f"{prec} {p}: busy {busy:.3g} s, idle {idle:.3g} s (busy <= wall)")
-        if p != "grad_reduce" or prec == "nccl":  # one rank: nothing to reduce
+        if p != "grad_reduce" or through_nccl:  # one rank: nothing to reduce
             check(busy > 0, f"{prec} {p}: kernels timed")
-        if prec == "nccl" and p != "optimizer":  # Ulysses' all-to-alls, the gradients' all-reduce
-            check(0 < comm_busy <= busy + 1e-9, f"nccl {p}: NCCL busy {comm_busy:.3g} s, within busy {busy:.3g} s")
+        if through_nccl and p != "optimizer":  # all-to-alls or the ring's transfers, the gradients' all-reduce
+            check(0 < comm_busy <= busy + 1e-9, f"{prec} {p}: NCCL busy {comm_busy:.3g} s, within busy {busy:.3g} s")
         else:  # one rank; the optimizer communicates nothing at ZeRO 0
             check(comm_busy == 0, f"{prec} {p}: no NCCL busy")
     check(float(r["gpu_idle_in_phases_s"]) >= -1e-6 and 0 <= float(r["gpu_idle_share"]) <= 1,
@@ -107,6 +115,9 @@ for prec in ["fp32", "bf16"] + (["nccl"] if nccl else []):
     check(filecmp.cmp(os.path.join(tmp, prec + "-timeline.dump"), os.path.join(tmp, prec + "-plain.dump"),
                       shallow=False), f"{prec}: iteration 1's loss and gradients identical with the timeline")
     waits = float(plain["host_waits_per_iter"])
-    check(waits <= 4, f"{prec}: {waits:g} host waits per iteration (at most 4)")
+    if prec == "nccl_ring":  # the ring frees its rotation buffers per layer (cudaFree waits): reported, not bounded
+        print(f"note {prec}: {waits:g} host waits per iteration")
+    else:
+        check(waits <= 4, f"{prec}: {waits:g} host waits per iteration (at most 4)")
 sys.exit(1 if fails else 0)
 PY
