@@ -12,12 +12,17 @@ spb_emu_translate(${CMAKE_SOURCE_DIR}/tests/emu/test_emu_device.cu src)
 add_executable(test_emu_device ${src})
 target_link_libraries(test_emu_device PRIVATE spbcuda spbcore)
 add_test(NAME emu_device COMMAND test_emu_device)
+# The kernel timeline's fold: an interval outliving its phase is clipped to it (cuda_trace.cu).
+add_executable(test_kernel_timeline_clip ${CMAKE_SOURCE_DIR}/tests/emu/test_kernel_timeline_clip.c)
+target_include_directories(test_kernel_timeline_clip PRIVATE ${SPB_EMU_CUDA_INCLUDE})
+target_link_libraries(test_kernel_timeline_clip PRIVATE spbcuda spbcore)
+add_test(NAME emu_kernel_timeline_clip COMMAND test_kernel_timeline_clip)
 # The cuBLAS/cuBLASLt stand-in against hand-checkable products.
 add_executable(test_emu_cublas ${CMAKE_SOURCE_DIR}/tests/emu/test_emu_cublas.cc
                                ${CMAKE_SOURCE_DIR}/common/cuda/emu/emu_cublas.cc)
 target_include_directories(test_emu_cublas PRIVATE ${SPB_EMU_CUDA_INCLUDE})
 add_test(NAME emu_cublas COMMAND test_emu_cublas)
-set(spb_emu_tests emu_device emu_cublas)
+set(spb_emu_tests emu_device emu_cublas emu_kernel_timeline_clip)
 if(SPB_EMU_NCCL)
   # The NCCL stand-in over MPI, on 4 ranks.
   add_executable(test_emu_nccl ${CMAKE_SOURCE_DIR}/tests/emu/test_emu_nccl.cc
@@ -155,7 +160,7 @@ add_custom_target(spb_emu_smoke DEPENDS spbench spbench-dump-compare spbench-gpu
 
 # What those tests need, and nothing else of the build (scripts/test builds this target only).
 add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer spbrun
-                                        test_emu_device test_emu_cublas)
+                                        test_emu_device test_emu_cublas test_kernel_timeline_clip)
 if(SPB_EMU_NCCL)
   add_dependencies(spb_emu_tests test_emu_nccl)
 endif()
