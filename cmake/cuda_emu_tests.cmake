@@ -12,12 +12,17 @@ spb_emu_translate(${CMAKE_SOURCE_DIR}/tests/emu/test_emu_device.cu src)
 add_executable(test_emu_device ${src})
 target_link_libraries(test_emu_device PRIVATE spbcuda spbcore)
 add_test(NAME emu_device COMMAND test_emu_device)
+# The kernel timeline's fold: an interval outliving its phase is clipped to it (cuda_trace.cu).
+add_executable(test_kernel_timeline_clip ${CMAKE_SOURCE_DIR}/tests/emu/test_kernel_timeline_clip.c)
+target_include_directories(test_kernel_timeline_clip PRIVATE ${SPB_EMU_CUDA_INCLUDE})
+target_link_libraries(test_kernel_timeline_clip PRIVATE spbcuda spbcore)
+add_test(NAME emu_kernel_timeline_clip COMMAND test_kernel_timeline_clip)
 # The cuBLAS/cuBLASLt stand-in against hand-checkable products.
 add_executable(test_emu_cublas ${CMAKE_SOURCE_DIR}/tests/emu/test_emu_cublas.cc
                                ${CMAKE_SOURCE_DIR}/common/cuda/emu/emu_cublas.cc)
 target_include_directories(test_emu_cublas PRIVATE ${SPB_EMU_CUDA_INCLUDE})
 add_test(NAME emu_cublas COMMAND test_emu_cublas)
-set(spb_emu_tests emu_device emu_cublas)
+set(spb_emu_tests emu_device emu_cublas emu_kernel_timeline_clip)
 if(SPB_EMU_NCCL)
   # The NCCL stand-in over MPI, on 4 ranks.
   add_executable(test_emu_nccl ${CMAKE_SOURCE_DIR}/tests/emu/test_emu_nccl.cc
@@ -106,8 +111,9 @@ endif()
 add_test(NAME emu_overlap_identical COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/overlap_identical.sh $<TARGET_FILE:spbench>
                                             ${MPIEXEC_EXECUTABLE} ${spb_emu_have_nccl})
 list(APPEND spb_emu_tests emu_overlap_identical)
-# --kernel-timeline and the step's host waits (cuda_trace.h): every kernel inside an interval, busy <= wall, no number changed
-add_test(NAME emu_kernel_timeline COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/kernel_timeline.sh $<TARGET_FILE:spbench>)
+# --kernel-timeline and the step's host waits (cuda_trace.h): every kernel (NCCL's too) inside an interval, busy <= wall, no number changed
+add_test(NAME emu_kernel_timeline COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/kernel_timeline.sh $<TARGET_FILE:spbench>
+                                          ${MPIEXEC_EXECUTABLE} ${spb_emu_have_nccl})
 list(APPEND spb_emu_tests emu_kernel_timeline)
 add_test(NAME emu_gpu_strategies
          COMMAND ${CMAKE_SOURCE_DIR}/experiments/gpu-strategies ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/emu-strategies)
@@ -154,7 +160,7 @@ add_custom_target(spb_emu_smoke DEPENDS spbench spbench-dump-compare spbench-gpu
 
 # What those tests need, and nothing else of the build (scripts/test builds this target only).
 add_custom_target(spb_emu_tests DEPENDS spbench spbench-dump-compare spbench-gpu-check spbench-gpu-layer spbrun
-                                        test_emu_device test_emu_cublas)
+                                        test_emu_device test_emu_cublas test_kernel_timeline_clip)
 if(SPB_EMU_NCCL)
   add_dependencies(spb_emu_tests test_emu_nccl)
 endif()

@@ -210,6 +210,12 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
                s->kt_busy[3] * 1e3, (s->kt_wall[3] - s->kt_busy[3]) * 1e3, s->kt_busy[4] * 1e3,
                kt_idle_in_phases(s) * 1e3, between_phases(s) * 1e3,
                100 * kt_idle_share(s), s->kt_intervals);
+    if (s->kernel_timeline && s->kt_comm_busy[0] + s->kt_comm_busy[1] + s->kt_comm_busy[2] + s->kt_comm_busy[3] +
+                                      s->kt_comm_busy[4] > 0)
+        printf("kernel timeline: of the busy time, NCCL's (ms/iteration): forward %.3f | backward %.3f | grad_reduce "
+               "%.3f | optimizer %.3f | outside %.3f\n",
+               s->kt_comm_busy[0] * 1e3, s->kt_comm_busy[1] * 1e3, s->kt_comm_busy[2] * 1e3, s->kt_comm_busy[3] * 1e3,
+               s->kt_comm_busy[4] * 1e3);
     if (s->host_waits >= 0) printf("host waits on the device inside the step: %.1f per iteration\n", s->host_waits);
     if (s->link_total > 0 || t[SPB_T_COMM] > 0) {
         printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
@@ -394,6 +400,13 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
         spb_row_add(&r, "gpu_idle_in_phases_s", "%s", "");
         spb_row_add(&r, "gpu_idle_share", "%s", "");
         spb_row_add(&r, "kernel_intervals_per_iter", "%s", "");
+    }
+    for (int k = 0; k < SPB_RUN_KT_PHASES; k++) { /* the NCCL calls' part of gpu_busy_<phase>_s */
+        snprintf(key, sizeof key, "gpu_comm_busy_%s_s", kt_names[k]);
+        if (s->kernel_timeline)
+            spb_row_add(&r, key, "%.6g", s->kt_comm_busy[k]);
+        else
+            spb_row_add(&r, key, "%s", "");
     }
     spb_row_add(&r, "comm_time_s", "%.6g", s->timers[SPB_T_COMM]);
     spb_row_add(&r, "comm_fraction", "%.6g", s->timers[SPB_T_COMM] / s->t_med);

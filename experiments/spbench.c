@@ -355,15 +355,16 @@ int main(int argc, char **argv)
         for (int k = 0; k < SPB_KT_NUM_PHASES; k++) {
             sum.kt_wall[k] = kt.wall[k] / measured;
             sum.kt_busy[k] = kt.busy[k] / measured;
+            sum.kt_comm_busy[k] = kt.comm_busy[k] / measured;
             sum.kt_intervals += (double)kt.intervals[k] / measured;
         }
         /* the emulation counts the kernels it ran: every one must lie inside an interval */
         if (rank == 0 && kt.device_launches >= 0)
-            printf("kernel timeline (emulated device): %ld kernels run, %ld outside any interval, %ld intervals "
-                   "(%ld library calls), measured iterations\n",
-                   kt.device_launches, kt.launches_outside,
+            printf("kernel timeline (emulated device): %ld kernels run (%ld NCCL's), %ld outside any interval, "
+                   "%ld intervals (%ld library calls, %ld NCCL calls), measured iterations\n",
+                   kt.device_launches, kt.nccl_launches, kt.launches_outside,
                    kt.intervals[0] + kt.intervals[1] + kt.intervals[2] + kt.intervals[3] + kt.intervals[4],
-                   kt.library_calls);
+                   kt.library_calls, kt.comm_calls);
     }
 #endif
     if (rank == 0) {

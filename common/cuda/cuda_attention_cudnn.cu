@@ -25,6 +25,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_check.h"
+#include "cuda_trace.h"
 #include "cuda_bf16_storage.h"
 #include "cuda_launch.cuh"
 #include "cudnn_attention.h"
@@ -69,23 +70,28 @@ __global__ void k_widen_rows(float *dst, const spb_bf16 *src, int batch, int tok
     }
 }
 
+/* own_interval: the launch is a kernel-timeline interval of its own (the
+ * fp32 table's calls); 0 inside the direct path's, which spans the whole
+ * cuDNN call (cuda_bf16_direct.cu), and intervals do not nest. */
 void widen_rows(float *dst, const spb_bf16 *src, const spb_attn_desc *d, int tokens, long token_stride,
-                long batch_stride, int accumulate)
+                long batch_stride, int accumulate, int own_interval)
 {
     int width = d->heads * d->head_dim;
     long n = (long)d->batch * tokens * width;
+    if (own_interval) SPB_KT_BEGIN(0);
     k_widen_rows<<<spb_grid_stride_blocks(n, 256), 256>>>(dst, src, d->batch, tokens, width, token_stride,
                                                          batch_stride, accumulate, run_format() == SPB_HALF_FP16);
     SPB_CUDA_CHECK(cudaGetLastError());
+    if (own_interval) SPB_KT_END();
 }
 
 /* dQ, dK, dV (fp32, at Q's and K's strides) += cuDNN's 16-bit ones. */
 void add_back(const spb_attn_desc *d, float *dq, float *dk, float *dv, const spb_bf16 *bdq, const spb_bf16 *bdk,
-              const spb_bf16 *bdv)
+              const spb_bf16 *bdv, int own_intervals)
 {
-    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1);
-    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
-    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1);
+    widen_rows(dq, bdq, d, d->q_len, d->q_token_stride, d->q_batch_stride, 1, own_intervals);
+    widen_rows(dk, bdk, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1, own_intervals);
+    widen_rows(dv, bdv, d, d->k_len, d->k_token_stride, d->k_batch_stride, 1, own_intervals);
 }
 
 void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, float *lse)
@@ -96,9 +102,11 @@ void cudnn_forward(const spb_attn_desc *d, const float *q, const float *k, const
     spb_bf16 *bq = narrowed(Q, q, qx), *bk = narrowed(K, k, kx), *bv = narrowed(V, v, kx), *bo = narrowed(O, NULL, ox);
     float *l = lse_copy(d, NULL);
     char why[512];
-    if (spb_cudnn_attention_forward(d, cudnn_half(), bq, bk, bv, bo, l, 0, why, sizeof why))
-        SPB_DIE("--attention cudnn, forward: %s", why);
-    widen_rows(o, bo, d, d->q_len, d->o_token_stride, d->o_batch_stride, 0);
+    SPB_KT_BEGIN_LIBRARY(0); /* the kernel timeline: cuDNN's kernels, one interval */
+    int rc = spb_cudnn_attention_forward(d, cudnn_half(), bq, bk, bv, bo, l, 0, why, sizeof why);
+    SPB_KT_END();
+    if (rc) SPB_DIE("--attention cudnn, forward: %s", why);
+    widen_rows(o, bo, d, d->q_len, d->o_token_stride, d->o_batch_stride, 0, 1);
     SPB_CUDA_CHECK(cudaMemcpyAsync(lse, l, sizeof(float) * (size_t)d->batch * d->heads * d->q_len,
                                    cudaMemcpyDeviceToDevice, 0));
 }
@@ -114,10 +122,12 @@ void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, cons
              *bdo = narrowed(DOUT, dout, ox), *bdq = narrowed(DQ, NULL, qx), *bdk = narrowed(DK, NULL, kx),
              *bdv = narrowed(DV, NULL, kx);
     char why[512];
-    if (spb_cudnn_attention_backward(d, cudnn_half(), bq, bk, bv, bo, lse_copy(d, lse), bdo, bdq, bdk, bdv, 0, why,
-                                     sizeof why))
-        SPB_DIE("--attention cudnn, backward: %s", why);
-    add_back(d, dq, dk, dv, bdq, bdk, bdv);
+    float *l = lse_copy(d, lse);
+    SPB_KT_BEGIN_LIBRARY(0);
+    int rc = spb_cudnn_attention_backward(d, cudnn_half(), bq, bk, bv, bo, l, bdo, bdq, bdk, bdv, 0, why, sizeof why);
+    SPB_KT_END();
+    if (rc) SPB_DIE("--attention cudnn, backward: %s", why);
+    add_back(d, dq, dk, dv, bdq, bdk, bdv, 1);
 }
 
 const spb_attn_backend cudnn_backend = {"cudnn", cudnn_forward, cudnn_backward};
@@ -158,7 +168,7 @@ extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const spb_
         declined(why);
         return -1;
     }
-    add_back(d, dq, dk, dv, bdq, bdk, bdv);
+    add_back(d, dq, dk, dv, bdq, bdk, bdv, 0); /* inside the caller's interval */
     return 0;
 }
 

@@ -8,7 +8,10 @@
  * cost nothing when off (one branch per launch), and measure what the issue
  * asks: when the stream is idle between the end of one of our calls and the
  * start of the next.  A library call (cuBLASLt, cuDNN) is one interval: the
- * gaps between its own kernels count as busy. */
+ * gaps between its own kernels count as busy.  An NCCL call is one interval
+ * on its communicator's stream, from when its inputs are ready (after the
+ * stream's wait for the compute stream) to its end, time spent waiting for
+ * peers inside NCCL's kernels included: the GPU is running NCCL then. */
 #include <algorithm>
 #include <vector>
 
@@ -20,8 +23,16 @@ extern "C" {
 
 #ifdef SPB_CUDA_EMU
 extern "C" long spb_emu_launch_count(void); /* emu_launch.cc: kernels run so far */
-static long device_launch_count(void) { return spb_emu_launch_count(); }
+#ifdef SPB_HAVE_NCCL
+extern "C" long spb_emu_nccl_launch_count(void); /* emu_nccl.cc: NCCL kernels a GPU would have run */
+static long nccl_launch_count(void) { return spb_emu_nccl_launch_count(); }
 #else
+static long nccl_launch_count(void) { return 0; }
+#endif
+/* NCCL's kernels included: each must lie inside an interval too */
+static long device_launch_count(void) { return spb_emu_launch_count() + nccl_launch_count(); }
+#else
+static long nccl_launch_count(void) { return -1; }
 static long device_launch_count(void) { return -1; }
 #endif
 
@@ -33,6 +44,7 @@ namespace {
 struct interval {
     int begin, end; /* event indices */
     int phase, kind;
+    int span; /* index into spans of the phase it was launched in; -1 outside every phase */
 };
 struct phase_span {
     int phase, begin, end; /* end -1 while open */
@@ -43,9 +55,9 @@ size_t used;
 std::vector<interval> intervals;
 std::vector<phase_span> spans;
 std::vector<int> phase_stack; /* indices into spans of the open phases (a recompute may nest forward in backward) */
-int open_begin = -1, open_phase, open_kind;
+int open_begin = -1, open_phase, open_kind, open_span;
 cudaStream_t open_stream;
-long launches_at_begin, covered, covered_at_fold, launches_at_fold;
+long launches_at_begin, covered, covered_at_fold, launches_at_fold, nccl_at_fold;
 spb_kernel_timeline totals;
 
 int record(cudaStream_t s)
@@ -60,6 +72,7 @@ int record(cudaStream_t s)
 }
 
 int current_phase(void) { return phase_stack.empty() ? SPB_KT_OUTSIDE : spans[(size_t)phase_stack.back()].phase; }
+int current_span(void) { return phase_stack.empty() ? -1 : phase_stack.back(); }
 
 void region(spb_timer_id id, int begin)
 {
@@ -83,6 +96,23 @@ double seconds(int from, int to)
     return 1e-3 * ms;
 }
 
+/* The length of the union of [begin, end) intervals: overlapping ones
+ * (other streams: compute beside an NCCL transfer) count once. */
+double union_length(std::vector<std::pair<double, double>> &iv)
+{
+    std::sort(iv.begin(), iv.end());
+    double sum = 0.0, lo = 0.0, hi = -1.0;
+    for (auto &x : iv) {
+        if (x.first > hi) {
+            if (hi > lo) sum += hi - lo;
+            lo = x.first, hi = x.second;
+        } else
+            hi = std::max(hi, x.second);
+    }
+    if (hi > lo) sum += hi - lo;
+    return sum;
+}
+
 /* Folds every closed phase and interval into the totals once nothing is
  * open (a flush in mid-step waits for the step's end). */
 void fold(void)
@@ -92,28 +122,36 @@ void fold(void)
     for (size_t i = 0; i < used; i++) SPB_CUDA_CHECK(cudaEventSynchronize(pool[i])); /* other streams' too */
     for (const phase_span &p : spans) totals.wall[p.phase] += seconds(p.begin, p.end);
     for (int ph = 0; ph < SPB_KT_NUM_PHASES; ph++) {
-        std::vector<std::pair<double, double>> iv;
-        for (const interval &k : intervals)
-            if (k.phase == ph) iv.push_back({seconds(0, k.begin), seconds(0, k.end)});
-        std::sort(iv.begin(), iv.end());
-        double busy = 0.0, lo = 0.0, hi = -1.0; /* the union: overlapping intervals (other streams) count once */
-        for (auto &x : iv) {
-            if (x.first > hi) {
-                if (hi > lo) busy += hi - lo;
-                lo = x.first, hi = x.second;
-            } else
-                hi = std::max(hi, x.second);
+        std::vector<std::pair<double, double>> all, comm;
+        for (const interval &k : intervals) {
+            if (k.phase != ph) continue;
+            double b = seconds(0, k.begin), e = seconds(0, k.end);
+            if (k.span >= 0) {
+                /* An interval on another stream (an NCCL transfer not joined
+                 * before the phase's end) may run past the phase: only its
+                 * part inside the phase's own events counts, so busy <= wall. */
+                const phase_span &p = spans[(size_t)k.span];
+                b = std::max(b, seconds(0, p.begin));
+                e = std::min(e, seconds(0, p.end));
+            }
+            totals.intervals[ph]++;
+            if (e <= b) continue;
+            all.push_back({b, e});
+            if (k.kind == SPB_KT_COMM) comm.push_back({b, e});
         }
-        if (hi > lo) busy += hi - lo;
-        totals.busy[ph] += busy;
-        totals.intervals[ph] += (long)iv.size();
+        totals.busy[ph] += union_length(all);
+        totals.comm_busy[ph] += union_length(comm);
     }
-    for (const interval &k : intervals) totals.library_calls += k.kind == SPB_KT_LIBRARY;
+    for (const interval &k : intervals) {
+        totals.library_calls += k.kind == SPB_KT_LIBRARY;
+        totals.comm_calls += k.kind == SPB_KT_COMM;
+    }
     const long now = device_launch_count();
     if (now >= 0) {
         totals.device_launches += now - launches_at_fold;
         totals.launches_outside += (now - launches_at_fold) - (covered - covered_at_fold);
-        launches_at_fold = now, covered_at_fold = covered;
+        totals.nccl_launches += nccl_launch_count() - nccl_at_fold;
+        launches_at_fold = now, covered_at_fold = covered, nccl_at_fold = nccl_launch_count();
     }
     intervals.clear();
     spans.clear();
@@ -125,8 +163,8 @@ void reset(void)
     if (open_begin < 0 && phase_stack.empty()) intervals.clear(), spans.clear(), used = 0;
     totals = spb_kernel_timeline{};
     const long now = device_launch_count();
-    totals.device_launches = totals.launches_outside = now >= 0 ? 0 : -1;
-    launches_at_fold = now, covered_at_fold = covered;
+    totals.device_launches = totals.launches_outside = totals.nccl_launches = now >= 0 ? 0 : -1;
+    launches_at_fold = now, covered_at_fold = covered, nccl_at_fold = nccl_launch_count();
 }
 
 } // namespace
@@ -142,7 +180,7 @@ extern "C" void spb_cuda_timeline_enable(int on)
 extern "C" void spb_cuda_timeline_begin(cudaStream_t stream, int kind)
 {
     if (open_begin >= 0) SPB_DIE("kernel timeline: an interval begins inside another (a launch site without its end)");
-    open_stream = stream, open_kind = kind, open_phase = current_phase();
+    open_stream = stream, open_kind = kind, open_phase = current_phase(), open_span = current_span();
     launches_at_begin = device_launch_count();
     open_begin = record(stream);
 }
@@ -150,7 +188,7 @@ extern "C" void spb_cuda_timeline_begin(cudaStream_t stream, int kind)
 extern "C" void spb_cuda_timeline_end(void)
 {
     if (open_begin < 0) SPB_DIE("kernel timeline: an interval ends that never began (a launch site without its begin)");
-    intervals.push_back(interval{open_begin, record(open_stream), open_phase, open_kind});
+    intervals.push_back(interval{open_begin, record(open_stream), open_phase, open_kind, open_span});
     if (launches_at_begin >= 0) covered += device_launch_count() - launches_at_begin;
     open_begin = -1;
 }

@@ -4,7 +4,9 @@
  *     core's device tables, folded at the step's end into each phase's busy
  *     time (the union of those intervals) beside its wall time (the phase's
  *     own events), so wall - busy is the time the GPU sat idle between
- *     kernels inside the phase (host launch gaps, waits);
+ *     kernels inside the phase (host launch gaps, waits); with --comm nccl
+ *     each NCCL call is an interval on its communicator's stream too
+ *     (busy: the union over both streams; comm_busy: the NCCL ones alone);
  *   - the host's waits on the device (always on, one counter add): every
  *     call that blocks the host until queued device work is done
  *     (synchronous copies to or from host memory, cudaFree, synchronize).
@@ -29,7 +31,8 @@ extern long spb_cuda_host_waits; /* since the process started */
     } while (0)
 
 /* ---- the kernel timeline ---- */
-enum { SPB_KT_KERNEL = 0, SPB_KT_LIBRARY = 1 }; /* one of ours / a cuBLAS(Lt), cuDNN call */
+/* one of ours / a cuBLAS(Lt), cuDNN call / an NCCL call (on its communicator's stream) */
+enum { SPB_KT_KERNEL = 0, SPB_KT_LIBRARY = 1, SPB_KT_COMM = 2 };
 /* The step's top-level phases the intervals are attributed to (timer.h's
  * forward .. optimizer); SPB_KT_OUTSIDE: launched outside every phase. */
 enum { SPB_KT_FORWARD, SPB_KT_BACKWARD, SPB_KT_GRAD_REDUCE, SPB_KT_OPTIMIZER, SPB_KT_OUTSIDE, SPB_KT_NUM_PHASES };
@@ -48,6 +51,10 @@ void spb_cuda_timeline_end(void);
     do {                                                                                                               \
         if (spb_cuda_timeline_on) spb_cuda_timeline_begin((stream), SPB_KT_LIBRARY);                                   \
     } while (0)
+#define SPB_KT_BEGIN_COMM(stream)                                                                                      \
+    do {                                                                                                               \
+        if (spb_cuda_timeline_on) spb_cuda_timeline_begin((stream), SPB_KT_COMM);                                      \
+    } while (0)
 #define SPB_KT_END()                                                                                                   \
     do {                                                                                                               \
         if (spb_cuda_timeline_on) spb_cuda_timeline_end();                                                             \
@@ -56,10 +63,13 @@ void spb_cuda_timeline_end(void);
 /* Totals since the last reset, over the steps folded so far (seconds). */
 typedef struct spb_kernel_timeline {
     double wall[SPB_KT_NUM_PHASES]; /* the phases' own events; 0 for OUTSIDE */
-    double busy[SPB_KT_NUM_PHASES]; /* union of the intervals launched inside the phase */
+    double busy[SPB_KT_NUM_PHASES]; /* union of the intervals launched inside the phase, every stream */
+    double comm_busy[SPB_KT_NUM_PHASES]; /* union of its NCCL intervals alone (part of busy) */
     long intervals[SPB_KT_NUM_PHASES];
     long library_calls;            /* of those intervals, cuBLAS(Lt)/cuDNN calls */
+    long comm_calls;               /* of those intervals, NCCL calls */
     long device_launches;          /* the emulator's own count of kernels run in the window; -1 on a GPU */
+    long nccl_launches;            /* of those, NCCL's (one per group or ungrouped call; emulator; -1 on a GPU) */
     long launches_outside;         /* of those, launched outside every interval (emulator; -1 on a GPU) */
 } spb_kernel_timeline;
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <vector>
 
+#include "cuda_trace.h"
 #include "nccl_check.h"
 #include "nccl_comm.h"
 
@@ -136,7 +137,9 @@ static pending begin(spb_nccl_comm *c, spb_nccl_op op, cudaStream_t after, long 
     p.stop = timing_event(c);
     p.op = op;
     p.tag = tag;
-    /* Recorded after the wait: the time starts when the inputs are ready. */
+    /* Recorded after the wait: the time starts when the inputs are ready.
+     * The kernel timeline's interval (cuda_trace.h) starts there too. */
+    SPB_KT_BEGIN_COMM(c->stream);
     SPB_CUDA_CHECK(cudaEventRecord(p.start, c->stream));
     return p;
 }
@@ -144,6 +147,7 @@ static pending begin(spb_nccl_comm *c, spb_nccl_op op, cudaStream_t after, long 
 static void end(spb_nccl_comm *c, const pending &p)
 {
     SPB_CUDA_CHECK(cudaEventRecord(p.stop, c->stream));
+    SPB_KT_END();
     c->pend.push_back(p);
 }
 
@@ -207,6 +211,7 @@ extern "C" void spb_nccl_join(spb_nccl_comm *c, cudaStream_t stream)
  * NCCL's reason, where cudaStreamSynchronize would wait for ever. */
 static void wait_stream(spb_nccl_comm *c)
 {
+    spb_cuda_host_waits++; /* a host wait (cuda_trace.h), though a polling one */
     for (;;) {
         cudaError_t rc = cudaStreamQuery(c->stream);
         if (rc == cudaSuccess) return;

@@ -35,6 +35,7 @@
 #error "the NCCL table assumes the legacy default stream (no --default-stream per-thread)"
 #endif
 
+#include "cuda_trace.h"
 #include "nccl_check.h"
 #include "nccl_comm.h"
 
@@ -208,8 +209,8 @@ void sendrecv_wait(void *transfer)
  * include its peers' unfinished compute). */
 void flush_times(void)
 {
-    for (const cached &e : live) spb_nccl_sync(e.nccl);
-    SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const cached &e : live) spb_nccl_sync(e.nccl); /* each a host wait (nccl_comm.cu counts it) */
+    SPB_CUDA_HOST_WAIT(cudaDeviceSynchronize());
 }
 
 /* Replay buffers: plain cudaMalloc, outside the memory categories (they

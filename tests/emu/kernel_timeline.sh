@@ -17,20 +17,34 @@
 #     it waited 62 times on the fp32 table and 36 on the bf16 one (each
 #     parameter tensor's sum of squares read back, 29 here, the loss, the
 #     synchronous uploads, the embedding's token ids read back).
-# Usage: kernel_timeline.sh SPBENCH
+#   - through NCCL (where the build has its stand-in): Ulysses at P = 2 on
+#     two emulated GPUs, fp32, --comm nccl: every NCCL call is an interval on
+#     its communicator's stream (the emulator counts one NCCL kernel per
+#     group or ungrouped call; each inside an interval, as many NCCL
+#     intervals as NCCL kernels), gpu_comm_busy_<phase>_s > 0 where the
+#     phase communicates and <= its busy, busy <= wall, the dump identical
+#     with and without the timeline, and no host wait added to the step;
+#     and ring at P = 2, whose K/V transfers run on the communicator's
+#     stream beside the attention (the same checks; its host waits, from
+#     cudaFree of its rotation buffers each layer, printed, not bounded).
+# Usage: kernel_timeline.sh SPBENCH [MPIEXEC NCCL(0|1)]
 set -u
 spbench=$1
+mpiexec=${2:-}
+nccl=${3:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 base=(--device cuda --num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --vocab-size 64
       --micro-batch-size 1 --global-batch-size 1 --train-iters 3 --timing-warmup 1 --clip-grad 0.5
       --log-interval 100)
 failed=0
-run() { # label, options...
-    local label=$1
+run() { # label, [mpiexec -np 2,] options...
+    local label=$1 launch=()
     shift
-    if ! timeout 600 "$spbench" "${base[@]}" "$@" --results "$tmp/$label.csv" --run-name "$label" \
+    [ "${1:-}" = "$mpiexec" ] && [ -n "$mpiexec" ] && { launch=("$1" -np 2); shift; }
+    if ! timeout 600 "${launch[@]}" "$spbench" "${base[@]}" "$@" --results "$tmp/$label.csv" --run-name "$label" \
         --dump "$tmp/$label.dump" >"$tmp/$label.out" 2>"$tmp/$label.err"; then
         echo "FAIL $label: spbench exited non-zero"; tail -5 "$tmp/$label.err"; failed=1
     fi
@@ -39,11 +53,22 @@ run fp32-timeline --precision fp32 --kernel-timeline
 run fp32-plain --precision fp32
 run bf16-timeline --precision bf16 --bf16-kernels fast --kernel-timeline
 run bf16-plain --precision bf16 --bf16-kernels fast
+if [ "$nccl" = 1 ]; then
+    nccl_args=(--precision fp32 --strategy ulysses --sp-degree 2 --comm nccl)
+    SPB_EMU_DEVICES=2 run nccl-timeline "$mpiexec" "${nccl_args[@]}" --kernel-timeline
+    SPB_EMU_DEVICES=2 run nccl-plain "$mpiexec" "${nccl_args[@]}"
+    # ring: the K/V rotation's send/receive on the communicator's stream beside the attention
+    nccl_args=(--precision fp32 --strategy ring --sp-degree 2 --comm nccl)
+    SPB_EMU_DEVICES=2 run nccl_ring-timeline "$mpiexec" "${nccl_args[@]}" --kernel-timeline
+    SPB_EMU_DEVICES=2 run nccl_ring-plain "$mpiexec" "${nccl_args[@]}"
+else
+    echo "NCCL case left out: the build has no NCCL stand-in (or no MPIEXEC given)"
+fi
 [ "$failed" = 0 ] || exit 1
 grep -h "kernel timeline\|host waits" "$tmp"/*-timeline.out
-python3 - "$tmp" <<'PY'
+python3 - "$tmp" "$nccl" <<'PY'
 import csv, filecmp, os, re, sys
-tmp = sys.argv[1]
+tmp, nccl = sys.argv[1], sys.argv[2] == "1"
 fails = []
 def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what)
@@ -53,32 +78,46 @@ def row(label):
     with open(os.path.join(tmp, label + ".csv")) as f:
         return list(csv.DictReader(f))[-1]
 phases = ["forward", "backward", "grad_reduce", "optimizer"]
-for prec in ["fp32", "bf16"]:
+for prec in ["fp32", "bf16"] + (["nccl", "nccl_ring"] if nccl else []):
+    through_nccl = prec.startswith("nccl")
     r, plain = row(prec + "-timeline"), row(prec + "-plain")
     out = open(os.path.join(tmp, prec + "-timeline.out")).read()
-    m = re.search(r"kernel timeline \(emulated device\): (\d+) kernels run, (\d+) outside any interval, "
-                  r"(\d+) intervals \((\d+) library calls\)", out)
+    m = re.search(r"kernel timeline \(emulated device\): (\d+) kernels run \((\d+) NCCL's\), (\d+) outside any "
+                  r"interval, (\d+) intervals \((\d+) library calls, (\d+) NCCL calls\)", out)
     check(m is not None, f"{prec}: the emulator's count is printed")
     if m:
-        run_, outside, intervals, library = map(int, m.groups())
-        check(run_ > 0 and outside == 0, f"{prec}: {run_} kernels run, {outside} outside any interval")
-        if prec == "fp32":
+        run_, nccl_run, outside, intervals, library, comm = map(int, m.groups())
+        check(run_ > 0 and outside == 0, f"{prec}: {run_} kernels run ({nccl_run} NCCL's), {outside} outside any interval")
+        if prec != "bf16":  # fp32 tables: each of our launches and each NCCL call its own interval
             check(intervals - library == run_,
-                  f"fp32: kernel intervals {intervals - library} = kernels run {run_} (library calls {library})")
+                  f"{prec}: kernel and NCCL intervals {intervals - library} = kernels run {run_} (library calls {library})")
+        if through_nccl:
+            check(comm > 0 and comm == nccl_run, f"{prec}: {comm} NCCL intervals = {nccl_run} NCCL kernels run")
+        else:
+            check(comm == 0 and nccl_run == 0, f"{prec}: no NCCL interval on one rank")
     check(r["kernel_timeline"] == "1", f"{prec}: kernel_timeline 1")
     for p in phases:
         busy, idle = float(r[f"gpu_busy_{p}_s"]), float(r[f"gpu_idle_{p}_s"])
+        comm_busy = float(r[f"gpu_comm_busy_{p}_s"])
         check(busy >= 0 and idle >= -1e-6, f"{prec} {p}: busy {busy:.3g} s, idle {idle:.3g} s (busy <= wall)")
-        if p != "grad_reduce":  # one rank: nothing to reduce
+        if p != "grad_reduce" or through_nccl:  # one rank: nothing to reduce
             check(busy > 0, f"{prec} {p}: kernels timed")
+        if through_nccl and p != "optimizer":  # all-to-alls or the ring's transfers, the gradients' all-reduce
+            check(0 < comm_busy <= busy + 1e-9, f"{prec} {p}: NCCL busy {comm_busy:.3g} s, within busy {busy:.3g} s")
+        else:  # one rank; the optimizer communicates nothing at ZeRO 0
+            check(comm_busy == 0, f"{prec} {p}: no NCCL busy")
     check(float(r["gpu_idle_in_phases_s"]) >= -1e-6 and 0 <= float(r["gpu_idle_share"]) <= 1,
           f"{prec}: idle in phases {r['gpu_idle_in_phases_s']} s, idle share {r['gpu_idle_share']}")
     check(float(r["kernel_intervals_per_iter"]) > 0, f"{prec}: {r['kernel_intervals_per_iter']} intervals/iteration")
-    check(plain["kernel_timeline"] == "0" and plain["gpu_busy_forward_s"] == "" and plain["gpu_idle_share"] == "",
+    check(plain["kernel_timeline"] == "0" and plain["gpu_busy_forward_s"] == "" and plain["gpu_idle_share"] == ""
+          and plain["gpu_comm_busy_forward_s"] == "",
           f"{prec}: without --kernel-timeline the columns are empty")
     check(filecmp.cmp(os.path.join(tmp, prec + "-timeline.dump"), os.path.join(tmp, prec + "-plain.dump"),
                       shallow=False), f"{prec}: iteration 1's loss and gradients identical with the timeline")
     waits = float(plain["host_waits_per_iter"])
-    check(waits <= 4, f"{prec}: {waits:g} host waits per iteration (at most 4)")
+    if prec == "nccl_ring":  # the ring frees its rotation buffers per layer (cudaFree waits): reported, not bounded
+        print(f"note {prec}: {waits:g} host waits per iteration")
+    else:
+        check(waits <= 4, f"{prec}: {waits:g} host waits per iteration (at most 4)")
 sys.exit(1 if fails else 0)
 PY

@@ -639,6 +639,9 @@ struct GroupState {
     std::vector<std::function<ncclResult_t()>> colls;
 };
 thread_local GroupState group;
+/* What a GPU would launch: one kernel per outermost group that runs
+ * anything, one per operation outside a group (spb_emu_nccl_launch_count). */
+long launches;
 
 ncclResult_t run_p2p(const std::vector<P2p> &ops)
 {
@@ -682,6 +685,7 @@ ncclResult_t run_group(GroupState &g)
     g.error = ncclSuccess;
     if (err != ncclSuccess)
         return err; /* dropped, as NCCL drops a failed group */
+    if (!p2p.empty() || !colls.empty()) launches++;
     EMU_TRY(run_p2p(p2p));
     for (auto &f : colls)
         EMU_TRY(f());
@@ -703,6 +707,7 @@ ncclResult_t issue(std::function<ncclResult_t()> f)
         group.colls.push_back(std::move(f));
         return ncclSuccess;
     }
+    launches++;
     return f();
 }
 
@@ -732,6 +737,7 @@ ncclResult_t p2p(bool send, void *buf, size_t count, ncclDataType_t t, int peer,
         group.p2p.push_back(op);
         return ncclSuccess;
     }
+    launches++;
     return run_p2p(std::vector<P2p>{op});
 }
 
@@ -740,6 +746,10 @@ ncclResult_t p2p(bool send, void *buf, size_t count, ncclDataType_t t, int peer,
 /* ---- the NCCL API ----------------------------------------------------------- */
 
 extern "C" {
+
+/* Not an NCCL call: the NCCL kernels a GPU would have launched so far (the
+ * kernel timeline's check that each lies inside an interval, cuda_trace.cu). */
+long spb_emu_nccl_launch_count(void) { return launches; }
 
 /* Not an NCCL call: the largest message (bytes) the stand-in hands MPI in
  * one call before splitting it into chunks (default and maximum INT_MAX).
