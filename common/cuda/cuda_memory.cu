@@ -1,5 +1,15 @@
 /* Device memory with per-category accounting (memory.h's categories, device
- * counters of their own).  Plain cudaMalloc: no managed memory. */
+ * counters of their own).  Plain cudaMalloc: no managed memory.
+ *
+ * Freed blocks are kept, by exact size, for the next request of that size
+ * instead of going back through cudaFree, which waits for the whole device:
+ * the strategies allocate and free the same workspaces in every layer, and
+ * ring attention's per-layer frees made the step wait on the host some 20
+ * times (issue 37).  Reuse is safe in stream order: every table works on the
+ * legacy default stream, and the communication stream waits for it before a
+ * transfer and is waited on before its buffers are freed.  The accounting
+ * (stats) counts live blocks only, as before; cached blocks are returned to
+ * the device when a cudaMalloc fails, and then the request is retried. */
 #include <mutex>
 #include <string.h>
 #include <vector>
@@ -17,17 +27,39 @@ struct entry {
 };
 std::mutex lock;
 std::unordered_map<const void *, entry> live;
+std::unordered_multimap<size_t, void *> cached; /* freed blocks by size, for reuse */
 spb_mem_stats stats;
+
+size_t block_bytes(size_t bytes) { return bytes ? bytes : 1; }
+
+/* Every cached block back to the device (the caller holds the lock). */
+void release_cached(void)
+{
+    for (auto &kv : cached) SPB_CUDA_HOST_WAIT(cudaFree(kv.second)); /* cudaFree waits for the device */
+    cached.clear();
+}
 } // namespace
 
 extern "C" void *spb_cuda_alloc(spb_mem_category cat, size_t bytes)
 {
     SPB_CHECK(cat >= 0 && cat < SPB_MEM_NUM_CATEGORIES);
     void *p = nullptr;
-    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
-    if (rc != cudaSuccess)
-        SPB_DIE("cudaMalloc of %zu bytes (%s) failed: %s", bytes, spb_mem_category_name(cat), cudaGetErrorString(rc));
     std::lock_guard<std::mutex> g(lock);
+    auto hit = cached.find(block_bytes(bytes));
+    if (hit != cached.end()) {
+        p = hit->second;
+        cached.erase(hit);
+    } else {
+        cudaError_t rc = cudaMalloc(&p, block_bytes(bytes));
+        if (rc != cudaSuccess && !cached.empty()) { /* the cache holds the memory: give it back, once */
+            (void)cudaGetLastError();
+            release_cached();
+            rc = cudaMalloc(&p, block_bytes(bytes));
+        }
+        if (rc != cudaSuccess)
+            SPB_DIE("cudaMalloc of %zu bytes (%s) failed: %s", bytes, spb_mem_category_name(cat),
+                    cudaGetErrorString(rc));
+    }
     live[p] = entry{cat, bytes};
     stats.current[cat] += bytes;
     stats.current_total += bytes;
@@ -39,15 +71,13 @@ extern "C" void *spb_cuda_alloc(spb_mem_category cat, size_t bytes)
 extern "C" void spb_cuda_free(void *p)
 {
     if (!p) return;
-    {
-        std::lock_guard<std::mutex> g(lock);
-        auto it = live.find(p);
-        SPB_CHECK(it != live.end());
-        stats.current[it->second.cat] -= it->second.bytes;
-        stats.current_total -= it->second.bytes;
-        live.erase(it);
-    }
-    SPB_CUDA_HOST_WAIT(cudaFree(p)); /* cudaFree waits for the device */
+    std::lock_guard<std::mutex> g(lock);
+    auto it = live.find(p);
+    SPB_CHECK(it != live.end());
+    stats.current[it->second.cat] -= it->second.bytes;
+    stats.current_total -= it->second.bytes;
+    cached.emplace(block_bytes(it->second.bytes), p); /* no cudaFree: see the top of this file */
+    live.erase(it);
 }
 
 extern "C" size_t spb_cuda_size(const void *p)
