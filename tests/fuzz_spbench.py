@@ -47,6 +47,11 @@ def value_for(rng, name, kind, choices, guarded):
             return str(rng.choice([-1, 0, 1, 2, 3]))
         if name in SIZES and r < 0.6:
             return str(rng.choice([1, 2, 4, 8, 16, 32, 64, 3, 48]))
+        if name in SIZES:
+            # beyond what must be refused (overflow, the memory model); not 65536, which a size like
+            # --seq-length accepts as a legitimate run of minutes on the default model, not a hang
+            return str(rng.choice([0, -1, -2147483648, 2147483647, 1073741824, 1000000, 100000000, 2000000000,
+                                   2147483648, 7]))
         return str(rng.choice([0, -1, -2147483648, 2147483647, 1073741824, 65536, 1000000, 100000000, 2000000000,
                                2147483648, 7]))
     if kind == "u64":
