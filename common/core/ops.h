@@ -4,6 +4,8 @@
 #ifndef SPB_OPS_H
 #define SPB_OPS_H
 
+#include <math.h>
+
 /* The BLAS in use, e.g. "OpenBLAS Prescott x2 threads", for provenance. */
 const char *spb_blas_description(void);
 
@@ -36,7 +38,9 @@ void spb_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
                             const float *mean, const float *rstd, int rows, int C);
 
 /* RMSNorm (common/core/ops_llama_cpu.c): y = x · rstd · w, rstd = (mean(x²) + eps)^-1/2
- * per row; backward: dinp +=, dw += (as LayerNorm's). */
+ * per row; backward: dinp +=, dw += (as LayerNorm's).  eps: LayerNorm's, Megatron-LM's
+ * --norm-epsilon default; the CUDA kernels (cuda_llama_ops.cu) take the same. */
+#define SPB_RMSNORM_EPS 1e-5f
 void spb_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int rows, int C);
 void spb_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           const float *rstd, int rows, int C);
@@ -50,6 +54,12 @@ void spb_swiglu_backward(float *dinp, const float *inp, const float *dout, int r
  * inverse: rotate back (the transpose: the backward of the rotation). */
 void spb_rope_apply(float *x, const long *positions, int batch, int tokens, long token_stride, long batch_stride,
                     int heads, int head_dim, double base, int inverse);
+/* The angle of pair i at a global position, in double so that every rank and
+ * the device's table (cuda_llama_ops.cu) get the same bits. */
+static inline double spb_rope_angle(long position, int pair, int head_dim, double base)
+{
+    return (double)position * pow(base, -2.0 * pair / head_dim);
+}
 
 void spb_gelu_forward(float *out, const float *inp, long n);
 /* dinp = dout * gelu'(inp)  (dinp may alias dout) */

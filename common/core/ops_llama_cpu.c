@@ -7,8 +7,6 @@
 #include "fastmath.h"
 #include "ops.h"
 
-#define RMSNORM_EPS 1e-5f /* LayerNorm's, Megatron-LM's --norm-epsilon default */
-
 void spb_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int rows, int C)
 {
     for (int r = 0; r < rows; r++) {
@@ -17,7 +15,7 @@ void spb_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
         float ms = 0.0f;
         for (int i = 0; i < C; i++) ms += x[i] * x[i];
         ms /= (float)C;
-        float s = 1.0f / sqrtf(ms + RMSNORM_EPS);
+        float s = 1.0f / sqrtf(ms + SPB_RMSNORM_EPS);
         for (int i = 0; i < C; i++) y[i] = x[i] * s * w[i];
         rstd[r] = s;
     }
@@ -76,7 +74,7 @@ void spb_rope_apply(float *x, const long *positions, int batch, int tokens, long
     const int half = head_dim / 2;
     for (int t = 0; t < tokens; t++)
         for (int i = 0; i < half; i++) {
-            double angle = (double)positions[t] * pow(base, -2.0 * i / head_dim);
+            double angle = spb_rope_angle(positions[t], i, head_dim, base);
             float c = (float)cos(angle), s = (float)(inverse ? -sin(angle) : sin(angle));
             for (int b = 0; b < batch; b++) {
                 float *row = x + b * batch_stride + t * token_stride;

@@ -45,13 +45,8 @@ extern "C" {
             SPB_DIE("cuBLAS call failed: %s: status %d", #call, (int)spb_cublas_rc_);                                  \
     } while (0)
 
-/* After each launch (every launch here is on the legacy stream and opens
- * its timeline interval with SPB_KT_BEGIN(0) just before). */
-#define SPB_LAUNCH_CHECK()                                                                                             \
-    do {                                                                                                               \
-        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
-        SPB_KT_END();                                                                                                  \
-    } while (0)
+/* Every launch here is on the legacy stream: SPB_KT_BEGIN(0) just before,
+ * SPB_LAUNCH_CHECK (cuda_trace.h) after. */
 
 namespace {
 

@@ -8,12 +8,7 @@
 #include "cuda_upload.h"
 #include "spb_cuda.h"
 
-/* After each launch (on the legacy stream, after SPB_KT_BEGIN(0)). */
-#define SPB_LAUNCH_CHECK()                                                                                             \
-    do {                                                                                                               \
-        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
-        SPB_KT_END();                                                                                                  \
-    } while (0)
+/* Each launch on the legacy stream: SPB_KT_BEGIN(0) before, SPB_LAUNCH_CHECK (cuda_trace.h) after. */
 
 namespace {
 

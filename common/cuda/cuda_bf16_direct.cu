@@ -34,13 +34,8 @@
 #include "gelu.cuh"
 #include "spb_cuda.h"
 
-/* After each launch (every launch here is on kStream and opens its
- * timeline interval with SPB_KT_BEGIN(kStream) just before). */
-#define SPB_LAUNCH_CHECK()                                                                                             \
-    do {                                                                                                               \
-        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
-        SPB_KT_END();                                                                                                  \
-    } while (0)
+/* Every launch here is on kStream and opens its timeline interval with
+ * SPB_KT_BEGIN(kStream) just before; SPB_LAUNCH_CHECK (cuda_trace.h) after. */
 
 namespace {
 

@@ -18,15 +18,9 @@
 #include "cuda_check.h"
 #include "cuda_llama_ops.h"
 #include "cuda_trace.h"
+#include "ops.h"
 #include "spb_cuda.h"
 
-#define RMSNORM_EPS 1e-5f /* ops_llama_cpu.c's */
-/* each launch one kernel-timeline interval (cuda_trace.h; off: one branch) */
-#define SPB_LAUNCH_CHECK()                                                                                             \
-    do {                                                                                                               \
-        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
-        SPB_KT_END();                                                                                                  \
-    } while (0)
 
 namespace {
 
@@ -44,7 +38,7 @@ __global__ void k_rmsnorm_forward(float *out, float *rstd, const float *inp, con
     float ms = 0.0f;
     for (int i = 0; i < C; i++) ms += x[i] * x[i];
     ms /= (float)C;
-    float s = 1.0f / sqrtf(ms + RMSNORM_EPS);
+    float s = 1.0f / sqrtf(ms + SPB_RMSNORM_EPS);
     for (int i = 0; i < C; i++) y[i] = x[i] * s * w[i];
     rstd[r] = s;
 }
@@ -129,8 +123,7 @@ const float *rope_angles(const long *positions, int tokens, int head_dim, double
     table.positions = pos;
     for (int t = 0; t < tokens; t++)
         for (int i = 0; i < half; i++) {
-            /* ops_llama_cpu.c's angle, bit for bit */
-            double angle = (double)positions[t] * pow(base, -2.0 * i / head_dim);
+            double angle = spb_rope_angle(positions[t], i, head_dim, base); /* the CPU's, bit for bit */
             host[(size_t)t * half + i] = (float)cos(angle);
             host[n + (size_t)t * half + i] = (float)sin(angle);
         }

@@ -59,6 +59,13 @@ void spb_cuda_timeline_end(void);
     do {                                                                                                               \
         if (spb_cuda_timeline_on) spb_cuda_timeline_end();                                                             \
     } while (0)
+/* After each kernel launch that SPB_KT_BEGIN opened: the launch's error, then
+ * the interval's end (the including file has cuda_check.h). */
+#define SPB_LAUNCH_CHECK()                                                                                             \
+    do {                                                                                                               \
+        SPB_CUDA_CHECK(cudaGetLastError());                                                                            \
+        SPB_KT_END();                                                                                                  \
+    } while (0)
 
 /* Totals since the last reset, over the steps folded so far (seconds). */
 typedef struct spb_kernel_timeline {
