@@ -79,6 +79,20 @@ static inline double worst_tensor_error(const spb_gpt *ref, const float *a, cons
     return worst;
 }
 
+/* The distributed trainer's parameters gathered to the global layout, against
+ * the reference's: the worst relative tensor error and its tensor (collective). */
+static inline double params_error(const spb_trainer *ref, const spb_trainer *dist, const char **where)
+{
+    float *local = malloc(sizeof(float) * (size_t)dist->gpt->num_params);
+    float *global = malloc(sizeof(float) * (size_t)ref->gpt->num_global_params);
+    spb_trainer_local_params(dist, local);
+    spb_gpt_gather_global(dist->gpt, local, global);
+    double err = worst_tensor_error(ref->gpt, global, ref->gpt->params, where);
+    free(local);
+    free(global);
+    return err;
+}
+
 /* A small training run of one strategy: its variant options (Ulysses'
  * collective, ring's layout), micro-batch, ZeRO stage, sequence-parallel
  * degree P and activation checkpointing. */

@@ -136,15 +136,10 @@ static void compare_model(const variant *v, int P, int causal, int batch, const 
         double a = spb_trainer_step(ref), b = spb_trainer_step(dist);
         ck_assert_double_le(fabs(a - b) / a, 1e-5);
     }
-    float *local = malloc(sizeof(float) * (size_t)dist->gpt->num_params), *global = malloc(sizeof(float) * (size_t)n);
-    spb_trainer_local_params(dist, local);
-    spb_gpt_gather_global(dist->gpt, local, global);
-    double perr = worst_tensor_error(ref->gpt, global, ref->gpt->params, &where);
+    double perr = params_error(ref, dist, &where);
     say(" | params after %d steps %-12s %.2e\n", steps, where, perr);
     ck_assert_msg(perr <= 1e-5, "%s P=%d G=%d: parameters of %s off by %.3e", v->strategy, P, dist->gpt->G, where,
                   perr);
-    free(local);
-    free(global);
     spb_trainer_destroy(ref);
     spb_trainer_destroy(dist);
     spb_grid_destroy(&rg);
