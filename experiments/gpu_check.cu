@@ -803,6 +803,22 @@ static void check_llama_ops()
     }
 }
 
+/* The grouped-query checks' call: a fused row [H query | G K | G V heads]
+ * per token, T queries against T keys; causal with a ring block's offsets
+ * (queries at 2T, keys at k_offset), else full. */
+static spb_attn_desc gqa_desc(int B, int H, int G, int D, int T, int causal, long k_offset)
+{
+    const long width = (long)(H + 2 * G) * D;
+    spb_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = B, d.heads = H, d.kv_heads = G, d.head_dim = D, d.q_len = T, d.k_len = T;
+    d.causal = causal, d.q_offset = causal ? 2L * T : 0, d.k_offset = causal ? k_offset : 0;
+    d.scale = 1.0f / sqrtf((float)D);
+    d.q_token_stride = d.k_token_stride = width, d.q_batch_stride = d.k_batch_stride = width * T;
+    d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+    return d;
+}
+
 #ifdef SPB_GPU_CHECK_HAVE_CORE
 /* Grouped-query attention in the fp32 CUDA table's kernels (cuda_backend.cu)
  * against attention_naive.c: a fused row [H query heads | G K heads | G V
@@ -818,13 +834,7 @@ static void check_gqa_attention_f32()
             if (!unit.taken) continue;
             const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
                        nl = (long)B * H * T;
-            spb_attn_desc d;
-            memset(&d, 0, sizeof d);
-            d.batch = B, d.heads = H, d.kv_heads = G, d.head_dim = D, d.q_len = T, d.k_len = T;
-            d.causal = causal, d.q_offset = causal ? 2L * T : 0, d.k_offset = causal ? T : 0;
-            d.scale = 1.0f / sqrtf((float)D);
-            d.q_token_stride = d.k_token_stride = width, d.q_batch_stride = d.k_batch_stride = width * T;
-            d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+            spb_attn_desc d = gqa_desc(B, H, G, D, T, causal, T);
             const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
             auto qkv = randv(nq, 1.0f, false), dout = randv(no, 1.0f, false), d0 = randv(nq, 0.1f, false);
             std::vector<float> ro((size_t)no), rl((size_t)nl), rd = d0;
@@ -863,13 +873,7 @@ static void check_gqa_attention_half(spb_cuda_impl impl)
             if (!unit.taken) continue;
             const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
                        nl = (long)B * H * T;
-            spb_attn_desc d;
-            memset(&d, 0, sizeof d);
-            d.batch = B, d.heads = H, d.kv_heads = G, d.head_dim = D, d.q_len = T, d.k_len = T;
-            d.causal = causal, d.q_offset = causal ? 2L * T : 0, d.k_offset = causal ? T + 40 : 0;
-            d.scale = 1.0f / sqrtf((float)D);
-            d.q_token_stride = d.k_token_stride = width, d.q_batch_stride = d.k_batch_stride = width * T;
-            d.o_token_stride = (long)H * D, d.o_batch_stride = (long)H * D * T;
+            spb_attn_desc d = gqa_desc(B, H, G, D, T, causal, T + 40);
             const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
             auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), d0 = randv(nq, 0.1f, false);
             std::vector<float> ro((size_t)no), rl((size_t)nl);
