@@ -619,11 +619,6 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
                      H, P, G);
             return -1;
         }
-        if (strcmp(cfg->device, "cpu")) {
-            snprintf(err, errlen, "--num-attention-heads %d not divisible by --sp-degree %d: uneven head groups run "
-                                  "on --device cpu only (the device exchanges take equal blocks)", H, P);
-            return -1;
-        }
     } else if (P > 0 && (G >= P ? G % P : P % G)) {
         /* K/V heads: split like the query heads (G >= P), or one per rank,
          * replicated (G < P): each rank's query heads must read one K/V head. */

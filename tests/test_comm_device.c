@@ -31,6 +31,21 @@
 #include "mpi_check.h"
 #include "strategy_check.h"
 
+/* A small case (strategy_check.h) with its own token and head counts for
+ * uneven shares (0: the small case's 32 tokens, 4 heads; head dim 8). */
+typedef struct sized_case {
+    small_case k;
+    int seq_length, heads;
+} sized_case;
+
+static void sized_case_config(spb_config *c, const sized_case *s)
+{
+    small_case_config(c, &s->k);
+    if (s->seq_length) c->seq_length = s->seq_length;
+    if (s->heads) c->num_heads = s->heads, c->hidden_size = 8 * s->heads;
+    if (!strcmp(s->k.strategy, "hybrid")) c->ulysses_degree = 2;
+}
+
 /* ------------------------------------------------------ the fake table -- */
 
 /* Seconds the fake "measures" for a call: multiples of 2^-10, so that any
@@ -170,12 +185,12 @@ typedef struct fake_transfer {
     int waited;
 } fake_transfer;
 
-static void *fake_sendrecv_start(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype type,
-                                 MPI_Comm comm, long ticket)
+static void *fake_sendrecv_start(const void *send, int dest, void *recv, int src, long count, long recv_count,
+                                 spb_comm_dtype type, MPI_Comm comm, long ticket)
 {
     typed_calls[type]++;
     fake_transfer *t = SPB_CHECK_PTR(calloc(1, sizeof *t));
-    SPB_MPI_CHECK(MPI_Irecv(recv, (int)count, mpi_type(type), src, 0, comm, &t->req[0]));
+    SPB_MPI_CHECK(MPI_Irecv(recv, (int)recv_count, mpi_type(type), src, 0, comm, &t->req[0]));
     SPB_MPI_CHECK(MPI_Isend(send, (int)count, mpi_type(type), dest, 0, comm, &t->req[1]));
     t->compute_at_start = compute_calls;
     xfers.started++;
@@ -192,6 +207,76 @@ static void fake_sendrecv_wait(void *handle)
     xfers.waited++;
     if (compute_calls > t->compute_at_start) xfers.overlapped++;
     free(t);
+}
+
+/* The per-rank-count collectives of uneven shares, on host MPI; the
+ * reduce-scatter adds rank by rank in fp32 and rounds once (comm.h). */
+static long v_calls;
+static int *int_copy(const long *v, int n)
+{
+    int *c = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n));
+    for (int i = 0; i < n; i++) c[i] = (int)v[i];
+    return c;
+}
+static int comm_size(MPI_Comm comm)
+{
+    int n = 1;
+    SPB_MPI_CHECK(MPI_Comm_size(comm, &n));
+    return n;
+}
+
+static void fake_alltoallv(const void *send, const long *send_counts, const long *send_displs, void *recv,
+                           const long *recv_counts, const long *recv_displs, spb_comm_dtype t, MPI_Comm comm,
+                           long ticket)
+{
+    typed_calls[t]++, v_calls++;
+    int n = comm_size(comm);
+    int *sc = int_copy(send_counts, n), *sd = int_copy(send_displs, n), *rc = int_copy(recv_counts, n),
+        *rd = int_copy(recv_displs, n);
+    SPB_MPI_CHECK(MPI_Alltoallv(send, sc, sd, mpi_type(t), recv, rc, rd, mpi_type(t), comm));
+    free(sc), free(sd), free(rc), free(rd);
+    issued(SPB_OP_ALLTOALL, ticket);
+}
+
+static void fake_allgatherv(const void *send, void *recv, const long *counts, const long *displs, spb_comm_dtype t,
+                            MPI_Comm comm, long ticket)
+{
+    typed_calls[t]++, v_calls++;
+    int n = comm_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    int *c = int_copy(counts, n), *d = int_copy(displs, n);
+    SPB_MPI_CHECK(MPI_Allgatherv(send, c[me], mpi_type(t), recv, c, d, mpi_type(t), comm));
+    free(c), free(d);
+    issued(SPB_OP_ALLGATHER, ticket);
+}
+
+static void fake_reduce_scatterv(const void *send, const long *counts, const long *displs, void *recv,
+                                 spb_comm_dtype t, MPI_Comm comm, long ticket)
+{
+    typed_calls[t]++, v_calls++;
+    int n = comm_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    long mine = counts[me], extent = 0;
+    for (int j = 0; j < n; j++) extent = displs[j] + counts[j] > extent ? displs[j] + counts[j] : extent;
+    float *w = t == SPB_COMM_F32 ? (float *)send : widened_copy(send, extent, t);
+    float *parts = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine * n + 1)));
+    int *sc = int_copy(counts, n), *sd = int_copy(displs, n), *rc = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n)),
+        *rd = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n));
+    for (int i = 0; i < n; i++) rc[i] = (int)mine, rd[i] = (int)(i * mine);
+    SPB_MPI_CHECK(MPI_Alltoallv(w, sc, sd, MPI_FLOAT, parts, rc, rd, MPI_FLOAT, comm));
+    float *sum = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine + 1)));
+    for (long x = 0; x < mine; x++) {
+        float v = 0.0f;
+        for (int i = 0; i < n; i++) v += parts[i * mine + x];
+        sum[x] = v;
+    }
+    if (t == SPB_COMM_F32)
+        memcpy(recv, sum, sizeof(float) * (size_t)mine);
+    else
+        narrow_into(recv, sum, mine, t);
+    if (w != send) free(w);
+    free(parts), free(sum), free(sc), free(sd), free(rc), free(rd);
+    issued(SPB_OP_REDUCE_SCATTER, ticket);
 }
 
 static long forgotten;
@@ -212,6 +297,9 @@ static const spb_comm_device_ops fake_ops = {
     .reduce_scatter = fake_reduce_scatter,
     .sendrecv_start = fake_sendrecv_start,
     .sendrecv_wait = fake_sendrecv_wait,
+    .alltoallv = fake_alltoallv,
+    .allgatherv = fake_allgatherv,
+    .reduce_scatterv = fake_reduce_scatterv,
     .flush_times = fake_flush_times,
     .forget = fake_forget,
     .scratch_alloc = fake_scratch_alloc,
@@ -427,6 +515,62 @@ START_TEST(device_path_trains_like_mpi)
 }
 END_TEST
 
+/* Uneven shares (N or H not divisible by P) through the device table: the
+ * per-rank-count entries (alltoallv, allgatherv, reduce_scatterv) and ring
+ * blocks of two sizes (sendrecv_start's recv_count) train bit for bit as
+ * the host path, with the same accounting and no call left to the staged
+ * fallback. */
+START_TEST(uneven_device_path_trains_like_mpi)
+{
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ck_assert_msg(world == 4, "run with 4 ranks");
+    static const sized_case cases[] = {
+        {{"ulysses", "alltoall", "contiguous", 1, 0, 4, 0}, 30, 0},      /* uneven tokens */
+        {{"ulysses", "alltoall", "contiguous", 1, 1, 4, 0}, 32, 6},      /* uneven heads */
+        {{"ulysses", "alltoall", "contiguous", 1, 3, 2, 0}, 31, 0},      /* D = 2, ZeRO-3 */
+        {{"megatron", "alltoall", "contiguous", 1, 2, 4, 0}, 30, 0},     /* allgatherv / reduce_scatterv */
+        {{"megatron", "alltoall", "contiguous", 2, 3, 2, 1}, 31, 0},     /* recompute */
+        {{"ring", "alltoall", "contiguous", 1, 0, 4, 0}, 30, 0},         /* blocks of 8 and 7 tokens */
+        {{"allgather-kv", "alltoall", "contiguous", 1, 1, 4, 0}, 30, 0}, /* K/V gathered, dK/dV scattered */
+        {{"hybrid", "alltoall", "contiguous", 1, 0, 4, 0}, 29, 0},       /* U = 2: nested shares */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const small_case *kc = &cases[k].k;
+        spb_config c;
+        sized_case_config(&c, &cases[k]);
+        spb_grid grid;
+        twin_runs r;
+        v_calls = 0;
+        long fallbacks0 = spb_comm_device_fallbacks();
+        train_twice(&c, &grid, NULL, &r);
+        long fallbacks = spb_comm_device_fallbacks() - fallbacks0;
+        say("uneven %-12s N %d H %d ZeRO-%d P %d%s: %ld per-rank-count calls through the table, %ld sendrecv, %ld "
+            "staged; losses %s\n",
+            kc->strategy, c.seq_length, c.num_heads, kc->zero, kc->sp, kc->checkpoint ? " ckpt" : "", v_calls,
+            xfers.started, fallbacks, memcmp(r.plain_loss, r.device_loss, sizeof r.plain_loss) ? "DIFFER" : "bit-identical");
+        ck_assert_int_eq(memcmp(r.plain_loss, r.device_loss, sizeof r.plain_loss), 0);
+        assert_same_volumes(&r.plain, &r.dev);
+        ck_assert_int_eq(fallbacks, 0);
+        /* over the ranks: a hybrid group whose share is even (29 tokens:
+         * groups of 15 and 14) exchanges equal blocks on its own ranks */
+        long v_all = v_calls;
+        SPB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
+        ck_assert_int_eq(xfers.started, xfers.waited);
+        if (!strcmp(kc->strategy, "ring"))
+            ck_assert(xfers.started > 0);
+        else
+            ck_assert_msg(v_all > 0, "no per-rank-count collective reached the table");
+        ck_assert(same_local_params(r.a, r.b));
+        spb_comm_set_device_ops(NULL);
+        spb_trainer_destroy(r.a);
+        spb_trainer_destroy(r.b);
+        spb_grid_destroy(&grid);
+    }
+    spb_comm_reset();
+}
+END_TEST
+
 /* ------------------------------------------- the timing, call by call -- */
 
 enum { N = 6 }; /* floats per rank-block */
@@ -479,17 +623,25 @@ static void half_precision_device_runs(const char *precision)
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     ck_assert_msg(world == 4, "run with 4 ranks");
-    static const small_case cases[] = {
-        {"none", "alltoall", "contiguous", 1, 1, 1, 0},    {"none", "alltoall", "contiguous", 1, 3, 1, 0},
-        {"ulysses", "alltoall", "contiguous", 2, 2, 2, 0}, {"ulysses", "alltoall", "contiguous", 1, 0, 4, 1},
-        {"megatron", "alltoall", "contiguous", 1, 3, 2, 0}, {"ring", "alltoall", "zigzag", 1, 1, 4, 0},
-        {"ring", "alltoall", "contiguous", 1, 3, 2, 1},
+    static const sized_case cases[] = {
+        {{"none", "alltoall", "contiguous", 1, 1, 1, 0}, 0, 0},
+        {{"none", "alltoall", "contiguous", 1, 3, 1, 0}, 0, 0},
+        {{"ulysses", "alltoall", "contiguous", 2, 2, 2, 0}, 0, 0},
+        {{"ulysses", "alltoall", "contiguous", 1, 0, 4, 1}, 0, 0},
+        {{"megatron", "alltoall", "contiguous", 1, 3, 2, 0}, 0, 0},
+        {{"ring", "alltoall", "zigzag", 1, 1, 4, 0}, 0, 0},
+        {{"ring", "alltoall", "contiguous", 1, 3, 2, 1}, 0, 0},
+        /* uneven shares: the staged per-rank-count path against the table's */
+        {{"ulysses", "alltoall", "contiguous", 1, 0, 4, 0}, 30, 6},
+        {{"megatron", "alltoall", "contiguous", 1, 3, 2, 0}, 31, 0},
+        {{"ring", "alltoall", "contiguous", 1, 1, 4, 0}, 30, 0},
+        {{"allgather-kv", "alltoall", "contiguous", 1, 2, 4, 0}, 30, 0},
     };
     const spb_comm_dtype half = strcmp(precision, "fp16") ? SPB_COMM_BF16 : SPB_COMM_F16;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const small_case *kc = &cases[k];
+        const small_case *kc = &cases[k].k;
         spb_config c;
-        small_case_config(&c, kc);
+        sized_case_config(&c, &cases[k]);
         snprintf(c.precision, sizeof c.precision, "%s", precision);
         spb_grid grid;
         twin_runs r;
@@ -736,6 +888,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, deferred_times_fold_exactly_once);
     tcase_add_test(tc, staged_collectives_synchronize_first);
     tcase_add_test(tc, device_path_trains_like_mpi);
+    tcase_add_test(tc, uneven_device_path_trains_like_mpi);
     tcase_add_test(tc, bf16_device_path_trains_like_staged);
     tcase_add_test(tc, bf16_written_spans_with_masters_are_staged);
     suite_add_tcase(s, tc);

@@ -7,7 +7,10 @@
 #include <deque>
 #include <vector>
 
+#include "bf16.h"
+#include "cuda_launch.cuh"
 #include "cuda_trace.h"
+#include "fp16.h"
 #include "nccl_check.h"
 #include "nccl_comm.h"
 
@@ -30,6 +33,8 @@ struct spb_nccl_comm {
     std::vector<cudaEvent_t> spare; /* timing events free for reuse */
     spb_nccl_time_sink sink;
     void *sink_ctx;
+    void *scratch; /* reduce_scatterv's received blocks (nccl_comm.h) */
+    size_t scratch_bytes;
 };
 
 static ncclDataType_t nccl_type(spb_nccl_dtype t)
@@ -65,6 +70,7 @@ extern "C" void spb_nccl_destroy(spb_nccl_comm *c)
     for (cudaEvent_t e : c->spare) SPB_CUDA_CHECK(cudaEventDestroy(e));
     SPB_CUDA_CHECK(cudaEventDestroy(c->ready));
     SPB_CUDA_CHECK(cudaEventDestroy(c->joined));
+    if (c->scratch) SPB_CUDA_CHECK(cudaFree(c->scratch));
     SPB_CUDA_CHECK(cudaStreamDestroy(c->stream));
     SPB_NCCL_CHECK(ncclCommDestroy(c->comm));
     delete c;
@@ -190,13 +196,122 @@ extern "C" void spb_nccl_allreduce(spb_nccl_comm *c, void *buf, size_t count, sp
 }
 
 extern "C" void spb_nccl_sendrecv(spb_nccl_comm *c, const void *send, int dst, void *recv, int src, size_t count,
-                                  spb_nccl_dtype t, cudaStream_t after, long tag)
+                                  size_t recv_count, spb_nccl_dtype t, cudaStream_t after, long tag)
 {
     pending p = begin(c, SPB_NCCL_SENDRECV, after, tag);
     SPB_NCCL_CHECK(ncclGroupStart());
     SPB_NCCL_CHECK(ncclSend(send, count, nccl_type(t), dst, c->comm, c->stream));
-    SPB_NCCL_CHECK(ncclRecv(recv, count, nccl_type(t), src, c->comm, c->stream));
+    SPB_NCCL_CHECK(ncclRecv(recv, recv_count, nccl_type(t), src, c->comm, c->stream));
     SPB_NCCL_CHECK(ncclGroupEnd());
+    end(c, p);
+}
+
+/* ---- per-rank counts (uneven shares) ---- */
+
+static size_t count_of(long n)
+{
+    if (n < 0) SPB_DIE("collective block of %ld elements", n);
+    return (size_t)n;
+}
+
+static const char *at(const void *p, long elements, size_t eb) { return (const char *)p + (size_t)elements * eb; }
+
+extern "C" void spb_nccl_alltoallv(spb_nccl_comm *c, const void *send, const long *send_counts, const long *send_displs,
+                                   void *recv, const long *recv_counts, const long *recv_displs, spb_nccl_dtype t,
+                                   cudaStream_t after, long tag)
+{
+    size_t eb = type_bytes(t);
+    pending p = begin(c, SPB_NCCL_ALLTOALL, after, tag);
+    SPB_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        SPB_NCCL_CHECK(ncclSend(at(send, send_displs[r], eb), count_of(send_counts[r]), nccl_type(t), r, c->comm,
+                                c->stream));
+        SPB_NCCL_CHECK(ncclRecv((void *)at(recv, recv_displs[r], eb), count_of(recv_counts[r]), nccl_type(t), r,
+                                c->comm, c->stream));
+    }
+    SPB_NCCL_CHECK(ncclGroupEnd());
+    end(c, p);
+}
+
+extern "C" void spb_nccl_allgatherv(spb_nccl_comm *c, const void *send, void *recv, const long *counts,
+                                    const long *displs, spb_nccl_dtype t, cudaStream_t after, long tag)
+{
+    size_t eb = type_bytes(t);
+    pending p = begin(c, SPB_NCCL_ALLGATHER, after, tag);
+    SPB_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        SPB_NCCL_CHECK(ncclSend(send, count_of(counts[c->rank]), nccl_type(t), r, c->comm, c->stream));
+        SPB_NCCL_CHECK(ncclRecv((void *)at(recv, displs[r], eb), count_of(counts[r]), nccl_type(t), r, c->comm,
+                                c->stream));
+    }
+    SPB_NCCL_CHECK(ncclGroupEnd());
+    end(c, p);
+}
+
+/* Element i of the stored type t, widened; and stored back, rounded to
+ * nearest even by common/bf16's own functions (the host path's rounding). */
+static __device__ __forceinline__ float load_elem(const void *p, long i, int t)
+{
+    return t == SPB_NCCL_F32 ? ((const float *)p)[i]
+           : t == SPB_NCCL_BF16 ? spb_bf16_to_float(((const spb_bf16 *)p)[i])
+                                : spb_fp16_to_float(((const spb_fp16 *)p)[i]);
+}
+
+static __device__ __forceinline__ void store_elem(void *p, long i, int t, float v)
+{
+    if (t == SPB_NCCL_F32)
+        ((float *)p)[i] = v;
+    else if (t == SPB_NCCL_BF16)
+        ((spb_bf16 *)p)[i] = spb_bf16_from_float(v);
+    else
+        ((spb_fp16 *)p)[i] = spb_fp16_from_float(v);
+}
+
+/* out[i] = the n parts' element i added in rank order in fp32, rounded once. */
+__global__ void k_sum_parts(void *out, const void *parts, int n, long count, int t)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (long)gridDim.x * blockDim.x) {
+        float sum = 0.0f;
+        for (int r = 0; r < n; r++) sum += load_elem(parts, (long)r * count + i, t);
+        store_elem(out, i, t, sum);
+    }
+}
+
+/* The scratch grown to `bytes`; growing waits for the comm stream, the
+ * scratch's only user, so nothing in flight reads the old one. */
+static void *scratch_of(spb_nccl_comm *c, size_t bytes)
+{
+    if (bytes > c->scratch_bytes) {
+        if (c->scratch) {
+            SPB_CUDA_HOST_WAIT(cudaStreamSynchronize(c->stream));
+            SPB_CUDA_CHECK(cudaFree(c->scratch));
+        }
+        c->scratch = nullptr;
+        SPB_CUDA_CHECK(cudaMalloc(&c->scratch, bytes));
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}
+
+extern "C" void spb_nccl_reduce_scatterv(spb_nccl_comm *c, const void *send, const long *counts, const long *displs,
+                                         void *recv, spb_nccl_dtype t, cudaStream_t after, long tag)
+{
+    size_t eb = type_bytes(t), mine = count_of(counts[c->rank]);
+    void *parts = scratch_of(c, eb * mine * (size_t)c->size + 1);
+    pending p = begin(c, SPB_NCCL_REDUCE_SCATTER, after, tag);
+    SPB_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        SPB_NCCL_CHECK(ncclSend(at(send, displs[r], eb), count_of(counts[r]), nccl_type(t), r, c->comm, c->stream));
+        SPB_NCCL_CHECK(ncclRecv((void *)at(parts, (long)(mine * (size_t)r), eb), mine, nccl_type(t), r, c->comm,
+                                c->stream));
+    }
+    SPB_NCCL_CHECK(ncclGroupEnd());
+    if (mine) { /* inside the call's interval of the kernel timeline: no interval of its own */
+        const int threads = 256;
+        k_sum_parts<<<spb_grid_stride_blocks((long)mine, threads), threads, 0, c->stream>>>(recv, parts, c->size,
+                                                                                          (long)mine, (int)t);
+        SPB_CUDA_CHECK(cudaGetLastError());
+    }
     end(c, p);
 }
 

@@ -65,9 +65,30 @@ void spb_nccl_reduce_scatter(spb_nccl_comm *c, const void *send, void *recv, siz
                              cudaStream_t after, long tag);
 /* in-place sum */
 void spb_nccl_allreduce(spb_nccl_comm *c, void *buf, size_t count, spb_nccl_dtype t, cudaStream_t after, long tag);
-/* send to group rank `dst` and receive from `src` (ring attention's rotation) */
+/* send count elements to group rank `dst` and receive recv_count from
+ * `src` (ring attention's rotation; the counts differ under uneven shares) */
 void spb_nccl_sendrecv(spb_nccl_comm *c, const void *send, int dst, void *recv, int src, size_t count,
-                       spb_nccl_dtype t, cudaStream_t after, long tag);
+                       size_t recv_count, spb_nccl_dtype t, cudaStream_t after, long tag);
+/* Per-rank counts (uneven shares), in elements; grouped send/receive
+ * pairs, this rank's own block included.  alltoallv: send_counts[j] from
+ * send + send_displs[j] to rank j, recv_counts[i] from rank i at recv +
+ * recv_displs[i].  allgatherv: this rank's counts[rank] elements to every
+ * rank, rank i's at recv + displs[i].  reduce_scatterv: block j (counts[j]
+ * at displs[j]) to rank j, then this rank's n received blocks added in
+ * rank order in fp32 and rounded once into recv (counts[rank] elements):
+ * the same bits as comm.c's host path, which NCCL's own reductions (in the
+ * element type, in an order of their own) would not give.  The received
+ * blocks wait in a scratch buffer of the communicator's, grown on demand
+ * (growing waits for its stream) and outside the memory categories, as
+ * NCCL's own buffers are.  Counted as SPB_NCCL_ALLTOALL, ALLGATHER and
+ * REDUCE_SCATTER. */
+void spb_nccl_alltoallv(spb_nccl_comm *c, const void *send, const long *send_counts, const long *send_displs,
+                        void *recv, const long *recv_counts, const long *recv_displs, spb_nccl_dtype t,
+                        cudaStream_t after, long tag);
+void spb_nccl_allgatherv(spb_nccl_comm *c, const void *send, void *recv, const long *counts, const long *displs,
+                         spb_nccl_dtype t, cudaStream_t after, long tag);
+void spb_nccl_reduce_scatterv(spb_nccl_comm *c, const void *send, const long *counts, const long *displs, void *recv,
+                              spb_nccl_dtype t, cudaStream_t after, long tag);
 
 /* Make `stream` wait for everything issued so far on the comm stream
  * (cudaStreamLegacy for the legacy default stream). */

@@ -154,6 +154,35 @@ void reduce_scatter(const void *send, void *recv, long count, spb_comm_dtype t, 
     spb_nccl_join(c, kCompute);
 }
 
+/* Per-rank counts (uneven shares): blocking, as the even collectives. */
+void alltoallv(const void *send, const long *send_counts, const long *send_displs, void *recv, const long *recv_counts,
+               const long *recv_displs, spb_comm_dtype t, MPI_Comm comm, long ticket)
+{
+    spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
+    spb_nccl_alltoallv(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, nccl_dtype(t), kCompute,
+                       ticket);
+    spb_nccl_join(c, kCompute);
+}
+
+void allgatherv(const void *send, void *recv, const long *counts, const long *displs, spb_comm_dtype t, MPI_Comm comm,
+                long ticket)
+{
+    spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
+    spb_nccl_allgatherv(c, send, recv, counts, displs, nccl_dtype(t), kCompute, ticket);
+    spb_nccl_join(c, kCompute);
+}
+
+void reduce_scatterv(const void *send, const long *counts, const long *displs, void *recv, spb_comm_dtype t,
+                     MPI_Comm comm, long ticket)
+{
+    spb_nccl_comm *c = nccl_for(comm);
+    after_transfers(c);
+    spb_nccl_reduce_scatterv(c, send, counts, displs, recv, nccl_dtype(t), kCompute, ticket);
+    spb_nccl_join(c, kCompute);
+}
+
 /* A transfer issued on c's stream, not yet joined: its completion event,
  * which sendrecv_wait makes the compute stream wait for. */
 void *in_flight_on(spb_nccl_comm *c)
@@ -170,12 +199,12 @@ void *in_flight_on(spb_nccl_comm *c)
     return (void *)done;
 }
 
-void *sendrecv_start(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t, MPI_Comm comm,
-                     long ticket)
+void *sendrecv_start(const void *send, int dest, void *recv, int src, long count, long recv_count, spb_comm_dtype t,
+                     MPI_Comm comm, long ticket)
 {
     spb_nccl_comm *c = nccl_for(comm);
     after_transfers(c);
-    spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), nccl_dtype(t), kCompute, ticket);
+    spb_nccl_sendrecv(c, send, dest, recv, src, elems(count), elems(recv_count), nccl_dtype(t), kCompute, ticket);
     return in_flight_on(c);
 }
 
@@ -236,6 +265,9 @@ spb_comm_device_ops make_ops(void)
     t.sendrecv_start = sendrecv_start;
     t.sendrecv_wait = sendrecv_wait;
     t.alltoall_start = alltoall_start;
+    t.alltoallv = alltoallv;
+    t.allgatherv = allgatherv;
+    t.reduce_scatterv = reduce_scatterv;
     t.flush_times = flush_times;
     t.forget = forget;
     t.scratch_alloc = scratch_alloc;

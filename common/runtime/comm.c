@@ -145,8 +145,6 @@ static void record(spb_comm_op op, spb_comm_phase phase, MPI_Comm comm, double p
     spb_timer_add(SPB_T_COMM, seconds);
 }
 
-static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds);
-
 static long issue_ticket(spb_comm_op op, spb_comm_phase phase, enum time_use use)
 {
     if (next_ticket - first_open == calls_cap) { /* full: double, keeping each open ticket's slot rule */
@@ -347,108 +345,183 @@ void spb_alltoall_wait(spb_alltoall_req *r)
     spb_timer_add(SPB_T_COMM, r->blocked);
 }
 
-/* A tag of its own, apart from the shaped exchange's and the rings'. */
-enum { ALLTOALLV_TAG = 8 };
-
-void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
-                       const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase)
-{
-    if (staging || device) SPB_DIE("all-to-all with per-rank counts: host fp32 buffers only");
-    double t0 = spb_now();
-    int n = group_size(comm), me;
-    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
-    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
-    int k = 0;
-    double sent_all = 0, sent_others = 0;
-    for (int j = 0; j < n; j++) {
-        if (j == me) continue;
-        SPB_MPI_CHECK(MPI_Irecv(recv + recv_displs[j], count_as_int(recv_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
-                                &req[k++]));
-    }
-    for (int j = 0; j < n; j++) {
-        sent_all += (double)send_counts[j];
-        if (j == me) continue;
-        sent_others += (double)send_counts[j];
-        SPB_MPI_CHECK(MPI_Isend(send + send_displs[j], count_as_int(send_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
-                                &req[k++]));
-    }
-    SPB_CHECK(send_counts[me] == recv_counts[me]);
-    memcpy(recv + recv_displs[me], send + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
-    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
-    free(req);
-    record_exact(SPB_OP_ALLTOALL, phase, 4.0 * sent_all, 4.0 * sent_others, spb_now() - t0);
-}
+/* Tags of their own, apart from the shaped exchange's and the rings'. */
+enum { ALLTOALLV_TAG = 8, ALLGATHERV_TAG = 9, REDUCE_SCATTERV_TAG = 10 };
 
 /* Records a call whose link bytes are counted exactly (per-rank counts). */
-static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds)
+static void account_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link)
 {
     spb_comm_record *rec = &records[op][phase];
     rec->calls++;
     rec->payload_bytes += payload;
     rec->link_bytes += link;
-    rec->seconds += seconds;
+}
+
+static void record_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link, double seconds)
+{
+    account_exact(op, phase, payload, link);
+    records[op][phase].seconds += seconds;
     spb_timer_add(SPB_T_COMM, seconds);
 }
 
-enum { ALLGATHERV_TAG = 9, REDUCE_SCATTERV_TAG = 10 };
+/* Elements from a buffer's start to the end of its last block. */
+static long blocks_extent(const long *counts, const long *displs, int n)
+{
+    long end = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0 && displs[i] + counts[i] > end) end = displs[i] + counts[i];
+    return end;
+}
+
+/* A per-rank-count call's buffers for the device table: 0 (the staged MPI
+ * path then) without a table, or when the table lacks the entry (counted
+ * as a fallback), or when device_buffers does not resolve them. */
+static int device_v_buffers(int has_entry, const void *send, long ns, void *recv, long nr, const void **s, void **r,
+                            spb_comm_dtype *t)
+{
+    if (!device) return 0;
+    if (!has_entry) {
+        device_fallbacks++;
+        return 0;
+    }
+    return device_buffers(send, ns, recv, nr, s, r, t);
+}
+
+/* Host copies of device blocks for the staged path: block i of counts[i]
+ * elements at displs[i], copied one by one (nothing between blocks is read
+ * or written).  Without staging the buffer itself. */
+static float *stage_blocks_out(int which, const float *dev, const long *counts, const long *displs, int n, long extent)
+{
+    if (!staging) return (float *)dev;
+    float *h = stage_buffer(which, extent + 1);
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0) staging->to_host(h + displs[i], dev + displs[i], sizeof(float) * (size_t)counts[i]);
+    return h;
+}
+
+static void stage_blocks_back(float *dev, const float *host, const long *counts, const long *displs, int n)
+{
+    if (!staging) return;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0) staging->to_device(dev + displs[i], host + displs[i], sizeof(float) * (size_t)counts[i]);
+}
+
+void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
+                       const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase)
+{
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    SPB_CHECK(send_counts[me] == recv_counts[me]);
+    double eb = element_bytes(send), sent_all = 0, sent_others = 0;
+    for (int j = 0; j < n; j++) sent_all += (double)send_counts[j], sent_others += j == me ? 0 : (double)send_counts[j];
+    long send_extent = blocks_extent(send_counts, send_displs, n), recv_extent = blocks_extent(recv_counts, recv_displs, n);
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_v_buffers(device && device->alltoallv, send, send_extent, recv, recv_extent, &ds, &dr, &dt)) {
+        device->alltoallv(ds, send_counts, send_displs, dr, recv_counts, recv_displs, dt, comm,
+                          issue_ticket(SPB_OP_ALLTOALL, phase, TIME_RECORD));
+        account_exact(SPB_OP_ALLTOALL, phase, eb * sent_all, eb * sent_others);
+        return;
+    }
+    double t0 = start_time();
+    const float *s = stage_blocks_out(0, send, send_counts, send_displs, n, send_extent);
+    float *r = staging ? stage_buffer(1, recv_extent + 1) : recv;
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Irecv(r + recv_displs[j], count_as_int(recv_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                    &req[k++]));
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(s + send_displs[j], count_as_int(send_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                    &req[k++]));
+    memcpy(r + recv_displs[me], s + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+    stage_blocks_back(recv, r, recv_counts, recv_displs, n);
+    record_exact(SPB_OP_ALLTOALL, phase, eb * sent_all, eb * sent_others, spb_now() - t0);
+}
 
 void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
                         spb_comm_phase phase)
 {
-    if (staging || device) SPB_DIE("allgather with per-rank counts: host fp32 buffers only");
-    double t0 = spb_now();
     int n = group_size(comm), me;
     SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    double eb = element_bytes(send), total = 0;
+    for (int j = 0; j < n; j++) total += (double)counts[j];
+    long extent = blocks_extent(counts, displs, n);
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_v_buffers(device && device->allgatherv, send, counts[me], recv, extent, &ds, &dr, &dt)) {
+        device->allgatherv(ds, dr, counts, displs, dt, comm, issue_ticket(SPB_OP_ALLGATHER, phase, TIME_RECORD));
+        account_exact(SPB_OP_ALLGATHER, phase, eb * total, eb * (double)counts[me] * (n - 1));
+        return;
+    }
+    double t0 = start_time();
+    const float *s = stage_out(send, counts[me]);
+    float *r = staging ? stage_buffer(1, extent + 1) : recv;
     MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
     int k = 0;
-    double total = 0;
-    for (int j = 0; j < n; j++) {
-        total += (double)counts[j];
-        if (j == me) continue;
-        SPB_MPI_CHECK(MPI_Irecv(recv + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, ALLGATHERV_TAG, comm,
-                                &req[k++]));
-    }
     for (int j = 0; j < n; j++)
         if (j != me)
-            SPB_MPI_CHECK(MPI_Isend(send, count_as_int(counts[me]), MPI_FLOAT, j, ALLGATHERV_TAG, comm, &req[k++]));
-    memcpy(recv + displs[me], send, sizeof(float) * (size_t)counts[me]);
+            SPB_MPI_CHECK(MPI_Irecv(r + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, ALLGATHERV_TAG, comm,
+                                    &req[k++]));
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(s, count_as_int(counts[me]), MPI_FLOAT, j, ALLGATHERV_TAG, comm, &req[k++]));
+    memcpy(r + displs[me], s, sizeof(float) * (size_t)counts[me]);
     SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
     free(req);
-    record_exact(SPB_OP_ALLGATHER, phase, 4.0 * total, 4.0 * (double)counts[me] * (n - 1), spb_now() - t0);
+    stage_blocks_back(recv, r, counts, displs, n);
+    record_exact(SPB_OP_ALLGATHER, phase, eb * total, eb * (double)counts[me] * (n - 1), spb_now() - t0);
 }
 
 void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *displs, float *recv, MPI_Comm comm,
                              spb_comm_phase phase)
 {
-    if (staging || device) SPB_DIE("reduce-scatter with per-rank counts: host fp32 buffers only");
-    double t0 = spb_now();
     int n = group_size(comm), me;
     SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
     long mine = counts[me];
+    double eb = element_bytes(send), total = 0;
+    for (int j = 0; j < n; j++) total += (double)counts[j];
+    long extent = blocks_extent(counts, displs, n);
+    const void *ds;
+    void *dr;
+    spb_comm_dtype dt;
+    if (device_v_buffers(device && device->reduce_scatterv, send, extent, recv, mine, &ds, &dr, &dt)) {
+        device->reduce_scatterv(ds, counts, displs, dr, dt, comm,
+                                issue_ticket(SPB_OP_REDUCE_SCATTER, phase, TIME_RECORD));
+        account_exact(SPB_OP_REDUCE_SCATTER, phase, eb * total, eb * (total - (double)mine));
+        return;
+    }
+    double t0 = start_time();
+    const float *s = stage_blocks_out(0, send, counts, displs, n, extent);
     float *parts = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine * n + 1))); /* part i: rank i's block me */
     MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
     int k = 0;
-    double total = 0;
-    for (int i = 0; i < n; i++) {
-        total += (double)counts[i];
+    for (int i = 0; i < n; i++)
         if (i != me)
             SPB_MPI_CHECK(MPI_Irecv(parts + i * mine, count_as_int(mine), MPI_FLOAT, i, REDUCE_SCATTERV_TAG, comm,
                                     &req[k++]));
-    }
     for (int j = 0; j < n; j++)
         if (j != me)
-            SPB_MPI_CHECK(MPI_Isend(send + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, REDUCE_SCATTERV_TAG, comm,
+            SPB_MPI_CHECK(MPI_Isend(s + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, REDUCE_SCATTERV_TAG, comm,
                                     &req[k++]));
-    memcpy(parts + me * mine, send + displs[me], sizeof(float) * (size_t)mine);
+    memcpy(parts + me * mine, s + displs[me], sizeof(float) * (size_t)mine);
     SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
-    for (long x = 0; x < mine; x++) { /* in rank order: the same sum on every run */
+    float *r = staging ? stage_buffer(1, mine + 1) : recv;
+    for (long x = 0; x < mine; x++) { /* in rank order: the same sum on every run and path */
         float sum = 0.0f;
         for (int i = 0; i < n; i++) sum += parts[i * mine + x];
-        recv[x] = sum;
+        r[x] = sum;
     }
+    stage_back(recv, r, mine);
     free(parts);
     free(req);
-    record_exact(SPB_OP_REDUCE_SCATTER, phase, 4.0 * total, 4.0 * (total - (double)mine), spb_now() - t0);
+    record_exact(SPB_OP_REDUCE_SCATTER, phase, eb * total, eb * (total - (double)mine), spb_now() - t0);
 }
 
 /* The replay through the device table: the calls' device seconds. */
@@ -573,10 +646,8 @@ void spb_sendrecv_start_v(spb_sendrecv *r, const float *send, long count, int de
     const void *ds;
     void *dr;
     spb_comm_dtype dt;
-    if (recv_count != count && (staging || device))
-        SPB_DIE("sendrecv of %ld floats against a receive of %ld: host fp32 buffers only", count, recv_count);
-    if (device_buffers(send, count, recv, count, &ds, &dr, &dt)) { /* accounted at the wait, as below */
-        r->transfer = device->sendrecv_start(ds, dest, dr, src, count, dt, comm,
+    if (device_buffers(send, count, recv, recv_count, &ds, &dr, &dt)) { /* accounted at the wait, as below */
+        r->transfer = device->sendrecv_start(ds, dest, dr, src, count, recv_count, dt, comm,
                                              issue_ticket(SPB_OP_SENDRECV, phase, TIME_RECORD));
         SPB_CHECK(r->transfer);
         return;
@@ -585,7 +656,7 @@ void spb_sendrecv_start_v(spb_sendrecv *r, const float *send, long count, int de
     int c = count_as_int(count);
     if (staging) { /* buffers of its own: exchanges may overlap */
         r->host_send = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count ? count : 1)));
-        r->host_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(count ? count : 1)));
+        r->host_recv = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(recv_count ? recv_count : 1)));
         r->device_recv = recv;
         staging->to_host(r->host_send, send, sizeof(float) * (size_t)count);
         send = r->host_send, recv = r->host_recv;
@@ -609,7 +680,7 @@ void spb_sendrecv_wait(spb_sendrecv *r)
     double t0 = start_time();
     SPB_MPI_CHECK(MPI_Waitall(2, r->req, MPI_STATUSES_IGNORE));
     if (r->host_recv) {
-        staging->to_device(r->device_recv, r->host_recv, sizeof(float) * (size_t)r->count);
+        staging->to_device(r->device_recv, r->host_recv, sizeof(float) * (size_t)r->recv_count);
         free(r->host_send);
         free(r->host_recv);
         r->host_send = r->host_recv = NULL;

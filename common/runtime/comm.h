@@ -57,10 +57,11 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
  * rank's send_counts[j] must equal rank j's recv_counts of it.  For uneven
  * sequence shares (common/runtime/split.h).  Runs as point-to-point
  * messages (any MPI, the built-in one included).  Recorded as an
- * all-to-all: payload = every float this rank sends (its own block
- * included, as the even call's n x count), link bytes = the floats it
- * sends to the others, exactly (no bus factor: the blocks differ).  Host
- * fp32 buffers only (config.c keeps uneven shares on --device cpu); not in
+ * all-to-all: payload = every element this rank sends (its own block
+ * included, as the even call's n x count), link bytes = the elements it
+ * sends to the others, exactly (no bus factor: the blocks differ), at
+ * their stored size.  Device buffers go through the device table's
+ * alltoallv or, staged, block by block through host memory.  Not in
  * spb_comm_replay_alltoalls' log. */
 void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
                        const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase);
@@ -74,7 +75,9 @@ void spb_alltoallv_f32(const float *send, const long *send_counts, const long *s
  * (the same bits on every run).  Recorded as allgather / reduce-scatter:
  * payload = the n-block buffer's floats, link bytes = what this rank sends
  * (allgather: its block to each of the n − 1 others; reduce-scatter: every
- * block but its own to its owner).  Host fp32 buffers only. */
+ * block but its own to its owner), at the stored size.  Device buffers
+ * as spb_alltoallv_f32's; every path sums in fp32 in rank order and rounds
+ * once to the stored type, so all of them give the same bits. */
 void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
                         spb_comm_phase phase);
 void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *displs, float *recv, MPI_Comm comm,
@@ -100,7 +103,7 @@ void spb_sendrecv_start(spb_sendrecv *r, const float *send, int dest, float *rec
                         MPI_Comm comm, spb_comm_phase phase);
 void spb_sendrecv_wait(spb_sendrecv *r);
 /* The same with a receive of another size (ring blocks of uneven shares):
- * recorded bytes are what is sent; host path only when the counts differ. */
+ * recorded bytes are what is sent. */
 void spb_sendrecv_start_v(spb_sendrecv *r, const float *send, long send_count, int dest, float *recv,
                           long recv_count, int src, MPI_Comm comm, spb_comm_phase phase);
 
@@ -219,13 +222,27 @@ typedef struct spb_comm_device_ops {
     void (*alltoall)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
     void (*allgather)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
     void (*reduce_scatter)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
-    void *(*sendrecv_start)(const void *send, int dest, void *recv, int src, long count, spb_comm_dtype t,
-                            MPI_Comm comm, long ticket);
+    /* count elements sent to dest, recv_count received from src (they
+     * differ for the ring blocks of uneven shares) */
+    void *(*sendrecv_start)(const void *send, int dest, void *recv, int src, long count, long recv_count,
+                            spb_comm_dtype t, MPI_Comm comm, long ticket);
     void (*sendrecv_wait)(void *transfer);
     /* Optional (NULL: spb_alltoall_start runs `alltoall`): alltoall issued
      * as sendrecv_start issues its transfer; the handle is waited with
      * sendrecv_wait. */
     void *(*alltoall_start)(const void *send, void *recv, long count, spb_comm_dtype t, MPI_Comm comm, long ticket);
+    /* Optional (NULL: such calls take the staged MPI path, counted by
+     * spb_comm_device_fallbacks): the per-rank-count collectives of uneven
+     * shares, with spb_alltoallv_f32's, spb_allgatherv_f32's and
+     * spb_reduce_scatterv_f32's counts and displacements in elements of t.
+     * reduce_scatterv adds the n blocks in rank order in fp32 and rounds
+     * once to t (the host path's bits). */
+    void (*alltoallv)(const void *send, const long *send_counts, const long *send_displs, void *recv,
+                      const long *recv_counts, const long *recv_displs, spb_comm_dtype t, MPI_Comm comm, long ticket);
+    void (*allgatherv)(const void *send, void *recv, const long *counts, const long *displs, spb_comm_dtype t,
+                       MPI_Comm comm, long ticket);
+    void (*reduce_scatterv)(const void *send, const long *counts, const long *displs, void *recv, spb_comm_dtype t,
+                            MPI_Comm comm, long ticket);
     void (*flush_times)(void);
     /* Optional: drops what the table keeps for comm (spb_comm_forget). */
     void (*forget)(MPI_Comm comm);

@@ -703,18 +703,13 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         return fail(err, errlen, "unknown --strategy '%s' (this build has: %s)", c->strategy, names);
     }
     /* Uneven token shares (common/runtime/split.h: the first N mod P ranks
-     * hold one token more): the CPU path of the strategies that take them. */
-    if (c->seq_length % c->sp_degree) {
-        if (!s->uneven_tokens)
-            return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d, and --strategy %s needs "
-                                     "equal shares (uneven shares: ulysses, megatron; ring, allgather-kv and hybrid with "
-                                     "--ring-layout contiguous)",
-                        c->seq_length, c->sp_degree, c->strategy);
-        if (strcmp(c->device, "cpu"))
-            return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d: uneven token shares run "
-                                     "on --device cpu only (the device exchanges take equal blocks)",
-                        c->seq_length, c->sp_degree);
-    }
+     * hold one token more), on every device: the exchanges take per-rank
+     * counts (comm.h's alltoallv, allgatherv, reduce_scatterv). */
+    if (c->seq_length % c->sp_degree && !s->uneven_tokens)
+        return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d, and --strategy %s needs "
+                                 "equal shares (uneven shares: ulysses, megatron; ring, allgather-kv and hybrid with "
+                                 "--ring-layout contiguous)",
+                    c->seq_length, c->sp_degree, c->strategy);
     if (s->validate && s->validate(c, world_size, err, errlen)) return -1;
 
     int dp = spb_config_dp_degree(c, world_size);
