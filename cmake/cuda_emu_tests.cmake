@@ -111,6 +111,10 @@ endif()
 add_test(NAME emu_overlap_identical COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/overlap_identical.sh $<TARGET_FILE:spbench>
                                             ${MPIEXEC_EXECUTABLE} ${spb_emu_have_nccl})
 list(APPEND spb_emu_tests emu_overlap_identical)
+# uneven shares through NCCL: the host-staged run's bytes, no staged fallback
+add_test(NAME emu_uneven_identical COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/uneven_identical.sh $<TARGET_FILE:spbench>
+                                           ${MPIEXEC_EXECUTABLE} ${spb_emu_have_nccl})
+list(APPEND spb_emu_tests emu_uneven_identical)
 # --kernel-timeline and the step's host waits (cuda_trace.h): every kernel (NCCL's too) inside an interval, busy <= wall, no number changed
 add_test(NAME emu_kernel_timeline COMMAND ${CMAKE_SOURCE_DIR}/tests/emu/kernel_timeline.sh $<TARGET_FILE:spbench>
                                           ${MPIEXEC_EXECUTABLE} ${spb_emu_have_nccl})

@@ -32,7 +32,11 @@ void spb_summarize_run(spb_run_summary *s, const spb_trainer *tr, double *times,
     const double per = measured ? 1.0 / measured : 0.0;
     *s = (spb_run_summary){.world = tr->grid->world_size, .measured = measured, .first_loss = first_loss,
                            .final_loss = final_loss, .t_med = NAN, .t_min = NAN, .t_max = NAN,
-                           .t_mean = measured > 0 ? 0.0 : NAN, .host_waits = -1};
+                           .t_mean = measured > 0 ? 0.0 : NAN, .host_waits = -1, .staged_fallbacks = -1};
+    if (!strcmp(cfg->comm, "nccl")) {
+        s->staged_fallbacks = (double)spb_comm_device_fallbacks();
+        spb_allreduce_max_f64(&s->staged_fallbacks, 1, world_comm, SPB_PHASE_OTHER);
+    }
     s->tokens_per_iter = (double)cfg->global_batch_size * cfg->seq_length;
     s->paper_flops = spb_paper_flops_per_iteration(cfg, cfg->checkpoint_activations);
     if (measured > 0) {
@@ -217,6 +221,9 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
                s->kt_comm_busy[0] * 1e3, s->kt_comm_busy[1] * 1e3, s->kt_comm_busy[2] * 1e3, s->kt_comm_busy[3] * 1e3,
                s->kt_comm_busy[4] * 1e3);
     if (s->host_waits >= 0) printf("host waits on the device inside the step: %.1f per iteration\n", s->host_waits);
+    if (s->staged_fallbacks > 0)
+        printf("collectives that took the host-staged path instead of the device table: %.0f (most on one rank)\n",
+               s->staged_fallbacks);
     if (s->link_total > 0 || t[SPB_T_COMM] > 0) {
         printf("  %-15s %-12s %7s %14s %14s %10s %11s %11s\n", "collective", "phase", "calls", "payload MiB",
                "MiB/link", "time ms", "algbw GB/s", "busbw GB/s");
@@ -411,6 +418,10 @@ static int results_row(const spb_run_summary *s, const spb_trainer *tr, int chec
     spb_row_add(&r, "comm_time_s", "%.6g", s->timers[SPB_T_COMM]);
     spb_row_add(&r, "comm_fraction", "%.6g", s->timers[SPB_T_COMM] / s->t_med);
     spb_row_add(&r, "comm_link_bytes", "%.0f", s->link_total);
+    if (s->staged_fallbacks >= 0)
+        spb_row_add(&r, "comm_staged_fallbacks", "%.0f", s->staged_fallbacks);
+    else
+        spb_row_add(&r, "comm_staged_fallbacks", "%s", "");
     spb_row_add(&r, "alltoall_pack_unpack_s", "%.6g", s->pack_unpack);
     spb_row_add(&r, "alltoall_plain_s", "%.6g", s->plain_alltoall > 0 ? s->plain_alltoall : NAN);
     spb_row_add(&r, "alltoall_overhead_ratio", "%.6g",

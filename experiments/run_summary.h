@@ -52,6 +52,10 @@ typedef struct spb_run_summary {
      * (spb_trainer_gradients + spb_trainer_update, cuda_trace.h), per
      * iteration, this rank; -1 elsewhere.  Filled by the caller. */
     double host_waits;
+    /* With a device-collective table (--comm nccl): the collectives that took
+     * the staged MPI path instead (comm.h's spb_comm_device_fallbacks), the
+     * most on any rank, over the whole run; -1 without a table. */
+    double staged_fallbacks;
     /* --kernel-timeline (cuda_trace.h), rank 0's, per iteration: each phase's
      * wall and busy seconds (forward, backward, grad_reduce, optimizer, then
      * work launched outside them: busy only), of busy the NCCL calls' part
