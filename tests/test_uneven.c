@@ -28,7 +28,8 @@
  *     parameters after 2 steps.
  * SPB_UNEVEN_MATRIX=1 (uneven_matrix_mpi4/6, label full) runs instead the
  * whole zigzag / uneven-heads matrix: every length, both masks, the Llama
- * preset, and ring-flash-attention #39's N = 2999.
+ * preset, N = P + 1 (empty zigzag chunks), and ring-flash-attention #39's
+ * N = 2999.
  * Shapes are tiny (12 heads of dimension 4, so that P in {2, 3, 4, 6}
  * divides the heads): the program takes seconds. */
 #include <check.h>
@@ -292,6 +293,8 @@ static void add_zigzag_and_head_cases(int P, int matrix)
                     add((ucase){rings[s], P, lengths[li], causal, 0, 0, 0, 0, 1});
                 add((ucase){rings[s], P, lengths[li], 1, 0, G, 0, 0, 1}); /* RoPE at zigzag's positions, GQA */
             }
+            /* N = P + 1 < 2P: chunks 2P − 1 − r are empty on the ranks below P − 1 (no run) */
+            add((ucase){rings[s], P, P + 1, 1, 0, 0, 0, 0, 1});
         } else {
             add((ucase){rings[s], P, lengths[0], s, 0, 0, 0, 0, 1});
             add((ucase){rings[s], P, lengths[1], 1, 0, s ? 0 : G, 0, 0, 1});
@@ -305,6 +308,7 @@ static void add_zigzag_and_head_cases(int P, int matrix)
                 for (int causal = 0; causal < 2; causal++) add((ucase){"hybrid", P, lengths[li], causal, 0, 0, 0, U, 1});
                 add((ucase){"hybrid", P, lengths[li], 1, 0, Gh, 0, U, 1});
             }
+            add((ucase){"hybrid", P, P + 1, 1, 0, 0, 0, U, 1});
         } else {
             add((ucase){"hybrid", P, lengths[U % 2], 1, 0, 0, 0, U, 1});
         }
