@@ -7,7 +7,8 @@
  * own those tokens.  The token layout is ring attention's (--ring-layout):
  * zigzag pairs chunks r and 2P−1−r of N/(2P) tokens on rank r, which
  * balances the causal work (Llama 3's "2·CP chunks" split); contiguous
- * leaves rank P−1 with the most.
+ * leaves rank P−1 with the most.  With P ∤ N (or 2P ∤ N for zigzag) the
+ * shares and chunks are split.h's, and the collectives take per-rank counts.
  *
  * Unlike ring attention the exchange is one collective, not overlapped
  * with compute, and every rank holds all of K and V while it attends
@@ -61,17 +62,21 @@ static size_t agkv_saved_floats(const spb_attn_ctx *c)
     return (size_t)c->batch * c->heads * c->tokens; /* log-sum-exp [B][H][T] */
 }
 
-/* Owner o's tokens and where its block starts among the owner-major
- * blocks, in tokens x B: o·T, or with uneven contiguous shares (split.h)
- * its first token (zigzag's chunk pairs are equal: validate). */
+/* Owner o's tokens (its share of the ring layout: contiguous, or zigzag's
+ * chunk pair, split.h's shares either way) and where its block starts
+ * among the owner-major blocks, in tokens x B: the owners before it. */
 static long owner_tokens(const spb_attn_ctx *c, int owner)
 {
-    return spb_split_count(c->seq_length, c->grid->sp_size, owner);
+    return spb_ring_owner_tokens(spb_ring_is_zigzag(c->cfg), c->seq_length, c->grid->sp_size, owner);
 }
 static long owner_first(const spb_attn_ctx *c, int owner)
 {
-    return spb_split_offset(c->seq_length, c->grid->sp_size, owner);
+    if (!spb_ring_is_zigzag(c->cfg)) return spb_split_offset(c->seq_length, c->grid->sp_size, owner);
+    long first = 0;
+    for (int o = 0; o < owner; o++) first += owner_tokens(c, o);
+    return first;
 }
+/* P ∤ N: shares differ (zigzag's too: strategies/ring.c); P | N: all N/P. */
 static int uneven(const spb_attn_ctx *c) { return !spb_split_is_even(c->seq_length, c->grid->sp_size); }
 
 /* Per-rank counts and displacements (floats) of the owner-major blocks. */
@@ -233,12 +238,14 @@ static spb_comm_volume agkv_comm_volume(const spb_config *cfg, int sp_degree)
     const int H = cfg->num_heads, G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
     const double kv_width = (double)G * (cfg->hidden_size / H); /* G·D floats per token */
     if (sp_degree > 1 && !spb_split_is_even(cfg->seq_length, sp_degree)) {
-        /* uneven contiguous shares (split.h): rank r's allgather sends its
+        /* uneven shares (split.h; zigzag's chunk pairs are ⌊N/P⌋ or ⌈N/P⌉
+         * tokens too, strategies/ring.c): rank r's allgather sends its
          * T_r tokens' block to each of the P − 1 others, its reduce-scatter
          * every block but its own, N − T_r tokens; both grow with T_r (P ≥ 2),
-         * so the busiest link is rank 0's, T_0 = ⌈N/P⌉:
-         *   forward  4·2·b·G·D·T_0·(P−1)
-         *   backward 4·2·b·G·D·(T_0·(P−1) + N − T_0) */
+         * so the busiest link is the largest share's, T_max = ⌈N/P⌉ (rank
+         * 0's when contiguous):
+         *   forward  4·2·b·G·D·T_max·(P−1)
+         *   backward 4·2·b·G·D·(T_max·(P−1) + N − T_max) */
         const double token = 4.0 * 2.0 * cfg->micro_batch_size * kv_width, P = sp_degree, N = cfg->seq_length;
         const double most = (double)spb_split_max(cfg->seq_length, sp_degree);
         return (spb_comm_volume){.forward_bytes = token * most * (P - 1),
@@ -256,7 +263,8 @@ const spb_strategy spb_strategy_allgather_kv = {
     .summary = "Llama 3 context parallelism: K/V all-gathered, queries local, dK/dV reduce-scattered (layout "
                "contiguous or zigzag)",
     .validate = agkv_validate,
-    .uneven_tokens = 1, /* contiguous, through allgatherv / reduce-scatterv; zigzag's chunks stay equal */
+    .uneven_tokens = 1, /* through allgatherv / reduce-scatterv, contiguous or zigzag (ring's layout) */
+    .local_tokens = spb_ring_local_tokens,
     .local_positions = spb_ring_local_positions,
     .attn_saved_floats = agkv_saved_floats,
     .attention_forward = agkv_forward,

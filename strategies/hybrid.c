@@ -9,9 +9,10 @@
  * group g holds ring block g of N/R tokens, laid out over the R blocks as
  * ring attention lays them out (contiguous, or zigzag: chunks g and 2R−1−g
  * of N/(2R)); inside the group, rank u holds rows [u·T, (u+1)·T) of that
- * block, T = N/P.  With P ∤ N (contiguous only) the shares nest: block g is
- * split.h's share g of N over R, rank u's rows its share u of that block
- * over U (hybrid_local_tokens).
+ * block, T = N/P.  With P ∤ N (or 2R ∤ N for zigzag) the shares nest:
+ * block g is the ring layout's share g over R (split.h's share g of N, or
+ * zigzag's chunks g and 2R−1−g of split.h's shares over 2R), rank u's
+ * rows its share u of that block over U (hybrid_local_tokens).
  *
  * A layer's attention is Ulysses' exchange over the Ulysses group (U head
  * blocks of all H heads of T tokens -> H/U heads of the group's N/R
@@ -20,7 +21,10 @@
  * attention on blocks of N/R tokens.  Both pieces are the ones `ulysses`
  * and `ring` run (strategies/sp_parts.h).  U = P is Ulysses (R = 1: no ring
  * step), U = 1 is ring (the all-to-all over one rank moves nothing).
- * Heads must divide by U only, not by P: the point of the hybrid.
+ * Heads need not divide by P, only by U: the point of the hybrid; and
+ * without grouped-query attention not even by U (uneven head groups of
+ * split.h, as plain Ulysses: rank u attends ⌈H/U⌉ or ⌊H/U⌋ heads, and so
+ * does its whole ring group).
  *
  * Grouped-query attention (G K/V heads): the Ulysses part treats them as
  * `ulysses` does over its U ranks (G >= U: G/U K/V heads per rank; G < U:
@@ -52,53 +56,72 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
         snprintf(err, errlen, "--ulysses-degree %d does not divide --sp-degree %d (hybrid: P = U x R)", U, P);
         return -1;
     }
-    if (cfg->num_heads % U) {
-        snprintf(err, errlen,
-                 "--num-attention-heads %d is not divisible by --ulysses-degree %d (hybrid gives each rank H/U heads)",
-                 cfg->num_heads, U);
-        return -1;
-    }
-    int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : cfg->num_heads;
-    if (G >= U ? G % U : U % G) {
+    int H = cfg->num_heads, G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H;
+    int uneven_heads = H % U != 0;
+    if (uneven_heads) {
+        /* uneven head groups inside the Ulysses groups, as plain Ulysses
+         * takes them (strategies/ulysses.c): rank u attends split.h's share
+         * u of the H heads; its ring group (same u) holds the same heads */
+        if (H < U) {
+            snprintf(err, errlen, "--num-attention-heads %d is not divisible by --ulysses-degree %d and fewer: "
+                                  "hybrid gives every rank of a Ulysses group at least one head", H, U);
+            return -1;
+        }
+        if (G != H) {
+            snprintf(err, errlen, "--num-attention-heads %d not divisible by --ulysses-degree %d with "
+                                  "--num-query-groups %d: uneven head groups take K/V heads = query heads (no "
+                                  "grouped-query attention)", H, U, G);
+            return -1;
+        }
+        if (strcmp(cfg->device, "cpu")) {
+            snprintf(err, errlen, "--num-attention-heads %d not divisible by --ulysses-degree %d: uneven head groups "
+                                  "run on --device cpu only (the device exchanges take equal blocks)", H, U);
+            return -1;
+        }
+    } else if (G >= U ? G % U : U % G) {
         snprintf(err, errlen,
                  "--num-query-groups %d and --ulysses-degree %d: hybrid needs G divisible by U (K/V heads split like "
                  "query heads) or U divisible by G (each K/V head replicated on U/G ranks of a Ulysses group)", G, U);
         return -1;
     }
-    if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) return -1;
     int R = P / U;
-    if (cfg->seq_length % P) {
+    if (cfg->seq_length % P || uneven_heads) {
         /* uneven shares: the Ulysses exchange with per-rank counts and the
-         * contiguous ring's owner-sized blocks (strategies/ulysses.c, ring.c) */
-        const char *what = spb_ring_is_zigzag(cfg) ? "--ring-layout zigzag (its chunk pairs stay equal)"
-                           : cfg->ulysses_overlap > 1 ? "--ulysses-overlap (its shaped blocks are equal)"
-                           : cfg->compare_alltoall    ? "--compare-alltoall (its replay is of equal blocks)"
-                           : !strcmp(cfg->ulysses_comm, "allgather") ? "--ulysses-comm allgather (it gathers equal blocks)"
-                                                                      : NULL;
-        if (what) {
-            snprintf(err, errlen, "hybrid with --seq-length %d not divisible by --sp-degree %d: not with %s",
-                     cfg->seq_length, P, what);
+         * ring's owner-sized blocks (strategies/ulysses.c, ring.c) */
+        char what[96];
+        if (uneven_heads)
+            snprintf(what, sizeof what, "--num-attention-heads %d not divisible by --ulysses-degree %d", H, U);
+        else
+            snprintf(what, sizeof what, "--seq-length %d not divisible by --sp-degree %d", cfg->seq_length, P);
+        const char *option = cfg->ulysses_overlap > 1 ? "--ulysses-overlap (its shaped blocks are equal)"
+                             : cfg->compare_alltoall  ? "--compare-alltoall (its replay is of equal blocks)"
+                             : !strcmp(cfg->ulysses_comm, "allgather") ? "--ulysses-comm allgather (it gathers equal blocks)"
+                                                                        : NULL;
+        if (option) {
+            snprintf(err, errlen, "hybrid with %s: not with %s", what, option);
             return -1;
         }
+    } else if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) {
+        return -1;
     }
-    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * R)) {
-        /* chunks of N/(2R) tokens; a rank's T = N/P rows may straddle two */
+    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * R) && strcmp(cfg->device, "cpu")) {
         snprintf(err, errlen,
-                 "--ring-layout zigzag with hybrid needs --seq-length divisible by 2 x the ring degree P/U (got %d "
-                 "and %d)",
+                 "--ring-layout zigzag with hybrid and --seq-length %d not divisible by 2 x the ring degree P/U = %d: "
+                 "unequal chunks run on --device cpu only (the device path's zigzag takes equal chunks)",
                  cfg->seq_length, R);
         return -1;
     }
     return 0;
 }
 
-/* Uneven shares (P ∤ N, contiguous): ring block g is split.h's share g of
- * N over the R groups (what the ring attention's owners hold), and rank u
- * of the group holds split.h's share u of that block over the U ranks
- * (what the Ulysses exchange stitches together).  Equal shares: N/P. */
+/* Ring block g is the ring layout's share g over the R groups (contiguous:
+ * split.h's share g of N; zigzag: chunks g and 2R−1−g of split.h's shares
+ * over 2R), and rank u of the group holds split.h's share u of that block
+ * over the U ranks (what the Ulysses exchange stitches together).  Equal
+ * shares: N/P. */
 static long group_tokens(const spb_grid *grid, const spb_config *cfg)
 {
-    return spb_split_count(cfg->seq_length, grid->ring_size, grid->ring_rank);
+    return spb_ring_owner_tokens(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->ring_size, grid->ring_rank);
 }
 
 static int hybrid_local_tokens(const spb_grid *grid, const spb_config *cfg)
@@ -190,32 +213,46 @@ void spb_hybrid_volume_parts(const spb_config *cfg, int sp_degree, double *excha
     *ring_block = 4.0 * 2.0 * local_tokens * (double)Gu * D;
 }
 
-/* Uneven shares (P ∤ N, contiguous): group g holds N_g = split.h's share g
- * of N over R, its rank u T = share u of N_g over U.  With q = (H + 2·Gu)·D/U
- * and o = h/U floats per token and destination (heads divide by U) and
- * k = 2·(Gu/U)·D the K/V floats per token of a head side, rank (g, u)
- * sends, as ulysses' and ring's uneven formulas over U and R ranks:
- *   Ulysses part  forward  4·b·[T·q·(U−1) + (N_g − T)·o]
- *                 backward 4·b·[T·o·(U−1) + (N_g − T)·q]
- *   ring part     forward  4·b·k·(N − N_{g+1}),  backward 4·b·k·(2N − N_{g+1})
+/* Uneven shares (P ∤ N, contiguous or zigzag) or uneven heads (U ∤ H,
+ * no GQA there): group g holds N_g tokens, the ring layout's share g over
+ * R (split.h's share g of N, or zigzag's chunks g and 2R−1−g of N over
+ * 2R), its rank u T = split.h's share u of N_g over U, and attends H_u
+ * heads (split.h's share u of H over U; H/U when U | H).  Per token, the
+ * Q/K/V block bound for rank j carries q_j floats and the O block o_j:
+ * q_j = (H + 2·Gu)·D/U and o_j = h/U when the heads divide, else
+ * q_j = 3·H_j·D and o_j = H_j·D; the head side's K/V block k_u = 2·Gu/U·D
+ * floats per token (2·H_u·D under uneven heads).  With Σq = Σ_j q_j and
+ * Σo = Σ_j o_j, rank (g, u) sends, as ulysses' and ring's uneven
+ * formulas over U and R ranks:
+ *   Ulysses part  forward  4·b·[T·(Σq − q_u) + (N_g − T)·o_u]
+ *                 backward 4·b·[T·(Σo − o_u) + (N_g − T)·q_u]
+ *   ring part     forward  4·b·k_u·(N − N_{g+1}),  backward 4·b·k_u·(2N − N_{g+1})
  * (N_{g+1}: the next group's block, g+1 mod R; no ring part when R = 1).
  * Which rank is busiest depends on both parts, so this evaluates every
- * rank and returns each phase's largest; with P | N every rank sends the
- * even formula's bytes. */
+ * rank and returns each phase's largest; with P | N and U | H every rank
+ * sends the even formula's bytes. */
 static spb_comm_volume hybrid_uneven_volume(const spb_config *cfg, int P, int U)
 {
-    const int R = P / U, H = cfg->num_heads, D = cfg->hidden_size / H;
+    const int R = P / U, H = cfg->num_heads, D = cfg->hidden_size / H, zigzag = spb_ring_is_zigzag(cfg);
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H, Gu = G > U ? G : U;
+    const int uneven_heads = H % U != 0;
     const double b = cfg->micro_batch_size, N = cfg->seq_length;
-    const double q = (double)(H + 2 * Gu) * D / U, o = (double)cfg->hidden_size / U, k = 2.0 * (Gu / U) * D;
+    double all_q = 0, all_o = 0;
+    for (int j = 0; j < U; j++) {
+        all_q += uneven_heads ? 3.0 * D * spb_split_count(H, U, j) : (double)(H + 2 * Gu) * D / U;
+        all_o += uneven_heads ? (double)D * spb_split_count(H, U, j) : (double)cfg->hidden_size / U;
+    }
     spb_comm_volume v = {0, 0};
     for (int g = 0; g < R; g++) {
-        double Ng = (double)spb_split_count(cfg->seq_length, R, g);
-        double next = (double)spb_split_count(cfg->seq_length, R, (g + 1) % R);
+        double Ng = (double)spb_ring_owner_tokens(zigzag, cfg->seq_length, R, g);
+        double next = (double)spb_ring_owner_tokens(zigzag, cfg->seq_length, R, (g + 1) % R);
         for (int u = 0; u < U; u++) {
-            double T = (double)spb_split_count((long)Ng, U, u);
-            double fwd = 4.0 * b * (T * q * (U - 1) + (Ng - T) * o);
-            double bwd = 4.0 * b * (T * o * (U - 1) + (Ng - T) * q);
+            double T = (double)spb_split_count((long)Ng, U, u), Hu = (double)spb_split_count(H, U, u);
+            double q = uneven_heads ? 3.0 * Hu * D : (double)(H + 2 * Gu) * D / U;
+            double o = uneven_heads ? Hu * D : (double)cfg->hidden_size / U;
+            double k = uneven_heads ? 2.0 * Hu * D : 2.0 * (Gu / U) * D;
+            double fwd = 4.0 * b * (T * (all_q - q) + (Ng - T) * o);
+            double bwd = 4.0 * b * (T * (all_o - o) + (Ng - T) * q);
             if (R > 1) fwd += 4.0 * b * k * (N - next), bwd += 4.0 * b * k * (2.0 * N - next);
             v.forward_bytes = fwd > v.forward_bytes ? fwd : v.forward_bytes;
             v.backward_bytes = bwd > v.backward_bytes ? bwd : v.backward_bytes;
@@ -227,7 +264,7 @@ static spb_comm_volume hybrid_uneven_volume(const spb_config *cfg, int P, int U)
 static spb_comm_volume hybrid_comm_volume(const spb_config *cfg, int sp_degree)
 {
     int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : sp_degree, R = sp_degree / U;
-    if (sp_degree > 1 && !spb_split_is_even(cfg->seq_length, sp_degree))
+    if (sp_degree > 1 && (!spb_split_is_even(cfg->seq_length, sp_degree) || cfg->num_heads % U))
         return hybrid_uneven_volume(cfg, sp_degree, U);
     double payload, block_bytes;
     spb_hybrid_volume_parts(cfg, sp_degree, &payload, &block_bytes);
@@ -247,7 +284,7 @@ const spb_strategy spb_strategy_hybrid = {
     .summary = "Ulysses x ring (USP): all-to-all inside groups of --ulysses-degree U ranks, ring attention across the "
                "P/U groups",
     .validate = hybrid_validate,
-    .uneven_tokens = 1, /* contiguous: nested shares, N over the R groups, then each group's over U */
+    .uneven_tokens = 1, /* nested shares: the ring layout's over the R groups, then each group's over U */
     .head_blocks = hybrid_head_blocks,
     .local_tokens = hybrid_local_tokens,
     .local_positions = hybrid_local_positions,

@@ -14,6 +14,11 @@
  *               rank r holds chunk r then chunk 2P-1-r (zhuzilin/
  *               ring-flash-attention).  Every rank then sees 2P-1 whole
  *               chunk pairs plus 2 diagonal ones: causal work is balanced.
+ *               With 2P ∤ N the chunks are split.h's shares of N over 2P
+ *               (the first N mod 2P one token more, torch.tensor_split's
+ *               cut), so rank r holds c_r + c_{2P-1-r} tokens: ⌊N/P⌋ or
+ *               ⌈N/P⌉, N/P whenever P | N, but not always the most on
+ *               rank 0 (N = 2999, P = 2: 1499 and 1500).
  *
  * A block is a list of "runs" (1 for contiguous, 2 for zigzag) of rows at
  * consecutive global positions; the backend is called once per (query run,
@@ -34,6 +39,10 @@
 enum { RING_MAX_RUNS = SPB_RING_MAX_RUNS };
 typedef spb_ring_run ring_run;
 
+/* Zigzag: the sequence in 2·size chunks of split.h's shares (the first
+ * N mod 2·size one token more, as torch.tensor_split and ring-flash-
+ * attention cut it), owner o holding chunks o and 2·size−1−o.  Empty
+ * chunks (N < 2·size) give no run. */
 int spb_ring_layout_runs(int zigzag, long seq_length, int sp_size, int owner, ring_run runs[RING_MAX_RUNS])
 {
     if (!zigzag) { /* the owner's share, uneven when sp_size does not divide seq_length (split.h) */
@@ -41,10 +50,32 @@ int spb_ring_layout_runs(int zigzag, long seq_length, int sp_size, int owner, ri
                              .pos = spb_split_offset(seq_length, sp_size, owner)};
         return 1;
     }
-    int c = (int)(seq_length / (2L * sp_size));
-    runs[0] = (ring_run){.row = 0, .len = c, .pos = (long)owner * c};
-    runs[1] = (ring_run){.row = c, .len = c, .pos = (long)(2 * sp_size - 1 - owner) * c};
-    return 2;
+    int chunks = 2 * sp_size, n = 0, row = 0;
+    const int mine[2] = {owner, chunks - 1 - owner};
+    for (int k = 0; k < 2; k++) {
+        int len = (int)spb_split_count(seq_length, chunks, mine[k]);
+        if (!len) continue;
+        runs[n++] = (ring_run){.row = row, .len = len, .pos = spb_split_offset(seq_length, chunks, mine[k])};
+        row += len;
+    }
+    return n;
+}
+
+long spb_ring_owner_tokens(int zigzag, long seq_length, int sp_size, int owner)
+{
+    if (!zigzag) return spb_split_count(seq_length, sp_size, owner);
+    int chunks = 2 * sp_size;
+    return spb_split_count(seq_length, chunks, owner) + spb_split_count(seq_length, chunks, chunks - 1 - owner);
+}
+
+long spb_ring_max_tokens(int zigzag, long seq_length, int sp_size)
+{
+    long most = 0;
+    for (int o = 0; o < sp_size; o++) {
+        long t = spb_ring_owner_tokens(zigzag, seq_length, sp_size, o);
+        most = t > most ? t : most;
+    }
+    return most;
 }
 
 int spb_ring_is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout, "zigzag"); }
@@ -52,12 +83,18 @@ int spb_ring_is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout,
 int spb_ring_validate_layout(const spb_config *cfg, int world_size, char *err, size_t errlen)
 {
     (void)world_size;
-    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree)) {
-        snprintf(err, errlen, "--ring-layout zigzag needs --seq-length divisible by 2 x --sp-degree (got %d and %d)",
+    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree) && strcmp(cfg->device, "cpu")) {
+        snprintf(err, errlen, "--ring-layout zigzag with --seq-length %d not divisible by 2 x --sp-degree %d: "
+                              "unequal chunks run on --device cpu only (the device path's zigzag takes equal chunks)",
                  cfg->seq_length, cfg->sp_degree);
         return -1;
     }
     return 0;
+}
+
+int spb_ring_local_tokens(const spb_grid *grid, const spb_config *cfg)
+{
+    return (int)spb_ring_owner_tokens(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank);
 }
 
 void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions)
@@ -69,22 +106,20 @@ void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long 
 }
 
 /* The layout the run was configured with (local_positions laid the tokens
- * out by it; every owner uses the same one): contiguous shares, even or
- * not (split.h), or zigzag's equal chunk pairs. */
+ * out by it; every owner uses the same one): contiguous shares or zigzag
+ * chunk pairs, even or not (split.h). */
 static int ctx_layout_is_zigzag(const spb_attn_ctx *c, spb_rank_group group)
 {
     SPB_CHECK(c->cfg);
     int zigzag = spb_ring_is_zigzag(c->cfg);
-    SPB_CHECK(zigzag ? (long)c->tokens * group.size == c->seq_length
-                     : c->tokens == spb_split_count(c->seq_length, group.size, group.rank));
+    SPB_CHECK(c->tokens == spb_ring_owner_tokens(zigzag, c->seq_length, group.size, group.rank));
     return zigzag;
 }
 
-/* Tokens of owner's block (the length of its runs): zigzag's two equal
- * chunks, or its contiguous share. */
+/* Tokens of owner's block (the length of its runs). */
 static long owner_tokens(int zigzag, long seq_length, int size, int owner)
 {
-    return zigzag ? 2 * (seq_length / (2L * size)) : spb_split_count(seq_length, size, owner);
+    return spb_ring_owner_tokens(zigzag, seq_length, size, owner);
 }
 
 /* Causal and every key of the pair after every query of it: nothing visible. */
@@ -141,10 +176,11 @@ void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, con
     int zigzag = ctx_layout_is_zigzag(c, group);
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
-    /* floats of an owner's K/V block; the buffers hold the largest (owner 0's) */
+    /* floats of an owner's K/V block; the buffers hold the largest (owner 0's
+     * when contiguous, not always when zigzag: N = 7, P = 2 gives 3 and 4) */
     long per_token = (long)c->batch * 2 * KV;
 #define BLOCK_OF(owner) (per_token * owner_tokens(zigzag, c->seq_length, P, (owner)))
-    long block_floats = BLOCK_OF(0);
+    long block_floats = per_token * spb_ring_max_tokens(zigzag, c->seq_length, P);
 
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
                     P > 1 ? spb_dev_alloc(c, SPB_MEM_COMM, block_floats) : NULL};
@@ -214,7 +250,8 @@ void spb_ring_attention_backward(const spb_attn_ctx *c, spb_rank_group group, co
     ring_run q_runs[RING_MAX_RUNS];
     int n_q = spb_ring_layout_runs(zigzag, c->seq_length, P, r, q_runs);
     long per_token = (long)c->batch * 2 * KV;
-    long block_floats = BLOCK_OF(0); /* the largest block; each transfer moves its owner's */
+    /* the largest block; each transfer moves its owner's */
+    long block_floats = per_token * spb_ring_max_tokens(zigzag, c->seq_length, P);
 
     spb_dev_zero(c, dqkv, BT * QKV);
     float *kv[2] = {spb_dev_alloc(c, SPB_MEM_COMM, block_floats),
@@ -332,7 +369,16 @@ static void ring_backward(const spb_attn_ctx *c, const float *qkv, const float *
  * smallest share ⌊N/P⌋ (the last rank, whose successor is rank 0, only
  * when every share is equal), and that is what this returns:
  *   forward  4·2·b·G·D·(N − ⌊N/P⌋),  backward 4·2·b·G·D·(2N − ⌊N/P⌋),
- * which for P | N are the two lines above. */
+ * which for P | N are the two lines above.
+ *
+ * Zigzag with 2P ∤ N: owner o's block is its two chunks, c_o + c_{2P−1−o}
+ * tokens of split.h's shares of N over 2P.  With N = 2P·q + m the chunks
+ * below m hold q + 1; rank o < P gets [o < m] + [2P−1−o < m] extra tokens:
+ * for m < P ranks below m get one, the rest none (shares 2q, 2q+1); for
+ * m = P every rank one (N/P each); for m > P every rank one and the ranks
+ * from 2P−m on two (2q+1, 2q+2).  So the shares are again ⌊N/P⌋ and
+ * ⌈N/P⌉, equal exactly when P | N, the smallest ⌊N/P⌋: the same two
+ * formulas (only which rank sends them differs). */
 static spb_comm_volume ring_comm_volume(const spb_config *cfg, int sp_degree)
 {
     if (sp_degree <= 1) return (spb_comm_volume){0.0, 0.0};
@@ -355,7 +401,8 @@ const spb_strategy spb_strategy_ring = {
     .name = "ring",
     .summary = "ring attention: K/V blocks circulate, online-softmax merge (layout contiguous or zigzag)",
     .validate = spb_ring_validate_layout,
-    .uneven_tokens = 1, /* contiguous; zigzag's chunks stay equal (validate) */
+    .uneven_tokens = 1, /* contiguous shares or zigzag's chunk pairs (split.h over P or 2P) */
+    .local_tokens = spb_ring_local_tokens,
     .local_positions = spb_ring_local_positions,
     .attn_saved_floats = ring_saved_floats,
     .attention_forward = ring_forward,

@@ -31,19 +31,25 @@ typedef struct spb_ring_run {
     long pos;
 } spb_ring_run;
 
-/* The runs of `owner`'s block of seq_length / size tokens among `size`
- * owners: contiguous (one run) or zigzag (chunks owner and 2·size−1−owner
- * of seq_length / (2·size) tokens); returns how many. */
+/* The runs of `owner`'s block among `size` owners: contiguous (one run,
+ * split.h's share owner of seq_length over size) or zigzag (chunks owner
+ * and 2·size−1−owner of split.h's shares over 2·size; an empty chunk gives
+ * no run); returns how many. */
 int spb_ring_layout_runs(int zigzag, long seq_length, int size, int owner, spb_ring_run runs[SPB_RING_MAX_RUNS]);
+/* Tokens of owner's block (its runs' lengths), and the largest over owners
+ * (⌈seq_length / size⌉ in both layouts; not always owner 0's for zigzag). */
+long spb_ring_owner_tokens(int zigzag, long seq_length, int size, int owner);
+long spb_ring_max_tokens(int zigzag, long seq_length, int size);
 int spb_ring_is_zigzag(const spb_config *cfg);
 /* ring's layout checks and token positions, shared by the strategies that
  * lay tokens out as ring does (allgather-kv) */
 int spb_ring_validate_layout(const spb_config *cfg, int world_size, char *err, size_t errlen);
+int spb_ring_local_tokens(const spb_grid *grid, const spb_config *cfg);
 void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions);
 
 /* Ring attention of the ctx's tokens (a [B][tokens][heads + 2·kv][D] block:
- * Q, then the kv = ctx kv_heads K and V heads (0: heads), tokens =
- * seq_length / group.size, laid out by cfg->ring_layout) with the
+ * Q, then the kv = ctx kv_heads K and V heads (0: heads), tokens = the
+ * group rank's spb_ring_owner_tokens, laid out by cfg->ring_layout) with the
  * blocks of the other ranks of `group`: o [B][tokens][heads][D] and the
  * log-sum-exp [B][heads][tokens]; backward overwrites dqkv. */
 void spb_ring_attention_forward(const spb_attn_ctx *c, spb_rank_group group, const float *qkv, float *o, float *lse);

@@ -81,7 +81,8 @@ typedef struct spb_strategy {
      * as [G][B][tokens][H/G][D], so an all-to-all over G ranks needs no pack. */
     int (*head_blocks)(const spb_grid *grid);
     /* This rank's T tokens per sequence (NULL: split.h's share of N over
-     * the SP group; the hybrid splits N over its ring groups, then each
+     * the SP group; ring's layouts give zigzag's chunk pair, split.h's
+     * shares over 2P; the hybrid splits N over its ring groups, then each
      * group's share over its Ulysses ranks). */
     int (*local_tokens)(const spb_grid *grid, const spb_config *cfg);
     /* Global positions of this rank's T local tokens (NULL: contiguous). */

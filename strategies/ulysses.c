@@ -63,12 +63,14 @@ static ulysses_dims dims_of(const spb_attn_ctx *c, spb_rank_group group)
     u.B = c->batch;
     u.T = c->tokens;
     /* Plain Ulysses' group is the SP group and holds the whole sequence,
-     * in even or uneven shares; a hybrid group g holds its ring block,
-     * split.h's share g of N over the R groups (N/R when equal). */
+     * in even or uneven shares; a hybrid group g holds its ring block, the
+     * ring layout's share g over the R groups (contiguous or zigzag chunk
+     * pair, strategies/ring.c; N/R when equal). */
     if (!c->grid || group.comm == c->grid->sp_comm)
         u.N = c->grid ? c->seq_length : (long)u.P * u.T;
     else
-        u.N = spb_split_count(c->seq_length, c->grid->ring_size, c->grid->ring_rank);
+        u.N = spb_ring_owner_tokens(c->cfg && spb_ring_is_zigzag(c->cfg), c->seq_length, c->grid->ring_size,
+                                    c->grid->ring_rank);
     u.uneven = !spb_split_is_even(u.N, u.P) || u.uneven_heads;
     SPB_CHECK(u.T == spb_split_count(u.N, u.P, u.rank));
     u.Hp = (int)spb_split_count(u.H, u.P, u.rank);

@@ -29,6 +29,7 @@
 #include "grid.h"
 #include "local_attention.h"
 #include "rng.h"
+#include "sp_parts.h"
 #include "strategy.h"
 
 extern const spb_strategy spb_strategy_ring;
@@ -296,14 +297,40 @@ START_TEST(zigzag_positions)
 }
 END_TEST
 
+START_TEST(zigzag_uneven_positions)
+{
+    /* N = 23, P = 4: 8 chunks of split.h's shares, 3 3 3 3 3 3 3 2; rank r
+     * holds chunks r and 7 - r, so rank 0 holds 5 tokens (3 + 2) and the
+     * others 6: the largest share is not rank 0's. */
+    const int P = 4, N = 23;
+    spb_grid grid;
+    spb_grid_create(&grid, MPI_COMM_WORLD, P);
+    spb_config cfg;
+    ring_config(&cfg, P, "zigzag");
+    cfg.seq_length = N;
+    static const long expected[4][6] = {
+        {0, 1, 2, 21, 22}, {3, 4, 5, 18, 19, 20}, {6, 7, 8, 15, 16, 17}, {9, 10, 11, 12, 13, 14}};
+    int r = grid.sp_rank, T = ring->local_tokens(&grid, &cfg);
+    long positions[6];
+    ring->local_positions(&grid, &cfg, positions);
+    int ok = T == (r ? 6 : 5) && !memcmp(positions, expected[r], sizeof(long) * (size_t)T);
+    ok &= spb_ring_max_tokens(1, N, P) == 6 && spb_ring_owner_tokens(1, N, P, 0) == 5;
+    spb_grid_destroy(&grid);
+    ck_assert_msg(-world_max(-(double)ok) == 1.0, "wrong uneven zigzag positions");
+}
+END_TEST
+
 START_TEST(validate_zigzag_divisibility)
 {
     spb_config cfg;
     char err[256] = "";
     ring_config(&cfg, 4, "zigzag");
-    cfg.seq_length = 100; /* divisible by 4, not by 8 */
+    cfg.seq_length = 100; /* divisible by 4, not by 8: unequal chunks, CPU only */
+    ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), 0);
+    snprintf(cfg.device, sizeof cfg.device, "cuda");
     ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), -1);
-    ck_assert_str_eq(err, "--ring-layout zigzag needs --seq-length divisible by 2 x --sp-degree (got 100 and 4)");
+    ck_assert_str_eq(err, "--ring-layout zigzag with --seq-length 100 not divisible by 2 x --sp-degree 4: unequal "
+                          "chunks run on --device cpu only (the device path's zigzag takes equal chunks)");
     cfg.seq_length = 96;
     ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), 0);
     snprintf(cfg.ring_layout, sizeof cfg.ring_layout, "contiguous");
@@ -339,6 +366,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("ring attention");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, validate_zigzag_divisibility);
+    tcase_add_test(tc, zigzag_uneven_positions);
     tcase_add_test(tc, comm_volume_formula);
     tcase_add_test(tc, zigzag_positions);
     tcase_add_test(tc, flash_matches_whole_sequence);

@@ -40,8 +40,10 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     if (stage == 3) out->bytes[SPB_MEM_WORKSPACE] = pbytes * (z.global_elems + z.layer_elems);
 
     /* Activations saved for backward (common/core/gpt.c allocates exactly these). */
-    /* T: the largest rank's share (rank 0's ⌈N/P⌉ when P does not divide
-     * N: common/runtime/split.h), so the prediction bounds every rank. */
+    /* T: the largest rank's share, ⌈N/P⌉ when P does not divide N
+     * (common/runtime/split.h; rank 0's when contiguous, a zigzag rank
+     * r's c_r + c_{2P-1-r} chunks reach it too: strategies/ring.c), so the
+     * prediction is that rank's and bounds every other. */
     const double B = c->micro_batch_size, N = c->seq_length, T = (double)spb_split_max(c->seq_length, P),
                  C = c->hidden_size;
     /* A TP region (Megatron-SP) holds all N tokens, equal shares or not. */
@@ -64,9 +66,11 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     const double fc_width = c->swiglu ? 3 * Fl : 2 * Fl; /* pre-activation ([gate | up] under SwiGLU) and after */
     double lse, head_copies = 0;
     if (ulysses) {
-        /* the head side: all N for plain Ulysses; the hybrid's group 0
-         * holds the largest ring block, split.h's ⌈N/R⌉ (N/R when equal;
-         * rank 0 also holds the largest T, as ⌈⌈N/R⌉/U⌉ = ⌈N/P⌉) */
+        /* the head side: all N for plain Ulysses; the hybrid's largest
+         * ring block is ⌈N/R⌉ (N/R when equal; group 0's when contiguous,
+         * a zigzag group's chunk pair otherwise), and that group's rank
+         * u = 0 holds the largest T too, as ⌈⌈N/R⌉/U⌉ = ⌈N/P⌉, and the
+         * most heads */
         double Ng = U == P ? N : (double)spb_split_max(c->seq_length, (int)(P / U));
         /* heads of the largest rank: H/U, or ⌈H/P⌉ under uneven head groups
          * (no GQA there: its K/V heads are its query heads) */
