@@ -73,18 +73,12 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
                                   "grouped-query attention)", H, U, G);
             return -1;
         }
-        if (strcmp(cfg->device, "cpu")) {
-            snprintf(err, errlen, "--num-attention-heads %d not divisible by --ulysses-degree %d: uneven head groups "
-                                  "run on --device cpu only (the device exchanges take equal blocks)", H, U);
-            return -1;
-        }
     } else if (G >= U ? G % U : U % G) {
         snprintf(err, errlen,
                  "--num-query-groups %d and --ulysses-degree %d: hybrid needs G divisible by U (K/V heads split like "
                  "query heads) or U divisible by G (each K/V head replicated on U/G ranks of a Ulysses group)", G, U);
         return -1;
     }
-    int R = P / U;
     if (cfg->seq_length % P || uneven_heads) {
         /* uneven shares: the Ulysses exchange with per-rank counts and the
          * ring's owner-sized blocks (strategies/ulysses.c, ring.c) */
@@ -102,13 +96,6 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
             return -1;
         }
     } else if (spb_ulysses_validate_overlap(cfg, U, err, errlen)) {
-        return -1;
-    }
-    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * R) && strcmp(cfg->device, "cpu")) {
-        snprintf(err, errlen,
-                 "--ring-layout zigzag with hybrid and --seq-length %d not divisible by 2 x the ring degree P/U = %d: "
-                 "unequal chunks run on --device cpu only (the device path's zigzag takes equal chunks)",
-                 cfg->seq_length, R);
         return -1;
     }
     return 0;

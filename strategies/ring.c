@@ -80,18 +80,6 @@ long spb_ring_max_tokens(int zigzag, long seq_length, int sp_size)
 
 int spb_ring_is_zigzag(const spb_config *cfg) { return !strcmp(cfg->ring_layout, "zigzag"); }
 
-int spb_ring_validate_layout(const spb_config *cfg, int world_size, char *err, size_t errlen)
-{
-    (void)world_size;
-    if (spb_ring_is_zigzag(cfg) && cfg->seq_length % (2 * cfg->sp_degree) && strcmp(cfg->device, "cpu")) {
-        snprintf(err, errlen, "--ring-layout zigzag with --seq-length %d not divisible by 2 x --sp-degree %d: "
-                              "unequal chunks run on --device cpu only (the device path's zigzag takes equal chunks)",
-                 cfg->seq_length, cfg->sp_degree);
-        return -1;
-    }
-    return 0;
-}
-
 int spb_ring_local_tokens(const spb_grid *grid, const spb_config *cfg)
 {
     return (int)spb_ring_owner_tokens(spb_ring_is_zigzag(cfg), cfg->seq_length, grid->sp_size, grid->sp_rank);
@@ -400,7 +388,6 @@ static spb_comm_volume ring_comm_volume(const spb_config *cfg, int sp_degree)
 const spb_strategy spb_strategy_ring = {
     .name = "ring",
     .summary = "ring attention: K/V blocks circulate, online-softmax merge (layout contiguous or zigzag)",
-    .validate = spb_ring_validate_layout,
     .uneven_tokens = 1, /* contiguous shares or zigzag's chunk pairs (split.h over P or 2P) */
     .local_tokens = spb_ring_local_tokens,
     .local_positions = spb_ring_local_positions,

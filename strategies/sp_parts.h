@@ -41,9 +41,8 @@ int spb_ring_layout_runs(int zigzag, long seq_length, int size, int owner, spb_r
 long spb_ring_owner_tokens(int zigzag, long seq_length, int size, int owner);
 long spb_ring_max_tokens(int zigzag, long seq_length, int size);
 int spb_ring_is_zigzag(const spb_config *cfg);
-/* ring's layout checks and token positions, shared by the strategies that
- * lay tokens out as ring does (allgather-kv) */
-int spb_ring_validate_layout(const spb_config *cfg, int world_size, char *err, size_t errlen);
+/* ring's token counts and positions, shared by the strategies that lay
+ * tokens out as ring does (allgather-kv) */
 int spb_ring_local_tokens(const spb_grid *grid, const spb_config *cfg);
 void spb_ring_local_positions(const spb_grid *grid, const spb_config *cfg, long *positions);
 

@@ -51,13 +51,9 @@ cases=(
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --num-query-groups 1"  # uneven heads: no GQA
   "--strategy ulysses --sp-degree 2 --num-attention-heads 3 --hidden-size 48 --ulysses-overlap 2"  # uneven heads: no overlap
   "--strategy ulysses --sp-degree 4 --num-attention-heads 3 --hidden-size 48"  # fewer heads than ranks
-  "--strategy megatron --sp-degree 2 --seq-length 63 --device cuda"        # uneven shares: CPU only
-  "--strategy hybrid --sp-degree 2 --ulysses-degree 1 --ring-layout zigzag --seq-length 66 --device cuda"  # unequal zigzag chunks: CPU only
-  "--strategy allgather-kv --sp-degree 2 --ring-layout zigzag --seq-length 66 --device cuda"
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-overlap 2"   # the overlapped exchange takes equal blocks
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-comm allgather"
   "--strategy ulysses --sp-degree 2 --seq-length 63 --compare-alltoall"   # its replay is of equal blocks
-  "--strategy ulysses --sp-degree 2 --seq-length 63 --device cuda"         # uneven shares: CPU only
   "--strategy ring --sp-degree 2 --seq-length 1 --max-position-embeddings 1"  # a rank without a token
   "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
   "--strategy megatron --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # Megatron-SP: G % P, P % G
@@ -72,7 +68,6 @@ cases=(
   "--position-embedding-type rope --hidden-size 36 --num-attention-heads 4"  # odd head dim
   "--swiglu --hidden-size 16 --num-attention-heads 4"     # Megatron's default MLP width is 0 here
   "--model llama --num-query-groups 2 --device cuda --precision bf16 --attention cudnn"  # cuDNN's graph: G = H only
-  "--strategy ring --sp-degree 2 --ring-layout zigzag --seq-length 66 --device cuda"  # 2P does not divide N: CPU only
   "--ring-layout spiral"
   "--attention-mask diagonal"
   "--ulysses-comm broadcast"
@@ -80,7 +75,6 @@ cases=(
   "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --num-attention-heads 1 --hidden-size 16"  # fewer heads than U
   "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --num-attention-heads 3 --hidden-size 48 --num-query-groups 1"  # uneven heads: no GQA
   "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --num-attention-heads 3 --hidden-size 48 --ulysses-overlap 3"  # uneven heads: no overlap
-  "--strategy hybrid --sp-degree 2 --ulysses-degree 2 --num-attention-heads 3 --hidden-size 48 --device cuda"  # uneven heads: CPU only
   "--strategy ring --sp-degree 2 --ulysses-degree 2"             # U is the hybrid's
   "--strategy ulysses --sp-degree 2 --ulysses-overlap 3"         # 3 does not divide H/P = 4/2
   "--strategy ring --sp-degree 2 --ulysses-overlap 2"            # Ulysses' option

@@ -134,8 +134,7 @@ static ring_result run_ring(const spb_grid *grid, int P, const char *layout, int
     ring_result res = {0};
     spb_config cfg;
     ring_config(&cfg, P, layout);
-    char err[256];
-    ck_assert_int_eq(ring->validate(&cfg, grid->world_size, err, sizeof err), 0);
+    ck_assert(!ring->validate); /* any N >= P, either layout, every device */
 
     /* Reference: the whole sequence on one rank. */
     float *qkv_full = random_tensor((long)BATCH * SEQ * 3 * WIDTH, 1);
@@ -320,25 +319,6 @@ START_TEST(zigzag_uneven_positions)
 }
 END_TEST
 
-START_TEST(validate_zigzag_divisibility)
-{
-    spb_config cfg;
-    char err[256] = "";
-    ring_config(&cfg, 4, "zigzag");
-    cfg.seq_length = 100; /* divisible by 4, not by 8: unequal chunks, CPU only */
-    ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), 0);
-    snprintf(cfg.device, sizeof cfg.device, "cuda");
-    ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), -1);
-    ck_assert_str_eq(err, "--ring-layout zigzag with --seq-length 100 not divisible by 2 x --sp-degree 4: unequal "
-                          "chunks run on --device cpu only (the device path's zigzag takes equal chunks)");
-    cfg.seq_length = 96;
-    ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), 0);
-    snprintf(cfg.ring_layout, sizeof cfg.ring_layout, "contiguous");
-    cfg.seq_length = 100;
-    ck_assert_int_eq(ring->validate(&cfg, 4, err, sizeof err), 0);
-}
-END_TEST
-
 START_TEST(comm_volume_formula)
 {
     spb_config cfg;
@@ -365,7 +345,6 @@ int main(int argc, char **argv)
     Suite *s = suite_create("ring");
     TCase *tc = tcase_create("ring attention");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, validate_zigzag_divisibility);
     tcase_add_test(tc, zigzag_uneven_positions);
     tcase_add_test(tc, comm_volume_formula);
     tcase_add_test(tc, zigzag_positions);

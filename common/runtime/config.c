@@ -707,8 +707,7 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
      * counts (comm.h's alltoallv, allgatherv, reduce_scatterv). */
     if (c->seq_length % c->sp_degree && !s->uneven_tokens)
         return fail(err, errlen, "--seq-length %d is not divisible by --sp-degree %d, and --strategy %s needs "
-                                 "equal shares (uneven shares: ulysses, megatron; ring, allgather-kv and hybrid with "
-                                 "--ring-layout contiguous)",
+                                 "equal shares (uneven shares: ulysses, megatron, ring, allgather-kv, hybrid; any --ring-layout)",
                     c->seq_length, c->sp_degree, c->strategy);
     if (s->validate && s->validate(c, world_size, err, errlen)) return -1;
 

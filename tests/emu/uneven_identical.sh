@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Uneven shares on the emulated device (N or H not divisible by P): through
+# Uneven shares on the emulated device (N or H not divisible by P, zigzag's
+# chunks of two sizes, the hybrid's uneven head groups): through
 # NCCL the per-rank-count collectives (comm.h's alltoallv, allgatherv,
 # reduce_scatterv: grouped send/receive, the reduce-scatter's sum in rank
 # order in fp32) and ring blocks of two sizes give the host-staged run's loss
@@ -21,7 +22,7 @@ if [ "$nccl" != 1 ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-base=(--device cuda --num-layers 2 --hidden-size 96 --num-attention-heads 6 --seq-length 61 --global-batch-size 2
+base=(--device cuda --num-layers 2 --seq-length 61 --global-batch-size 2
       --micro-batch-size 1 --train-iters 2 --timing-warmup 1 --attention flash --quiet)
 # name | ranks | options
 runs=(
@@ -31,11 +32,14 @@ runs=(
     "ring-P3|3|--strategy ring --sp-degree 3"
     "allgather-kv-P3|3|--strategy allgather-kv --sp-degree 3"
     "hybrid-P4-U2|4|--strategy hybrid --sp-degree 4 --ulysses-degree 2"
+    "ring-P3-zigzag|3|--strategy ring --sp-degree 3 --ring-layout zigzag"
+    "hybrid-P4-U2-heads3-zigzag|4|--strategy hybrid --sp-degree 4 --ulysses-degree 2 --ring-layout zigzag --num-attention-heads 3 --hidden-size 48"
     "bf16-allgather-kv-P3|3|--strategy allgather-kv --sp-degree 3 --precision bf16"
 )
 failed=0
 for run in "${runs[@]}"; do
     IFS='|' read -r name np opts <<<"$run"
+    [[ $opts == *--num-attention-heads* ]] || opts+=" --hidden-size 96 --num-attention-heads 6" # 6 heads of 16
     read -ra extra <<<"$opts"
     for comm in mpi nccl; do
         if ! timeout 300 "$mpiexec" -np "$np" "$spbench" "${base[@]}" "${extra[@]}" --comm "$comm" \
