@@ -801,9 +801,17 @@ static void check_llama_ops()
         std::vector<float> r = x;
         spb_rope_apply(r.data(), pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 0);
         float *gx = dev(x);
+        SPB_CUDA_CHECK(cudaDeviceSynchronize());
+        const double held_before = (double)spb_cuda_mem_stats()->current[SPB_MEM_WORKSPACE];
         spb_cuda_rope_apply(gx, pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 0);
         snprintf(shape, sizeof shape, "B=%d T=%d heads=%d/5 D=%d", B, T, heads, D);
         check("rope fwd", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), r, 8 * SPB_F32_U);
+        /* its angle table (the process's first RoPE call: the table grows
+         * from nothing), by the device allocator, against the memory model's
+         * count: fp32 cos and sin, T x D floats (memory_model.c) */
+        const double table = (double)spb_cuda_mem_stats()->current[SPB_MEM_WORKSPACE] - held_before,
+                     model = 4.0 * T * D;
+        report("rope table workspace", SPB_CUDA_SIMPLE, shape, fabs(table - model) / model, 0.0);
         spb_rope_apply(r.data(), pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 1);
         spb_cuda_rope_apply(gx, pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 1);
         check("rope inverse (bwd)", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), r, 8 * SPB_F32_U);
