@@ -47,7 +47,7 @@ endif()
 # emu_gpu_kernels adds the layer's checks (120 s) to 5 of 9 shares, beside
 # the other 4 and then emu_gpu_strategies (at 1/2 there: 569 s against 447
 # + 234 s).  --lean-fp16: fp16 attention on one case per
-# kernel (819 checks of the 1023 a GPU runs; gpu_check.cu says why that
+# kernel (857 checks of the 1097 a GPU with cuDNN runs; gpu_check.cu says why that
 # loses nothing).
 if(SPB_EMU_RACECHECK)
   # The race-check build (emu_race.cc) runs the checks of every kernel, the

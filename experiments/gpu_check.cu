@@ -41,12 +41,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "cuda_bf16_storage.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "cuda_llama_ops.h"
+#include "cuda_attention_gqa.h"
 #include "cudnn_attention.h"
 #include "gpu_env.h"
 #include "gpu_util.h"
@@ -64,6 +66,13 @@ extern "C" {
 #ifdef SPB_GPU_CHECK_HAVE_CORE
 /* the fp32 CUDA table's attention (cuda_backend.cu; its header needs MPI) */
 extern "C" const spb_attn_backend spb_attn_cuda_simple;
+/* --attention cudnn's fp32 table and direct-path entries (cuda_attention_cudnn.cu) */
+extern "C" const spb_attn_backend *spb_cuda_cudnn_attention(void);
+extern "C" int spb_cuda_cudnn_direct_forward(const spb_attn_desc *d, const uint16_t *q, const uint16_t *k,
+                                             const uint16_t *v, uint16_t *o, float *lse);
+extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const uint16_t *q, const uint16_t *k,
+                                              const uint16_t *v, const uint16_t *o, const float *lse,
+                                              const uint16_t *dout, float *dq, float *dk, float *dv);
 extern "C" void spb_adamw_apply(float *p, const float *grad, float *m, float *v, long n, float grad_scale,
                                 float weight_decay, const spb_config *cfg, long step, double lr);
 #endif
@@ -792,9 +801,17 @@ static void check_llama_ops()
         std::vector<float> r = x;
         spb_rope_apply(r.data(), pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 0);
         float *gx = dev(x);
+        SPB_CUDA_CHECK(cudaDeviceSynchronize());
+        const double held_before = (double)spb_cuda_mem_stats()->current[SPB_MEM_WORKSPACE];
         spb_cuda_rope_apply(gx, pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 0);
         snprintf(shape, sizeof shape, "B=%d T=%d heads=%d/5 D=%d", B, T, heads, D);
         check("rope fwd", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), r, 8 * SPB_F32_U);
+        /* its angle table (the process's first RoPE call: the table grows
+         * from nothing), by the device allocator, against the memory model's
+         * count: fp32 cos and sin, T x D floats (memory_model.c) */
+        const double table = (double)spb_cuda_mem_stats()->current[SPB_MEM_WORKSPACE] - held_before,
+                     model = 4.0 * T * D;
+        report("rope table workspace", SPB_CUDA_SIMPLE, shape, fabs(table - model) / model, 0.0);
         spb_rope_apply(r.data(), pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 1);
         spb_cuda_rope_apply(gx, pos.data(), B, T, width, (long)T * width, heads, D, 10000.0, 1);
         check("rope inverse (bwd)", SPB_CUDA_SIMPLE, shape, host_f32(gx, (long)B * T * width), r, 8 * SPB_F32_U);
@@ -986,6 +1003,132 @@ static void check_cudnn_attention(int D, spb_cudnn_half type)
     report("cudnn refuses", SPB_CUDA_FAST, shape, spb_cudnn_attention_supported(&behind, why, sizeof why) ? 1.0 : 0.0,
            0.0);
 }
+
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+/* The 16-bit simple kernels on the direct path's contract: the H-head
+ * backend of the expansion's checks where there is no cuDNN. */
+static int simple_half_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                               spb_bf16 *o, float *lse)
+{
+    spb_cuda_attention_forward_half(d, 0, q, k, v, o, lse, SPB_CUDA_SIMPLE, 0);
+    return 0;
+}
+
+static int simple_half_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                                const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
+                                float *dv)
+{
+    float *ws = spb_cuda_attention_workspace((long)d->batch * d->heads * d->q_len);
+    spb_cuda_attention_backward_half(d, 0, q, k, v, o, lse, dout, dq, dk, dv, ws, SPB_CUDA_SIMPLE, 0);
+    return 0;
+}
+
+/* Grouped-query attention through an H-head backend (cuda_attention_gqa.h):
+ * K and V copied to every query head, the copies' dK, dV summed back per
+ * group, against attention_naive.c on the grouped call itself.  The H-head
+ * backend: spbench's simple kernels (everywhere, the emulation included:
+ * the copies and the group sums checked without cuDNN), or cuDNN through
+ * --attention cudnn's own entries (the fp32 table's and the direct path's,
+ * which expand when G < H; a lent GPU, skipped where the build has none).
+ * fp32 (the fp32 table's contract; cuDNN narrows to bf16 there, so its
+ * operands are bf16 values) and bf16 (the direct path's), G in {1, 2, H},
+ * causal with a ring block's offsets and full; dQ, dK, dV accumulate onto a
+ * nonzero start.  Bounds: those of the grouped checks above (fp32, bf16);
+ * cuDNN adds the 16-bit rounding of each copy's dK, dV before the sum. */
+static void check_gqa_expanded(bool cudnn, bool half)
+{
+    const char *kernel = cudnn ? "expand-kv cudnn" : "expand-kv simple"; /* + " fwd O" etc.: 28 columns */
+    const spb_cuda_impl impl = cudnn ? SPB_CUDA_FAST : SPB_CUDA_SIMPLE;
+    if (cudnn && !spb_cudnn_attention_built()) {
+        printf("%-28s %-6s skipped: %s\n", kernel, "-", spb_cudnn_attention_version());
+        return;
+    }
+    const int B = 2, H = 4, D = half ? 64 : 16, T = half ? 64 : 48;
+    const int groups[] = {1, 2, H};
+    const bool bf16_values = half || cudnn;
+    for (int G : groups)
+        for (int causal = 0; causal < 2; causal++) {
+            const check_unit unit;
+            if (!unit.taken) continue;
+            const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
+                       nl = (long)B * H * T;
+            spb_attn_desc d = gqa_desc(B, H, G, D, T, causal, T + 8);
+            const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
+            auto qkv = randv(nq, 1.0f, bf16_values), dout = randv(no, 1.0f, bf16_values), d0 = randv(nq, 0.1f, false);
+            std::vector<float> ro((size_t)no), rl((size_t)nl);
+            spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+            std::vector<float> ob = ro, rd = d0;
+            if (bf16_values) rnd(ob); /* the backward's O: what a 16-bit forward stored */
+            spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
+                                    dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d G=%d T=%d", causal ? "ring block causal" : "full",
+                     half ? "bf16" : "fp32", D, B, H, G, T);
+            float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl), *glr = dev(rl), *gd = dev(d0);
+            const double fwd_tol = bf16_values ? spb_tol_attn_forward() : spb_tol_f32_sum(T) * 8;
+            double bwd_tol = half ? spb_tol_attn_backward() : spb_tol_f32_sum(T * H) * 8;
+            if (cudnn) bwd_tol = spb_tol_attn_backward() + spb_tol_bf16_out();
+            int rc_fwd = 0, rc_bwd = 0;
+            std::vector<float> got_o;
+            if (half) {
+                spb_bf16 *g = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
+                spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout);
+                rc_fwd = cudnn ? spb_cuda_cudnn_direct_forward(&d, g + qo, g + ko, g + vo, go, gl)
+                               : spb_cuda_gqa_half_forward(simple_half_forward, &d, g + qo, g + ko, g + vo, go, gl);
+                got_o = host_bf16(go, no);
+                rc_bwd = cudnn ? spb_cuda_cudnn_direct_backward(&d, g + qo, g + ko, g + vo, gob, glr, gdo, gd + qo,
+                                                                gd + ko, gd + vo)
+                               : spb_cuda_gqa_half_backward(simple_half_backward, &d, g + qo, g + ko, g + vo, gob, glr,
+                                                            gdo, gd + qo, gd + ko, gd + vo);
+                for (spb_bf16 *p : {g, go, gob, gdo}) spb_cuda_free(p);
+            } else {
+                const spb_attn_backend *cudnn_table = spb_cuda_cudnn_attention();
+                float *g = dev(qkv), *go = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * no), *gob = dev(ob),
+                      *gdo = dev(dout);
+                if (cudnn)
+                    cudnn_table->forward(&d, g + qo, g + ko, g + vo, go, gl);
+                else
+                    spb_cuda_gqa_forward(&spb_attn_cuda_simple, &d, g + qo, g + ko, g + vo, go, gl);
+                got_o = host_f32(go, no);
+                if (cudnn)
+                    cudnn_table->backward(&d, g + qo, g + ko, g + vo, gob, glr, gdo, gd + qo, gd + ko, gd + vo);
+                else
+                    spb_cuda_gqa_backward(&spb_attn_cuda_simple, &d, g + qo, g + ko, g + vo, gob, glr, gdo, gd + qo,
+                                          gd + ko, gd + vo);
+                for (float *p : {g, go, gob, gdo}) spb_cuda_free(p);
+            }
+            if (rc_fwd) report("expand-kv: fwd declined", impl, shape, 1.0, 0.0);
+            check((std::string(kernel) + " fwd O").c_str(), impl, shape, got_o, ro, fwd_tol);
+            check((std::string(kernel) + " fwd lse").c_str(), impl, shape, host_f32(gl, nl), rl,
+                  spb_tol_f32_sum(T) * 8);
+            if (rc_bwd) report("expand-kv: bwd declined", impl, shape, 1.0, 0.0);
+            check((std::string(kernel) + " bwd dQ,dK,dV").c_str(), impl, shape, host_f32(gd, nq), rd, bwd_tol);
+            for (float *p : {gl, glr, gd}) spb_cuda_free(p);
+        }
+    if (cudnn || half) return;
+    /* What the wrapper holds, measured by the device allocator: the copies
+     * and their gradients of one fp32 backward from nothing held, as the
+     * memory model counts them (spb_attn_gqa_workspace_bytes) */
+    const check_unit unit;
+    if (!unit.taken) return;
+    spb_attn_desc d = gqa_desc(B, H, 1, D, T, 1, T);
+    const long width = (long)(H + 2) * D, nq = (long)B * T * width, no = (long)B * T * H * D, nl = (long)B * H * T;
+    float *g = dev(randv(nq, 1.0f, false)), *gd = dev(std::vector<float>((size_t)nq, 0.0f));
+    float *go = dev(randv(no, 1.0f, false)), *gl = dev(std::vector<float>((size_t)nl, 0.0f));
+    spb_cuda_attention_workspace(nl); /* the kernels' own row workspace, held before */
+    spb_cuda_gqa_release();
+    SPB_CUDA_CHECK(cudaDeviceSynchronize());
+    const double before = (double)spb_cuda_mem_stats()->current[SPB_MEM_WORKSPACE];
+    spb_cuda_gqa_backward(&spb_attn_cuda_simple, &d, g, g + (long)H * D, g + (long)(H + 1) * D, go, gl, go, gd,
+                          gd + (long)H * D, gd + (long)(H + 1) * D);
+    const double held = (double)spb_cuda_mem_stats()->current[SPB_MEM_WORKSPACE] - before,
+                 model = spb_attn_gqa_workspace_bytes(&d, 4, 1);
+    char shape[96];
+    snprintf(shape, sizeof shape, "fp32 D=%d B=%d H=%d G=1 T=%d: %.0f B", D, B, H, T, model);
+    report("expand-kv workspace", SPB_CUDA_SIMPLE, shape, fabs(held - model) / model, 0.0);
+    for (float *p : {g, gd, go, gl}) spb_cuda_free(p);
+}
+#endif
 
 /* A forward variant the caller switched on, in both block shapes and head
  * dims in bf16 and in fp16 once (only the element conversions differ);
@@ -1708,6 +1851,12 @@ int main(int argc, char **argv)
             printf("%-28s %-6s skipped: %s\n", "flash (wgmma)", "fast",
                    no_wgmma ? "--no-wgmma" : "no wgmma here (compute capability 9.0 and an sm_90a build)");
         }
+#ifdef SPB_GPU_CHECK_HAVE_CORE
+        /* grouped-query attention through H-head backends (cuda_attention_gqa.h);
+         * last, so that the units before keep their numbers (gpu_watchdog.sh's) */
+        for (int cudnn = 0; cudnn < 2; cudnn++)
+            for (int half = 0; half < 2; half++) check_gqa_expanded(cudnn, half);
+#endif
         SPB_CUDA_CHECK(cudaDeviceSynchronize());
         if (part_count > 1) {
             const int mine = part_units_run;

@@ -67,7 +67,6 @@ cases=(
   "--rotary-base 0.5"
   "--position-embedding-type rope --hidden-size 36 --num-attention-heads 4"  # odd head dim
   "--swiglu --hidden-size 16 --num-attention-heads 4"     # Megatron's default MLP width is 0 here
-  "--model llama --num-query-groups 2 --device cuda --precision bf16 --attention cudnn"  # cuDNN's graph: G = H only
   "--ring-layout spiral"
   "--attention-mask diagonal"
   "--ulysses-comm broadcast"

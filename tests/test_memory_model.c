@@ -209,6 +209,61 @@ START_TEST(mixed_precision_is_modelled)
 }
 END_TEST
 
+/* --device cuda adds the workspaces the configuration fixes: RoPE's angle
+ * table (fp32 cos and sin: tokens x head dim floats) and, for --attention
+ * cudnn with G < H, the K/V copies of the largest attention call and their
+ * fp32 gradients (common/cuda/cuda_attention_gqa.h; the GPU check measures
+ * one call's against the device allocator: "expand-kv workspace").  Set on
+ * a finalized CPU configuration: this build may have no cuDNN. */
+START_TEST(device_workspaces_modelled)
+{
+    spb_config c;
+    spb_config_defaults(&c);
+    c.num_layers = 2, c.hidden_size = 64, c.num_heads = 8, c.vocab_size = 64, c.seq_length = 128;
+    c.micro_batch_size = 2, c.sp_degree = 2, c.num_query_groups = 2, c.ffn_hidden_size = 96;
+    snprintf(c.model, sizeof c.model, "llama");
+    snprintf(c.strategy, sizeof c.strategy, "ulysses");
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    char err[256];
+    ck_assert_msg(spb_config_finalize(&c, 2, err, sizeof err) == 0, "%s", err);
+    const double B = 2, N = 128, T = 64, H = 8, D = 8, P = 2;
+    spb_memory_prediction cpu, cuda;
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cpu);
+    snprintf(c.device, sizeof c.device, "cuda");
+    snprintf(c.attention, sizeof c.attention, "flash");
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cuda);
+    const double rope = 4 * T * D; /* the sequence layout's T tokens */
+    ck_assert_double_eq(cuda.bytes[SPB_MEM_WORKSPACE] - cpu.bytes[SPB_MEM_WORKSPACE], rope);
+    ck_assert_double_eq(cuda.total - cpu.total, rope);
+    snprintf(c.attention, sizeof c.attention, "cudnn");
+    snprintf(c.bf16_kernels, sizeof c.bf16_kernels, "fast"); /* bf16 copies */
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cuda);
+    /* Ulysses: H/P heads of all N keys; 2 bf16 copies + 2 fp32 gradients */
+    ck_assert_double_eq(cuda.bytes[SPB_MEM_WORKSPACE] - cpu.bytes[SPB_MEM_WORKSPACE],
+                        rope + (2 * 2 + 8) * B * N * (H / P) * D);
+    snprintf(c.bf16_kernels, sizeof c.bf16_kernels, "reference"); /* fp32 copies in the frames */
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cuda);
+    ck_assert_double_eq(cuda.bytes[SPB_MEM_WORKSPACE] - cpu.bytes[SPB_MEM_WORKSPACE],
+                        rope + (2 * 4 + 8) * B * N * (H / P) * D);
+    snprintf(c.strategy, sizeof c.strategy, "ring"); /* H heads against a block of T keys */
+    snprintf(c.device, sizeof c.device, "cpu");
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cpu);
+    snprintf(c.device, sizeof c.device, "cuda");
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cuda);
+    ck_assert_double_eq(cuda.bytes[SPB_MEM_WORKSPACE] - cpu.bytes[SPB_MEM_WORKSPACE],
+                        rope + (2 * 4 + 8) * B * T * H * D);
+    c.num_query_groups = 8; /* G = H: cuDNN on the call itself, no copies */
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cuda);
+    snprintf(c.device, sizeof c.device, "cpu");
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cpu);
+    ck_assert_double_eq(cuda.bytes[SPB_MEM_WORKSPACE] - cpu.bytes[SPB_MEM_WORKSPACE], rope);
+    c.rope = 0; /* learned positions: no table */
+    snprintf(c.device, sizeof c.device, "cuda");
+    spb_memory_model(&c, 2, SPB_BF16_MIXED, &cuda);
+    ck_assert_double_eq(cuda.bytes[SPB_MEM_WORKSPACE], cpu.bytes[SPB_MEM_WORKSPACE]);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -220,6 +275,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, llama_model_equals_allocator);
     tcase_add_test(tc, scaling);
     tcase_add_test(tc, mixed_precision_is_modelled);
+    tcase_add_test(tc, device_workspaces_modelled);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

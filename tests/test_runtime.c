@@ -87,12 +87,13 @@ START_TEST(config_rejects_bad_values)
 }
 END_TEST
 
-/* --attention cudnn with grouped-query attention: refused before any work
- * with one line (cuDNN's graph here takes G = H), on a stand-in table that
- * says it has cuDNN (this build may have none; the check is config.c's). */
+/* --attention cudnn with grouped-query attention: taken (cuDNN's graph takes
+ * G = H, so K and V are copied to every query head first:
+ * common/cuda/cuda_attention_gqa.h), and auto picks it, on a stand-in table
+ * that says it has cuDNN (this build may have none; the check is config.c's). */
 static const spb_attn_backend *any_attention(const char *name) { return name ? &spb_attn_naive : NULL; }
 
-START_TEST(cudnn_refuses_grouped_query_attention)
+START_TEST(cudnn_takes_grouped_query_attention)
 {
     if (!spb_backend_available("cuda")) return; /* a build without CUDA refuses --device cuda first */
     spb_backend with_cudnn = spb_backend_cpu;
@@ -102,15 +103,14 @@ START_TEST(cudnn_refuses_grouped_query_attention)
     char err[256] = "";
     int rc = parse_and_finalize(1, err, sizeof err, &c, "--device", "cuda", "--precision", "bf16", "--attention",
                                 "cudnn", "--model", "llama", "--num-query-groups", "2", NULL);
-    ck_assert_msg(rc == -1 && strstr(err, "--num-query-groups 2 < 4 heads") && !strchr(err, '\n'), "rc %d: %s", rc,
-                  err);
+    ck_assert_msg(rc == 0, "%s", err); /* on K/V copied to every query head (cuda_attention_gqa.h) */
     rc = parse_and_finalize(1, err, sizeof err, &c, "--device", "cuda", "--precision", "bf16", "--attention", "cudnn",
                             "--model", "llama", NULL); /* G = H */
     ck_assert_msg(rc == 0, "%s", err);
     rc = parse_and_finalize(1, err, sizeof err, &c, "--device", "cuda", "--precision", "bf16", "--model", "llama",
-                            "--num-query-groups", "1", NULL); /* auto: flash */
+                            "--num-query-groups", "1", NULL); /* auto: cudnn, on the copies */
     ck_assert_msg(rc == 0, "%s", err);
-    ck_assert_str_eq(c.attention, "flash");
+    ck_assert_str_eq(c.attention, "cudnn");
     spb_backend_register_for_tests(NULL);
 }
 END_TEST
@@ -147,8 +147,8 @@ START_TEST(default_attention_is_the_fastest_the_build_has)
     strcpy(c.flash_fwd, "wgmma"); /* a flash variant asked for */
     ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
     c.flash_fwd[0] = 0;
-    c.num_query_groups = 8; /* grouped-query attention: not in the cuDNN graph here */
-    ck_assert_str_eq(spb_config_default_attention(&c, 1, &why), "flash");
+    c.num_query_groups = 8; /* grouped-query attention: cuDNN on K/V copied to every query head */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, &why), "cudnn");
     ck_assert_msg(strstr(why, "grouped-query") != NULL, "%s", why);
     c.num_query_groups = 32; /* G = H: cuDNN's */
     ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "cudnn");
@@ -442,7 +442,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, config_parses_megatron_options);
     tcase_add_test(tc, config_rejects_bad_values);
     tcase_add_test(tc, default_attention_is_the_fastest_the_build_has);
-    tcase_add_test(tc, cudnn_refuses_grouped_query_attention);
+    tcase_add_test(tc, cudnn_takes_grouped_query_attention);
     tcase_add_test(tc, allocator_tracks_current_and_peak);
     tcase_add_test(tc, model_memory_is_accounted);
     tcase_add_test(tc, rng_is_counter_based);

@@ -16,13 +16,18 @@
  * Under --bf16-kernels fast the direct path calls cuDNN on the stored
  * operands instead (spb_cuda_cudnn_direct_*, below): no narrowing; a call it
  * cannot take there (an operand not 16-byte aligned, say) comes back here
- * through the frames, and the first such call says why on stderr. */
+ * through the frames, and the first such call says why on stderr.
+ *
+ * Grouped-query calls (fewer K/V heads than query heads), on either path,
+ * run cuDNN on H-head copies of K and V and sum the copies' dK, dV back per
+ * group (cuda_attention_gqa.h): the graph itself takes H K/V heads. */
 #define OMPI_SKIP_MPICXX 1 /* backend.h -> comm.h -> mpi.h: the C API only */
 #define MPICH_SKIP_MPICXX 1
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_attention_gqa.h"
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_trace.h"
@@ -130,7 +135,31 @@ void cudnn_backward(const spb_attn_desc *d, const float *q, const float *k, cons
     add_back(d, dq, dk, dv, bdq, bdk, bdv, 1);
 }
 
-const spb_attn_backend cudnn_backend = {"cudnn", cudnn_forward, cudnn_backward};
+/* cuDNN's graph here takes as many K/V heads as query heads: a call with
+ * fewer (grouped-query attention) runs on H-head copies of K and V, its
+ * copies' dK, dV summed back per group (cuda_attention_gqa.h). */
+const spb_attn_backend cudnn_mha = {"cudnn", cudnn_forward, cudnn_backward};
+
+int grouped(const spb_attn_desc *d) { return spb_attn_kv_heads(d) != d->heads; }
+
+void cudnn_any_forward(const spb_attn_desc *d, const float *q, const float *k, const float *v, float *o, float *lse)
+{
+    if (grouped(d))
+        spb_cuda_gqa_forward(&cudnn_mha, d, q, k, v, o, lse);
+    else
+        cudnn_forward(d, q, k, v, o, lse);
+}
+
+void cudnn_any_backward(const spb_attn_desc *d, const float *q, const float *k, const float *v, const float *o,
+                        const float *lse, const float *dout, float *dq, float *dk, float *dv)
+{
+    if (grouped(d))
+        spb_cuda_gqa_backward(&cudnn_mha, d, q, k, v, o, lse, dout, dq, dk, dv);
+    else
+        cudnn_backward(d, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+const spb_attn_backend cudnn_backend = {"cudnn", cudnn_any_forward, cudnn_any_backward};
 
 /* Why the direct path declined a call, said once per process (the call
  * then takes the frames through cudnn_forward/backward above). */
@@ -146,8 +175,8 @@ void declined(const char *why)
 /* The direct path's entries (bf16_direct.h): the operands in their own
  * 16-bit storage, no narrowing; dQ, dK, dV into 16-bit scratch at Q's and
  * K's strides, then added row by row to the fp32 frames the dispatch holds. */
-extern "C" int spb_cuda_cudnn_direct_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
-                                             const spb_bf16 *v, spb_bf16 *o, float *lse)
+static int direct_mha_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                              spb_bf16 *o, float *lse)
 {
     char why[512];
     if (!spb_cudnn_attention_forward(d, cudnn_half(), q, k, v, o, lse, 0, why, sizeof why)) return 0;
@@ -155,9 +184,9 @@ extern "C" int spb_cuda_cudnn_direct_forward(const spb_attn_desc *d, const spb_b
     return -1;
 }
 
-extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
-                                              const spb_bf16 *v, const spb_bf16 *o, const float *lse,
-                                              const spb_bf16 *dout, float *dq, float *dk, float *dv)
+static int direct_mha_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k, const spb_bf16 *v,
+                               const spb_bf16 *o, const float *lse, const spb_bf16 *dout, float *dq, float *dk,
+                               float *dv)
 {
     if (d->batch <= 0 || d->heads <= 0 || d->q_len <= 0 || d->k_len <= 0) return 0; /* no pairs: nothing to add */
     long qx = spb_attn_operand_extent(d, d->q_len, d->q_token_stride, d->q_batch_stride);
@@ -170,6 +199,22 @@ extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const spb_
     }
     add_back(d, dq, dk, dv, bdq, bdk, bdv, 0); /* inside the caller's interval */
     return 0;
+}
+
+/* Grouped-query calls on H-head copies of K and V (cuda_attention_gqa.h). */
+extern "C" int spb_cuda_cudnn_direct_forward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
+                                             const spb_bf16 *v, spb_bf16 *o, float *lse)
+{
+    return grouped(d) ? spb_cuda_gqa_half_forward(direct_mha_forward, d, q, k, v, o, lse)
+                      : direct_mha_forward(d, q, k, v, o, lse);
+}
+
+extern "C" int spb_cuda_cudnn_direct_backward(const spb_attn_desc *d, const spb_bf16 *q, const spb_bf16 *k,
+                                              const spb_bf16 *v, const spb_bf16 *o, const float *lse,
+                                              const spb_bf16 *dout, float *dq, float *dk, float *dv)
+{
+    return grouped(d) ? spb_cuda_gqa_half_backward(direct_mha_backward, d, q, k, v, o, lse, dout, dq, dk, dv)
+                      : direct_mha_backward(d, q, k, v, o, lse, dout, dq, dk, dv);
 }
 
 extern "C" const spb_attn_backend *spb_cuda_cudnn_attention(void)

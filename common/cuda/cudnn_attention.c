@@ -32,7 +32,8 @@ int spb_cudnn_attention_supported(const spb_attn_desc *d, char *why, size_t n)
         NO("head dim %d: cuDNN's fused attention here takes multiples of 8 up to 128", d->head_dim);
     if (d->sparse_block > 0) NO("blocked-sparse masks are not in the cuDNN graph (dense masks only)");
     if (spb_attn_kv_heads(d) != d->heads)
-        NO("grouped-query attention (%d K/V heads for %d query heads) is not in the cuDNN graph here",
+        NO("grouped-query attention (%d K/V heads for %d query heads): the graph here takes as many K/V heads as "
+           "query heads (callers expand K and V first: cuda_attention_gqa.h)",
            spb_attn_kv_heads(d), d->heads);
     if (d->causal && d->q_offset < d->k_offset)
         NO("causal query block at %ld behind its key block at %ld: rows without a visible key", d->q_offset,

@@ -16,7 +16,8 @@
  * lse work as with the flash kernel.
  *
  * What the graph covers (spb_cudnn_attention_supported says why not):
- * dense masks (no blocked-sparse pattern), head dim a multiple of 8 up to
+ * as many K/V heads as query heads (grouped-query calls are expanded first:
+ * cuda_attention_gqa.h), dense masks (no blocked-sparse pattern), head dim a multiple of 8 up to
  * 128, strides multiples of 8 elements with 16-byte aligned pointers, and a
  * causal mask whose rows all see key 0 (q_offset >= k_offset: every block
  * the strategies call; a query block behind its key block would leave rows

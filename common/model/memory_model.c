@@ -100,6 +100,33 @@ void spb_memory_model(const spb_config *c, int world_size, spb_precision precisi
     double vbytes = precision == SPB_FP32 ? 4.0 : 2.0;
     out->bytes[SPB_MEM_ACTIVATIONS] = vbytes * values + 4.0 * stats + 4.0 * 2 * BT; /* + input and target tokens */
 
+    /* The device's fixed-size workspaces (growing buffers held for the run;
+     * other scratch stays measured only). */
+    if (!strcmp(c->device, "cuda")) {
+        /* RoPE's angle table (common/cuda/cuda_llama_ops.cu): fp32 cos and
+         * sin of the Ttp tokens' D/2 angles, the core's calls' tokens. */
+        if (c->rope) out->bytes[SPB_MEM_WORKSPACE] += 4.0 * Ttp * D_head;
+        /* --attention cudnn with G < H: K and V copied to the call's query
+         * heads, [B][keys][heads][D] each, in the operands' type (2 bytes on
+         * the direct path, --bf16-kernels fast; 4 through the fp32 frames),
+         * and the copies' fp32 dK, dV (common/cuda/cuda_attention_gqa.h),
+         * for the largest call: Ulysses' and the hybrid's Hp heads against
+         * all keys of their head layout (Ng), ring's H heads against a block
+         * of T keys (zigzag's calls are no larger), Megatron-SP's H/TP heads
+         * and every other strategy's H heads against all N. */
+        if (!strcmp(c->attention, "cudnn") && G < H) {
+            const int ring = !strcmp(c->strategy, "ring");
+            double call_heads = Hl, call_keys = ring ? T : N;
+            if (ulysses) {
+                const int uneven_heads = (long)Hl % (long)U != 0;
+                call_heads = uneven_heads ? (double)spb_split_max((long)Hl, (int)U) : Hl / U;
+                call_keys = U == P ? N : (double)spb_split_max(c->seq_length, (int)(P / U));
+            }
+            const double copy_bytes = precision != SPB_FP32 && !strcmp(c->bf16_kernels, "fast") ? 2.0 : 4.0;
+            out->bytes[SPB_MEM_WORKSPACE] += (2.0 * copy_bytes + 8.0) * B * call_keys * call_heads * D_head;
+        }
+    }
+
     for (int k = 0; k < SPB_MEM_NUM_CATEGORIES; k++) out->total += out->bytes[k];
 }
 

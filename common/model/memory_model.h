@@ -6,9 +6,11 @@
  *
  * It predicts the categories whose size the configuration fixes:
  * parameters, gradients, optimizer state and activations saved for
- * backward, and under ZeRO-3 the gathered parameters (workspace).  Other
- * workspace and communication buffers are transient and reported measured
- * only. */
+ * backward, and under ZeRO-3 the gathered parameters (workspace); on
+ * --device cuda the workspaces whose size the configuration fixes: RoPE's
+ * angle table and, for --attention cudnn with G < H K/V heads, the K/V
+ * copies and their gradients.  Other workspace and communication buffers
+ * are transient and reported measured only. */
 #ifndef SPB_MEMORY_MODEL_H
 #define SPB_MEMORY_MODEL_H
 

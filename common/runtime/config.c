@@ -402,7 +402,8 @@ const char *spb_config_default_attention(const spb_config *c, int build_has_cudn
     else if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0])
         reason = "a --flash-* variant was asked for";
     else if (c->num_query_groups > 0 && c->num_query_groups != c->num_heads)
-        reason = "grouped-query attention (--num-query-groups < heads) is not in the cuDNN graph here";
+        pick = "cudnn", reason = "cuDNN 9's fused attention on K/V copied to every query head (the fast flash "
+                                 "kernels leave grouped-query calls to the simple ones; not yet timed on a GPU)";
     else
         pick = "cudnn", reason = "cuDNN 9's fused attention, the fastest this build has";
     if (why) *why = reason;
@@ -506,7 +507,8 @@ static int model_options(spb_config *c, char *err, size_t errlen)
     /* Every table runs these now: the CPU's fp32 table and the CUDA table
      * (common/cuda/cuda_llama_ops.cu; GQA in its attention kernels), and the
      * 16-bit tables on fp32 copies through them.  cuDNN's graph (--attention
-     * cudnn) takes as many K/V heads as query heads: refused below. */
+     * cudnn) takes as many K/V heads as query heads: K and V are copied to H
+     * heads before it (common/cuda/cuda_attention_gqa.h). */
     return 0;
 }
 
@@ -662,10 +664,8 @@ int spb_config_finalize(spb_config *c, int world_size, char *err, size_t errlen)
         if (head_dim % 8 || head_dim > 128)
             return fail(err, errlen, "--attention cudnn: head dim %d (hidden / heads) must be a multiple of 8 up to "
                                      "128", head_dim);
-        if (c->num_query_groups > 0 && c->num_query_groups != c->num_heads)
-            return fail(err, errlen, "--attention cudnn with --num-query-groups %d < %d heads: the cuDNN graph here "
-                                     "takes as many K/V heads as query heads (use --attention flash)",
-                        c->num_query_groups, c->num_heads);
+        /* --num-query-groups G < heads: the graph takes H K/V heads, so K and
+         * V are copied to every query head first (cuda_attention_gqa.h) */
     } else if (!spb_attn_backend_by_name(c->attention))
         return fail(err, errlen, "unknown --attention '%s' (auto, flash, naive, cudnn)", c->attention);
     if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0]) {

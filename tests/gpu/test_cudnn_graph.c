@@ -8,13 +8,15 @@
  * two of a graph's tensors share a uid (cuDNN refuses that only when a GPU
  * finalizes the graph; the scale once had two); the graphs have the
  * operations the mask calls for; what the graph does not cover is refused
- * with its reason.  The operation graph, engine and plan need a GPU:
+ * with its reason; grouped-query calls are refused and their expanded
+ * calls (common/cuda/cuda_attention_gqa.h) finalize.  The operation graph, engine and plan need a GPU:
  * spbench-gpu-check runs them against the CPU reference. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../check_run.h"
+#include "cuda_attention_gqa.h"
 #include "cudnn_attention.h"
 
 /* describe() allocates nothing; the device allocator is not linked here. */
@@ -102,6 +104,53 @@ START_TEST(test_refusals_say_why)
 }
 END_TEST
 
+/* Grouped-query attention (G K/V heads < H): the graph takes H K/V heads,
+ * so the call itself is refused and the expanded call that
+ * cuda_attention_gqa.h makes (K, V copied to [B][k_len][H][D]) finalizes
+ * with the operations of the H-head call on the same mask; Q, O and the
+ * mask are the call's own. */
+START_TEST(test_grouped_query_expanded_graphs_finalize)
+{
+    char why[512];
+    const int dims[] = {64, 128}, groups[] = {1, 2};
+    for (int i = 0; i < 2; i++)
+        for (int g = 0; g < 2; g++) {
+            const int D = dims[i], G = groups[g], T = 96;
+            struct {
+                spb_attn_desc d;
+                int extra;
+            } cases[] = {{fused(D, T, 1, 0, 0), MASK_OPS},
+                         {fused(D, T, 1, 2 * T, T), 0}, /* a ring block below the diagonal */
+                         {fused(D, T, 1, 32, 0), MASK_OPS + SHIFT_OPS},
+                         {fused(D, T, 0, 0, 0), 0}};
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                spb_attn_desc *d = &cases[c].d;
+                const long W = (long)(d->heads + 2 * G) * D; /* a fused row [H Q | G K | G V] */
+                d->kv_heads = G;
+                d->q_token_stride = d->k_token_stride = W, d->q_batch_stride = d->k_batch_stride = W * T;
+                ck_assert_int_eq(spb_cudnn_attention_supported(d, why, sizeof why), 0);
+                ck_assert_msg(strstr(why, "K/V heads"), "G=%d case %zu: '%s'", G, c, why);
+                const spb_attn_desc e = spb_attn_gqa_expanded_desc(d);
+                ck_assert_int_eq(e.kv_heads, d->heads);
+                ck_assert_int_eq(e.k_token_stride, (long)d->heads * D);
+                ck_assert_int_eq(e.k_batch_stride, (long)T * d->heads * D);
+                ck_assert(e.q_token_stride == d->q_token_stride && e.o_batch_stride == d->o_batch_stride &&
+                          e.causal == d->causal && e.q_offset == d->q_offset && e.k_offset == d->k_offset);
+                ck_assert_int_eq(spb_attn_gqa_expanded_elems(d), 2L * T * d->heads * D);
+                for (int t = 0; t < 2; t++) {
+                    spb_cudnn_half type = t ? SPB_CUDNN_FP16 : SPB_CUDNN_BF16;
+                    int fwd = spb_cudnn_attention_describe(&e, type, 0, why, sizeof why);
+                    ck_assert_msg(fwd == FWD_PLAIN + cases[c].extra, "D=%d G=%d case %zu type %d forward: %d (%s)",
+                                  D, G, c, t, fwd, fwd < 0 ? why : "");
+                    int bwd = spb_cudnn_attention_describe(&e, type, 1, why, sizeof why);
+                    ck_assert_msg(bwd == BWD_PLAIN + cases[c].extra, "D=%d G=%d case %zu type %d backward: %d (%s)",
+                                  D, G, c, t, bwd, bwd < 0 ? why : "");
+                }
+            }
+        }
+}
+END_TEST
+
 START_TEST(test_version_names_cudnn_9)
 {
     ck_assert_int_eq(spb_cudnn_attention_built(), 1);
@@ -115,6 +164,7 @@ int main(void)
     TCase *tc = tcase_create("host");
     tcase_add_test(tc, test_graphs_finalize);
     tcase_add_test(tc, test_refusals_say_why);
+    tcase_add_test(tc, test_grouped_query_expanded_graphs_finalize);
     tcase_add_test(tc, test_version_names_cudnn_9);
     suite_add_tcase(s, tc);
     return spb_run_suite(s, CK_NOFORK);
