@@ -89,7 +89,8 @@ END_TEST
 
 /* --attention cudnn with grouped-query attention: taken (cuDNN's graph takes
  * G = H, so K and V are copied to every query head first:
- * common/cuda/cuda_attention_gqa.h), and auto picks it, on a stand-in table
+ * common/cuda/cuda_attention_gqa.h) when asked for (auto keeps flash until a GPU
+ * has run it), on a stand-in table
  * that says it has cuDNN (this build may have none; the check is config.c's). */
 static const spb_attn_backend *any_attention(const char *name) { return name ? &spb_attn_naive : NULL; }
 
@@ -108,9 +109,9 @@ START_TEST(cudnn_takes_grouped_query_attention)
                             "--model", "llama", NULL); /* G = H */
     ck_assert_msg(rc == 0, "%s", err);
     rc = parse_and_finalize(1, err, sizeof err, &c, "--device", "cuda", "--precision", "bf16", "--model", "llama",
-                            "--num-query-groups", "1", NULL); /* auto: cudnn, on the copies */
+                            "--num-query-groups", "1", NULL); /* auto: flash until the copies have run on a GPU */
     ck_assert_msg(rc == 0, "%s", err);
-    ck_assert_str_eq(c.attention, "cudnn");
+    ck_assert_str_eq(c.attention, "flash");
     spb_backend_register_for_tests(NULL);
 }
 END_TEST
@@ -147,8 +148,8 @@ START_TEST(default_attention_is_the_fastest_the_build_has)
     strcpy(c.flash_fwd, "wgmma"); /* a flash variant asked for */
     ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "flash");
     c.flash_fwd[0] = 0;
-    c.num_query_groups = 8; /* grouped-query attention: cuDNN on K/V copied to every query head */
-    ck_assert_str_eq(spb_config_default_attention(&c, 1, &why), "cudnn");
+    c.num_query_groups = 8; /* grouped-query attention: cuDNN on K/V copies only when asked for */
+    ck_assert_str_eq(spb_config_default_attention(&c, 1, &why), "flash");
     ck_assert_msg(strstr(why, "grouped-query") != NULL, "%s", why);
     c.num_query_groups = 32; /* G = H: cuDNN's */
     ck_assert_str_eq(spb_config_default_attention(&c, 1, NULL), "cudnn");

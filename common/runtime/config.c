@@ -402,8 +402,8 @@ const char *spb_config_default_attention(const spb_config *c, int build_has_cudn
     else if (c->flash_block_rows || c->flash_dq[0] || c->flash_fwd[0] || c->flash_bwd[0])
         reason = "a --flash-* variant was asked for";
     else if (c->num_query_groups > 0 && c->num_query_groups != c->num_heads)
-        pick = "cudnn", reason = "cuDNN 9's fused attention on K/V copied to every query head (the fast flash "
-                                 "kernels leave grouped-query calls to the simple ones; not yet timed on a GPU)";
+        reason = "grouped-query attention: cuDNN runs it on K/V copied to every query head, which has not yet run "
+                 "on a GPU (--attention cudnn asks for it)";
     else
         pick = "cudnn", reason = "cuDNN 9's fused attention, the fastest this build has";
     if (why) *why = reason;
