@@ -88,7 +88,6 @@ static int hybrid_validate(const spb_config *cfg, int world_size, char *err, siz
         else
             snprintf(what, sizeof what, "--seq-length %d not divisible by --sp-degree %d", cfg->seq_length, P);
         const char *option = cfg->ulysses_overlap > 1 ? "--ulysses-overlap (its shaped blocks are equal)"
-                             : cfg->compare_alltoall  ? "--compare-alltoall (its replay is of equal blocks)"
                              : !strcmp(cfg->ulysses_comm, "allgather") ? "--ulysses-comm allgather (it gathers equal blocks)"
                                                                         : NULL;
         if (option) {

@@ -641,11 +641,6 @@ static int ulysses_validate(const spb_config *cfg, int world_size, char *err, si
                                   "equal shares or no overlap", cfg->ulysses_overlap, what);
             return -1;
         }
-        if (cfg->compare_alltoall) { /* its replay is of plain MPI_Alltoall calls (comm.c) */
-            snprintf(err, errlen, "--compare-alltoall with %s: the replay runs equal-block all-to-alls, not the "
-                                  "per-rank counts of uneven shares", what);
-            return -1;
-        }
         if (!strcmp(cfg->ulysses_comm, "allgather")) {
             snprintf(err, errlen, "--ulysses-comm allgather with %s: the ablation gathers equal blocks; use "
                                   "--ulysses-comm alltoall", what);

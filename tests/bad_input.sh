@@ -53,7 +53,6 @@ cases=(
   "--strategy ulysses --sp-degree 4 --num-attention-heads 3 --hidden-size 48"  # fewer heads than ranks
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-overlap 2"   # the overlapped exchange takes equal blocks
   "--strategy ulysses --sp-degree 2 --seq-length 63 --ulysses-comm allgather"
-  "--strategy ulysses --sp-degree 2 --seq-length 63 --compare-alltoall"   # its replay is of equal blocks
   "--strategy ring --sp-degree 2 --seq-length 1 --max-position-embeddings 1"  # a rank without a token
   "--num-query-groups 3"                                  # K/V heads must divide the 4 heads
   "--strategy megatron --sp-degree 2 --hidden-size 48 --num-attention-heads 6 --num-query-groups 3"  # Megatron-SP: G % P, P % G

@@ -103,6 +103,7 @@ enum { ALLTOALL_LOG_MAX = 1 << 16 };
 static struct alltoall_call {
     long count;
     MPI_Comm comm;
+    long *v; /* per-rank counts (spb_alltoallv_f32): send counts, send displs, recv counts, recv displs; else NULL */
 } alltoall_log[ALLTOALL_LOG_MAX];
 static int alltoall_logged;
 /* Log of host-path sendrecvs for spb_comm_replay_sendrecvs. */
@@ -247,7 +248,7 @@ static int group_size(MPI_Comm comm)
 
 static void log_alltoall(long count, MPI_Comm comm)
 {
-    if (alltoall_logged < ALLTOALL_LOG_MAX) alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm};
+    if (alltoall_logged < ALLTOALL_LOG_MAX) alltoall_log[alltoall_logged++] = (struct alltoall_call){count, comm, NULL};
 }
 
 void spb_alltoall_f32(const float *send, float *recv, long count, MPI_Comm comm, spb_comm_phase phase)
@@ -406,6 +407,41 @@ static void stage_blocks_back(float *dev, const float *host, const long *counts,
         if (counts[i] > 0) staging->to_device(dev + displs[i], host + displs[i], sizeof(float) * (size_t)counts[i]);
 }
 
+/* The all-to-all with per-rank counts on host buffers: point-to-point
+ * messages (any MPI, the built-in one included), this rank's block copied. */
+static void alltoallv_host(const float *s, const long *send_counts, const long *send_displs, float *r,
+                           const long *recv_counts, const long *recv_displs, MPI_Comm comm)
+{
+    int n = group_size(comm), me;
+    SPB_MPI_CHECK(MPI_Comm_rank(comm, &me));
+    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
+    int k = 0;
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Irecv(r + recv_displs[j], count_as_int(recv_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                    &req[k++]));
+    for (int j = 0; j < n; j++)
+        if (j != me)
+            SPB_MPI_CHECK(MPI_Isend(s + send_displs[j], count_as_int(send_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
+                                    &req[k++]));
+    memcpy(r + recv_displs[me], s + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
+    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+}
+
+/* Logs a call with per-rank counts for the replay (a copy of its counts). */
+static void log_alltoallv(const long *send_counts, const long *send_displs, const long *recv_counts,
+                          const long *recv_displs, int n, MPI_Comm comm)
+{
+    if (alltoall_logged >= ALLTOALL_LOG_MAX) return;
+    long *v = SPB_CHECK_PTR(malloc(sizeof(long) * 4 * (size_t)n));
+    memcpy(v, send_counts, sizeof(long) * (size_t)n);
+    memcpy(v + n, send_displs, sizeof(long) * (size_t)n);
+    memcpy(v + 2 * n, recv_counts, sizeof(long) * (size_t)n);
+    memcpy(v + 3 * n, recv_displs, sizeof(long) * (size_t)n);
+    alltoall_log[alltoall_logged++] = (struct alltoall_call){0, comm, v};
+}
+
 void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
                        const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase)
 {
@@ -422,26 +458,16 @@ void spb_alltoallv_f32(const float *send, const long *send_counts, const long *s
         device->alltoallv(ds, send_counts, send_displs, dr, recv_counts, recv_displs, dt, comm,
                           issue_ticket(SPB_OP_ALLTOALL, phase, TIME_RECORD));
         account_exact(SPB_OP_ALLTOALL, phase, eb * sent_all, eb * sent_others);
+        log_alltoallv(send_counts, send_displs, recv_counts, recv_displs, n, comm);
         return;
     }
     double t0 = start_time();
     const float *s = stage_blocks_out(0, send, send_counts, send_displs, n, send_extent);
     float *r = staging ? stage_buffer(1, recv_extent + 1) : recv;
-    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
-    int k = 0;
-    for (int j = 0; j < n; j++)
-        if (j != me)
-            SPB_MPI_CHECK(MPI_Irecv(r + recv_displs[j], count_as_int(recv_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
-                                    &req[k++]));
-    for (int j = 0; j < n; j++)
-        if (j != me)
-            SPB_MPI_CHECK(MPI_Isend(s + send_displs[j], count_as_int(send_counts[j]), MPI_FLOAT, j, ALLTOALLV_TAG, comm,
-                                    &req[k++]));
-    memcpy(r + recv_displs[me], s + send_displs[me], sizeof(float) * (size_t)send_counts[me]);
-    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
-    free(req);
+    alltoallv_host(s, send_counts, send_displs, r, recv_counts, recv_displs, comm);
     stage_blocks_back(recv, r, recv_counts, recv_displs, n);
     record_exact(SPB_OP_ALLTOALL, phase, eb * sent_all, eb * sent_others, spb_now() - t0);
+    log_alltoallv(send_counts, send_displs, recv_counts, recv_displs, n, comm);
 }
 
 void spb_allgatherv_f32(const float *send, float *recv, const long *counts, const long *displs, MPI_Comm comm,
@@ -532,9 +558,17 @@ static double replay_on_device(long most)
     spb_comm_flush();
     replay_seconds = 0.0;
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int i = 0; i < alltoall_logged; i++)
-        device->alltoall(send, recv, alltoall_log[i].count, SPB_COMM_F32, alltoall_log[i].comm,
-                         issue_ticket(SPB_OP_ALLTOALL, SPB_PHASE_OTHER, TIME_REPLAY));
+    for (int i = 0; i < alltoall_logged; i++) {
+        const struct alltoall_call *a = &alltoall_log[i];
+        if (!a->v) {
+            device->alltoall(send, recv, a->count, SPB_COMM_F32, a->comm,
+                             issue_ticket(SPB_OP_ALLTOALL, SPB_PHASE_OTHER, TIME_REPLAY));
+        } else if (device->alltoallv) { /* a table without it ran the call staged: no device time to replay */
+            int n = group_size(a->comm);
+            device->alltoallv(send, a->v, a->v + n, recv, a->v + 2 * n, a->v + 3 * n, SPB_COMM_F32, a->comm,
+                              issue_ticket(SPB_OP_ALLTOALL, SPB_PHASE_OTHER, TIME_REPLAY));
+        }
+    }
     spb_comm_flush();
     device->scratch_free(send);
     device->scratch_free(recv);
@@ -545,7 +579,13 @@ double spb_comm_replay_alltoalls(void)
 {
     long most = 0;
     for (int i = 0; i < alltoall_logged; i++) {
-        long need = alltoall_log[i].count * group_size(alltoall_log[i].comm);
+        const struct alltoall_call *a = &alltoall_log[i];
+        int n = group_size(a->comm);
+        long need = a->count * n;
+        if (a->v) { /* the larger of the two sides' extents */
+            long send_extent = blocks_extent(a->v, a->v + n, n), recv_extent = blocks_extent(a->v + 2 * n, a->v + 3 * n, n);
+            need = send_extent > recv_extent ? send_extent : recv_extent;
+        }
         most = need > most ? need : most;
     }
     if (device) return replay_on_device(most);
@@ -554,8 +594,14 @@ double spb_comm_replay_alltoalls(void)
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = spb_now();
     for (int i = 0; i < alltoall_logged; i++) {
-        int c = count_as_int(alltoall_log[i].count);
-        SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, alltoall_log[i].comm));
+        const struct alltoall_call *a = &alltoall_log[i];
+        if (a->v) { /* the run's own exchange with per-rank counts (no plainer call moves them) */
+            int n = group_size(a->comm);
+            alltoallv_host(send, a->v, a->v + n, recv, a->v + 2 * n, a->v + 3 * n, a->comm);
+            continue;
+        }
+        int c = count_as_int(a->count);
+        SPB_MPI_CHECK(MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, a->comm));
     }
     double t = spb_now() - t0;
     free(send);
@@ -697,6 +743,7 @@ const spb_comm_record *spb_comm_record_get(spb_comm_op op, spb_comm_phase phase)
 
 void spb_comm_reset(void)
 {
+    for (int i = 0; i < alltoall_logged; i++) free(alltoall_log[i].v);
     alltoall_logged = 0;
     sendrecv_logged = 0;
     for (long t = first_open; t < next_ticket; t++) calls_out[t % calls_cap].use = TIME_DROP;

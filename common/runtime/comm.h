@@ -61,8 +61,8 @@ void spb_reduce_scatter_f32(const float *send, float *recv, long count, MPI_Comm
  * included, as the even call's n x count), link bytes = the elements it
  * sends to the others, exactly (no bus factor: the blocks differ), at
  * their stored size.  Device buffers go through the device table's
- * alltoallv or, staged, block by block through host memory.  Not in
- * spb_comm_replay_alltoalls' log. */
+ * alltoallv or, staged, block by block through host memory.  Logged for
+ * spb_comm_replay_alltoalls, which replays it with the same counts. */
 void spb_alltoallv_f32(const float *send, const long *send_counts, const long *send_displs, float *recv,
                        const long *recv_counts, const long *recv_displs, MPI_Comm comm, spb_comm_phase phase);
 
@@ -142,7 +142,8 @@ void spb_allreduce_sum_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase pha
 void spb_allreduce_max_f64(double *buf, int n, MPI_Comm comm, spb_comm_phase phase);
 
 /* Replays the all-to-alls since the last spb_comm_reset (up to a bounded
- * log): plain MPI_Alltoall of the same counts on the same communicators, in
+ * log): plain MPI_Alltoall of the same counts on the same communicators
+ * (those with per-rank counts as the same point-to-point exchange), in
  * the same order, back to back after a barrier, on scratch buffers; returns
  * the seconds.  Against it, a strategy's exchange cost without the waiting
  * for other ranks that in-run timings include.  Collective.  On the device
