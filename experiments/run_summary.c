@@ -258,6 +258,11 @@ static void print_timings(const spb_run_summary *s, const spb_config *cfg)
                "replayed back to back; exposed includes waiting for slower ranks)\n",
                s->exposed_alltoall * 1e3, s->plain_alltoall * 1e3, hidden(s->plain_alltoall, s->exposed_alltoall) * 1e3,
                s->exposed_sendrecv * 1e3, s->plain_sendrecv * 1e3, hidden(s->plain_sendrecv, s->exposed_sendrecv) * 1e3);
+    if (cfg->compare_alltoall && (s->plain_alltoall > 0 || s->plain_sendrecv > 0) && s->kernel_timeline &&
+        s->kt_comm_busy[0] + s->kt_comm_busy[1] > 0)
+        printf("  (through NCCL the replay's exposed is each transfer's own time on its stream and its hidden reads 0; "
+               "the kernel timeline's measured split is the line \"layer communication exposed vs hidden behind "
+               "compute, measured on the kernel timeline\" above)\n");
 }
 
 /* Which path the 16-bit operations took (bf16_direct.h): under fast a call
