@@ -60,10 +60,13 @@ typedef struct spb_run_summary {
      * wall and busy seconds (forward, backward, grad_reduce, optimizer, then
      * work launched outside them: busy only), of busy the NCCL calls' part
      * (kt_comm_busy: the union of their intervals on the communicators'
-     * streams) and intervals; kernel_timeline 0: not measured.  Filled by
-     * the caller. */
+     * streams), of that the part with compute running beside it
+     * (kt_comm_hidden: |NCCL ∩ compute|, the communication hidden behind
+     * compute; kt_comm_busy − kt_comm_hidden is exposed) and intervals;
+     * kernel_timeline 0: not measured.  Filled by the caller. */
     int kernel_timeline;
-    double kt_wall[SPB_RUN_KT_PHASES], kt_busy[SPB_RUN_KT_PHASES], kt_comm_busy[SPB_RUN_KT_PHASES], kt_intervals;
+    double kt_wall[SPB_RUN_KT_PHASES], kt_busy[SPB_RUN_KT_PHASES], kt_comm_busy[SPB_RUN_KT_PHASES],
+        kt_comm_hidden[SPB_RUN_KT_PHASES], kt_intervals;
 } spb_run_summary;
 
 /* Collective over the trainer's world: every rank calls, every rank gets

@@ -356,6 +356,7 @@ int main(int argc, char **argv)
             sum.kt_wall[k] = kt.wall[k] / measured;
             sum.kt_busy[k] = kt.busy[k] / measured;
             sum.kt_comm_busy[k] = kt.comm_busy[k] / measured;
+            sum.kt_comm_hidden[k] = kt.comm_hidden[k] / measured;
             sum.kt_intervals += (double)kt.intervals[k] / measured;
         }
         /* the emulation counts the kernels it ran: every one must lie inside an interval */

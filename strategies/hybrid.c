@@ -214,12 +214,14 @@ void spb_hybrid_volume_parts(const spb_config *cfg, int sp_degree, double *excha
  *                 backward 4·b·[T·(Σo − o_u) + (N_g − T)·q_u]
  *   ring part     forward  4·b·k_u·(N − N_{g+1}),  backward 4·b·k_u·(2N − N_{g+1})
  * (N_{g+1}: the next group's block, g+1 mod R; no ring part when R = 1).
- * Which rank is busiest depends on both parts, so this evaluates every
+ * (spb_hybrid_uneven_rank_bytes: rank (g, u)'s parts).  Which rank is
+ * busiest depends on both parts, so hybrid_uneven_volume evaluates every
  * rank and returns each phase's largest; with P | N and U | H every rank
  * sends the even formula's bytes. */
-static spb_comm_volume hybrid_uneven_volume(const spb_config *cfg, int P, int U)
+spb_hybrid_rank_bytes spb_hybrid_uneven_rank_bytes(const spb_config *cfg, int P, int g, int u)
 {
-    const int R = P / U, H = cfg->num_heads, D = cfg->hidden_size / H, zigzag = spb_ring_is_zigzag(cfg);
+    const int U = cfg->ulysses_degree > 0 ? cfg->ulysses_degree : P, R = P / U, H = cfg->num_heads,
+              D = cfg->hidden_size / H, zigzag = spb_ring_is_zigzag(cfg);
     const int G = cfg->num_query_groups > 0 ? cfg->num_query_groups : H, Gu = G > U ? G : U;
     const int uneven_heads = H % U != 0;
     const double b = cfg->micro_batch_size, N = cfg->seq_length;
@@ -228,22 +230,36 @@ static spb_comm_volume hybrid_uneven_volume(const spb_config *cfg, int P, int U)
         all_q += uneven_heads ? 3.0 * D * spb_split_count(H, U, j) : (double)(H + 2 * Gu) * D / U;
         all_o += uneven_heads ? (double)D * spb_split_count(H, U, j) : (double)cfg->hidden_size / U;
     }
+    const double Ng = (double)spb_ring_owner_tokens(zigzag, cfg->seq_length, R, g);
+    const double next = (double)spb_ring_owner_tokens(zigzag, cfg->seq_length, R, (g + 1) % R);
+    const double T = (double)spb_split_count((long)Ng, U, u), Hu = (double)spb_split_count(H, U, u);
+    const double q = uneven_heads ? 3.0 * Hu * D : (double)(H + 2 * Gu) * D / U;
+    const double o = uneven_heads ? Hu * D : (double)cfg->hidden_size / U;
+    const double k = uneven_heads ? 2.0 * Hu * D : 2.0 * (Gu / U) * D;
+    spb_hybrid_rank_bytes r;
+    r.exchange_link[0] = 4.0 * b * (T * (all_q - q) + (Ng - T) * o);
+    r.exchange_link[1] = 4.0 * b * (T * (all_o - o) + (Ng - T) * q);
+    /* payload: forward Q/K/V blocks of its T tokens to all U (q_j to rank j),
+     * then O of every group rank's tokens for its heads (o_u each); backward
+     * the reverse */
+    r.exchange_payload[0] = 4.0 * b * (T * all_q + Ng * o);
+    r.exchange_payload[1] = 4.0 * b * (T * all_o + Ng * q);
+    r.ring[0] = R > 1 ? 4.0 * b * k * (N - next) : 0.0;
+    r.ring[1] = R > 1 ? 4.0 * b * k * (2.0 * N - next) : 0.0;
+    return r;
+}
+
+static spb_comm_volume hybrid_uneven_volume(const spb_config *cfg, int P, int U)
+{
+    const int R = P / U;
     spb_comm_volume v = {0, 0};
-    for (int g = 0; g < R; g++) {
-        double Ng = (double)spb_ring_owner_tokens(zigzag, cfg->seq_length, R, g);
-        double next = (double)spb_ring_owner_tokens(zigzag, cfg->seq_length, R, (g + 1) % R);
+    for (int g = 0; g < R; g++)
         for (int u = 0; u < U; u++) {
-            double T = (double)spb_split_count((long)Ng, U, u), Hu = (double)spb_split_count(H, U, u);
-            double q = uneven_heads ? 3.0 * Hu * D : (double)(H + 2 * Gu) * D / U;
-            double o = uneven_heads ? Hu * D : (double)cfg->hidden_size / U;
-            double k = uneven_heads ? 2.0 * Hu * D : 2.0 * (Gu / U) * D;
-            double fwd = 4.0 * b * (T * (all_q - q) + (Ng - T) * o);
-            double bwd = 4.0 * b * (T * (all_o - o) + (Ng - T) * q);
-            if (R > 1) fwd += 4.0 * b * k * (N - next), bwd += 4.0 * b * k * (2.0 * N - next);
+            spb_hybrid_rank_bytes r = spb_hybrid_uneven_rank_bytes(cfg, P, g, u);
+            double fwd = r.exchange_link[0] + r.ring[0], bwd = r.exchange_link[1] + r.ring[1];
             v.forward_bytes = fwd > v.forward_bytes ? fwd : v.forward_bytes;
             v.backward_bytes = bwd > v.backward_bytes ? bwd : v.backward_bytes;
         }
-    }
     return v;
 }
 

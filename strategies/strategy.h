@@ -129,6 +129,16 @@ extern const spb_strategy spb_strategy_hybrid;
  * = payload x the collective's bus factor) and one ring hop's K/V block.
  * comm_volume and the performance model both build on them. */
 void spb_hybrid_volume_parts(const spb_config *cfg, int sp_degree, double *exchange_payload, double *ring_block);
+/* Uneven shares (P ∤ N, either layout) or heads (U ∤ H): what rank u of ring group g sends in
+ * one layer (fp32 bytes): its exchange's link bytes and payload (the
+ * per-rank-count all-to-all's: every block, its own included) and its
+ * ring hops' bytes, per direction.  The hybrid's comm_volume takes each
+ * phase's busiest rank of their sums; the performance model prices that
+ * rank's parts on their two groups. */
+typedef struct spb_hybrid_rank_bytes {
+    double exchange_link[2], exchange_payload[2], ring[2]; /* [0] forward, [1] backward */
+} spb_hybrid_rank_bytes;
+spb_hybrid_rank_bytes spb_hybrid_uneven_rank_bytes(const spb_config *cfg, int sp_degree, int g, int u);
 extern const spb_strategy spb_strategy_allgather_kv;
 
 #endif

@@ -29,6 +29,7 @@
 #include "grid.h"
 #include "mpi_check.h"
 #include "perf_model.h"
+#include "strategy.h"
 #include "train.h"
 
 static const char *profiles_dir = "profiles";
@@ -585,6 +586,95 @@ START_TEST(allgather_kv_attention_by_hand)
 }
 END_TEST
 
+/* A 7B-like shape with C hidden and H heads (head dimension C/H), contiguous. */
+static void shape(spb_config *c, const char *strategy, int P, int U, int N, int C, int H)
+{
+    spb_config_defaults(c);
+    c->num_layers = 32, c->hidden_size = C, c->num_heads = H, c->vocab_size = 50257, c->seq_length = N;
+    c->sp_degree = P, c->micro_batch_size = 1, c->checkpoint_activations = 1, c->zero_stage = 3;
+    c->ulysses_degree = U;
+    snprintf(c->strategy, sizeof c->strategy, "%s", strategy);
+    char err[512];
+    ck_assert_msg(spb_config_finalize(c, P, err, sizeof err) == 0, "%s", err);
+}
+
+static void predict(const spb_config *c, const spb_profile *p, spb_perf_prediction *out)
+{
+    char err[512];
+    ck_assert_msg(spb_perf_predict(c, c->sp_degree, p, NULL, out, err, sizeof err) == 0, "%s", err);
+}
+
+/* Uneven splits, by hand: the step waits for the busiest rank.
+ * Ulysses with H = 32 heads on P = 6 ranks (split.h: ranks 0 and 1 attend
+ * 6 heads, the others 5), head dimension d = 128, N = 6·8192 (T = 8192):
+ * - attention: 6 heads over all N tokens on every rank's clock, causal,
+ *   forward + recompute + backward = (4 + 4 + 10)·d·6·N(N+1)/2 FLOPs a layer,
+ *   the time of an even run with 6 heads of 128 (H = 48, C = 6144, P = 8);
+ *   H/P = 5.33 heads would be 11% short;
+ * - the all-to-all at the busiest link (ulysses.c's comm_volume): forward
+ *   rank r sends T·3d·(H − H_r) + (N − T)·H_r·d floats, 108·T·d at H_r = 6
+ *   (106 at 5); backward T·d·(H − H_r) + (N − T)·3·H_r·d, 116·T·d at 6;
+ *   bf16 (2 bytes), inside one node: 2 calls of 10 us + bytes / 240 GB/s.
+ * Uneven tokens (P ∤ N) are priced at ⌈N/P⌉ a rank: Ulysses' products at
+ * N = 6·8192 + 1 cost what N = 6·8193 costs (T = 8193 both); ring's blocks
+ * (contiguous, P = 8) at N = 8·8192 + 1 what N = 8·8193 costs; the
+ * hybrid's (U = 2, R = 4) ring blocks of ⌈N/R⌉ = 16385 at N = 65537 what
+ * N = 65540 costs, and its bytes are the busiest rank's of comm_volume's
+ * uneven formula (the model once priced ⌊N/P⌋ tokens' even formula). */
+START_TEST(uneven_shares_by_hand)
+{
+    spb_profile *p = malloc(sizeof *p);
+    load("A100-80GB-DGX.profile", p);
+    spb_config c, ref;
+    spb_perf_prediction u, r;
+    const double T = 8192, d = 128, N = 6 * T, L = 32;
+    shape(&c, "ulysses", 6, 0, (int)N, 4096, 32);
+    shape(&ref, "ulysses", 8, 0, (int)N, 6144, 48);
+    predict(&c, p, &u);
+    predict(&ref, p, &r);
+    const double accum = spb_config_accum_steps(&c, 6);
+    CLOSE(u.attn_flops, L * accum * 18 * d * 6 * N * (N + 1) / 2);
+    CLOSE(u.t_attn, r.t_attn * accum / spb_config_accum_steps(&ref, 8));
+    const double fwd = 108 * T * d * 2, bwd = 116 * T * d * 2;
+    CLOSE(u.plan.link[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], L * accum * fwd);
+    CLOSE(u.plan.link[SPB_OP_ALLTOALL][SPB_PHASE_BACKWARD], L * accum * bwd);
+    CLOSE(u.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD], L * accum * (2 * 10e-6 + fwd / 240e9));
+    CLOSE(u.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_RECOMPUTE], L * accum * (2 * 10e-6 + fwd / 240e9));
+    CLOSE(u.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_BACKWARD], L * accum * (2 * 10e-6 + bwd / 240e9));
+    say("  ulysses 7B H=32 P=6 N=48K: attention %.4g s (6 heads a rank), all-to-all fwd %.4g s\n", u.t_attn,
+        u.comm_exposed[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD]);
+
+    /* uneven tokens: the largest share's work */
+    shape(&c, "ulysses", 6, 0, 6 * 8192 + 1, 4096, 32);
+    shape(&ref, "ulysses", 6, 0, 6 * 8193, 4096, 32);
+    predict(&c, p, &u);
+    predict(&ref, p, &r);
+    CLOSE(u.t_gemm, r.t_gemm);
+    CLOSE(u.gemm_flops, r.gemm_flops);
+    const char *strategies[] = {"ring", "hybrid"};
+    const int n_uneven[] = {8 * 8192 + 1, 65537}, n_even[] = {8 * 8193, 65540}, degree[] = {0, 2};
+    for (int k = 0; k < 2; k++) {
+        shape(&c, strategies[k], 8, degree[k], n_uneven[k], 4096, 32);
+        shape(&ref, strategies[k], 8, degree[k], n_even[k], 4096, 32);
+        predict(&c, p, &u);
+        predict(&ref, p, &r);
+        CLOSE(u.t_attn, r.t_attn);
+        CLOSE(u.attn_flops, r.attn_flops);
+        CLOSE(u.t_gemm, r.t_gemm);
+        /* bytes: the busiest rank's, each phase (bf16: half the fp32 formula) */
+        const spb_comm_volume v = spb_strategy_by_name(strategies[k])->comm_volume(&c, 8);
+        const double per = L * spb_config_accum_steps(&c, 8) / 2;
+        CLOSE(u.plan.link[SPB_OP_ALLTOALL][SPB_PHASE_FORWARD] + u.plan.link[SPB_OP_SENDRECV][SPB_PHASE_FORWARD],
+              per * v.forward_bytes);
+        CLOSE(u.plan.link[SPB_OP_ALLTOALL][SPB_PHASE_BACKWARD] + u.plan.link[SPB_OP_SENDRECV][SPB_PHASE_BACKWARD],
+              per * v.backward_bytes);
+        say("  %s 7B P=8 N=%d: attention %.4g s, as N=%d; busiest link fwd %.4g MB a layer\n", strategies[k],
+            n_uneven[k], u.t_attn, n_even[k], v.forward_bytes / 2 / 1e6);
+    }
+    free(p);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -602,6 +692,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, layout_terms_by_hand);
     tcase_add_test(tc, hybrid_groups_by_hand);
     tcase_add_test(tc, allgather_kv_attention_by_hand);
+    tcase_add_test(tc, uneven_shares_by_hand);
     suite_add_tcase(s, tc);
     return spb_run_suite_and_finalize(s);
 }

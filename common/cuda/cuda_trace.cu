@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_trace.h"
+#include "intervals.h"
 
 extern "C" {
 #include "timer.h"
@@ -96,21 +97,12 @@ double seconds(int from, int to)
     return 1e-3 * ms;
 }
 
-/* The length of the union of [begin, end) intervals: overlapping ones
- * (other streams: compute beside an NCCL transfer) count once. */
-double union_length(std::vector<std::pair<double, double>> &iv)
+/* The length of the union of a set of intervals (intervals.h): overlapping
+ * ones (other streams: compute beside an NCCL transfer) count once.  A copy:
+ * the arithmetic merges in place. */
+double union_length(std::vector<spb_interval> iv)
 {
-    std::sort(iv.begin(), iv.end());
-    double sum = 0.0, lo = 0.0, hi = -1.0;
-    for (auto &x : iv) {
-        if (x.first > hi) {
-            if (hi > lo) sum += hi - lo;
-            lo = x.first, hi = x.second;
-        } else
-            hi = std::max(hi, x.second);
-    }
-    if (hi > lo) sum += hi - lo;
-    return sum;
+    return iv.empty() ? 0.0 : spb_intervals_union_length(iv.data(), (int)iv.size());
 }
 
 /* Folds every closed phase and interval into the totals once nothing is
@@ -122,7 +114,7 @@ void fold(void)
     for (size_t i = 0; i < used; i++) SPB_CUDA_CHECK(cudaEventSynchronize(pool[i])); /* other streams' too */
     for (const phase_span &p : spans) totals.wall[p.phase] += seconds(p.begin, p.end);
     for (int ph = 0; ph < SPB_KT_NUM_PHASES; ph++) {
-        std::vector<std::pair<double, double>> all, comm;
+        std::vector<spb_interval> all, comm, compute;
         for (const interval &k : intervals) {
             if (k.phase != ph) continue;
             double b = seconds(0, k.begin), e = seconds(0, k.end);
@@ -137,10 +129,14 @@ void fold(void)
             totals.intervals[ph]++;
             if (e <= b) continue;
             all.push_back({b, e});
-            if (k.kind == SPB_KT_COMM) comm.push_back({b, e});
+            (k.kind == SPB_KT_COMM ? comm : compute).push_back({b, e});
         }
         totals.busy[ph] += union_length(all);
+        /* the transfers' time with a kernel or library call running beside them */
         totals.comm_busy[ph] += union_length(comm);
+        if (!comm.empty() && !compute.empty())
+            totals.comm_hidden[ph] +=
+                spb_intervals_overlap_length(comm.data(), (int)comm.size(), compute.data(), (int)compute.size());
     }
     for (const interval &k : intervals) {
         totals.library_calls += k.kind == SPB_KT_LIBRARY;

@@ -6,7 +6,8 @@
  *     own events), so wall - busy is the time the GPU sat idle between
  *     kernels inside the phase (host launch gaps, waits); with --comm nccl
  *     each NCCL call is an interval on its communicator's stream too
- *     (busy: the union over both streams; comm_busy: the NCCL ones alone);
+ *     (busy: the union over both streams; comm_busy: the NCCL ones alone;
+ *     comm_hidden: the part of comm_busy with compute running beside it);
  *   - the host's waits on the device (always on, one counter add): every
  *     call that blocks the host until queued device work is done
  *     (synchronous copies to or from host memory, cudaFree, synchronize).
@@ -72,6 +73,10 @@ typedef struct spb_kernel_timeline {
     double wall[SPB_KT_NUM_PHASES]; /* the phases' own events; 0 for OUTSIDE */
     double busy[SPB_KT_NUM_PHASES]; /* union of the intervals launched inside the phase, every stream */
     double comm_busy[SPB_KT_NUM_PHASES]; /* union of its NCCL intervals alone (part of busy) */
+    /* of comm_busy, the time compute ran beside it: |NCCL union ∩ kernel and
+     * library union| (intervals.h), the communication hidden behind compute;
+     * comm_busy − comm_hidden is the exposed part */
+    double comm_hidden[SPB_KT_NUM_PHASES];
     long intervals[SPB_KT_NUM_PHASES];
     long library_calls;            /* of those intervals, cuBLAS(Lt)/cuDNN calls */
     long comm_calls;               /* of those intervals, NCCL calls */

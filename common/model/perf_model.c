@@ -571,9 +571,26 @@ static void hybrid_items(const spb_config *c, double scale, double per_iter, spb
     double payload, block;
     spb_hybrid_volume_parts(c, P, &payload, &block);
     const double ring_calls_b = R > 1 ? 2.0 * R - 1 : 0; /* R = 1: no ring, no home run */
-    const double ring_f = (R - 1) * block, ring_b = ring_calls_b * block;
-    const double x_f = payload * spb_comm_bus_factor(xop, U), x_b = x_f;
-    const double xp_f = payload, xp_b = payload;
+    const double ring_f = (R - 1) * block, ring_b = ring_calls_b * block; /* P | N */
+    double x_f = payload * spb_comm_bus_factor(xop, U), x_b = x_f;
+    double xp_f = payload, xp_b = payload;
+    double r_f = ring_f, r_b = ring_b;
+    if (P > 1 && (!spb_split_is_even(c->seq_length, P) || c->num_heads % U)) {
+        /* uneven shares or heads (as comm_volume decides): each phase's busiest rank (the one comm_volume
+         * reports: the largest exchange + ring sum), its two parts each on
+         * its own group */
+        double best_f = -1, best_b = -1;
+        for (int g = 0; g < R; g++)
+            for (int u = 0; u < U; u++) {
+                spb_hybrid_rank_bytes rb = spb_hybrid_uneven_rank_bytes(c, P, g, u);
+                if (rb.exchange_link[0] + rb.ring[0] > best_f)
+                    best_f = rb.exchange_link[0] + rb.ring[0], x_f = rb.exchange_link[0],
+                    xp_f = rb.exchange_payload[0], r_f = rb.ring[0];
+                if (rb.exchange_link[1] + rb.ring[1] > best_b)
+                    best_b = rb.exchange_link[1] + rb.ring[1], x_b = rb.exchange_link[1],
+                    xp_b = rb.exchange_payload[1], r_b = rb.ring[1];
+            }
+    }
     const int passes = c->checkpoint_activations ? 3 : 2;
     for (int k = 0; k < passes; k++) {
         const spb_comm_phase ph = k == 0 ? SPB_PHASE_FORWARD : k == 1 ? SPB_PHASE_BACKWARD : SPB_PHASE_RECOMPUTE;
@@ -581,7 +598,7 @@ static void hybrid_items(const spb_config *c, double scale, double per_iter, spb
         add_item_payload(items, plan, xop, ph, U, 1, 2 * per_iter, (bwd ? x_b : x_f) * scale * per_iter,
                          (bwd ? xp_b : xp_f) * scale * per_iter);
         add_item(items, plan, SPB_OP_SENDRECV, ph, R, U, (bwd ? ring_calls_b : R - 1) * per_iter,
-                 (bwd ? ring_b : ring_f) * scale * per_iter);
+                 (bwd ? r_b : r_f) * scale * per_iter);
     }
 }
 
@@ -732,7 +749,10 @@ static void elems(compute *c, const spb_profile *p, double scale, spb_elem_kind 
 
 typedef struct dims {
     double B, N, P, T, C, F, H, hd, V, tp, Ttp, BR, BT, Ca, Fl, Hl, G;
-    double U, R, Tr;     /* ring attention's groups: R ranks strided by U (U heads-exchange degree), blocks of Tr = N/R tokens */
+    double U, R, Tr;     /* ring attention's groups: R ranks strided by U (U heads-exchange degree), blocks of
+                            Tr = ⌈N/R⌉ tokens (the largest block: split.h) */
+    double Hp;           /* query heads the busiest rank attends: Hl over the G head blocks, ⌈Hl/G⌉ when uneven */
+    int uneven_heads;    /* Ulysses with G ∤ Hl: blocks of ⌈Hl/G⌉ and ⌊Hl/G⌋ heads (split.h; no GQA then) */
     double Bseq;         /* rows LayerNorm, dropout and residuals run on: BT, or BR without sequence parallelism */
     double kvb;          /* K/V heads per head block (grouped-query attention; common/core/gpt.c's kv_block) */
     double gated;        /* 2 under SwiGLU (fc computes [gate | up]), else 1 */
@@ -759,7 +779,11 @@ static dims dims_of(const spb_config *c)
         d.R = d.P / d.U;
         d.ring = d.R > 1;
     }
-    d.Tr = d.N / d.R;
+    d.Tr = (double)spb_split_max(c->seq_length, (int)d.R);
+    /* uneven head groups (Ulysses, H mod P != 0: strategies/ulysses.c): the
+     * first Hl mod G ranks attend one head more, and the step waits for them */
+    d.uneven_heads = d.G > 1 && !spb_split_is_even((long)d.Hl, (int)d.G);
+    d.Hp = (double)spb_split_max((long)d.Hl, (int)d.G);
     {
         /* this rank's K/V heads, over the G head blocks (Ulysses: P; hybrid: U; set above); at
          * least one: Megatron-SP with fewer K/V heads than ranks holds one replicated head, whose
@@ -781,13 +805,21 @@ static double pairs_square(double n, int causal) { return causal ? n * (n + 1) /
 static void layer_gemms(compute *c, const spb_profile *p, double s, const dims *d, int bwd)
 {
     const double kv_width = d->kvb * d->hd; /* K or V of a head block */
-    if (d->G == 1) {
+    if (d->uneven_heads) {
+        /* each block its own width: m blocks of ⌈Hl/G⌉ heads, the rest of
+         * ⌊Hl/G⌋, Q, K and V of each (K/V heads = query heads) */
+        const double m = fmod(d->Hl, d->G), big = d->Hp * d->hd, small = (d->Hp - 1) * d->hd;
+        linear(c, p, s, d->BR, d->C, big, bwd, 3 * m);
+        linear(c, p, s, d->BR, d->C, small, bwd, 3 * (d->G - m));
+        linear(c, p, s, d->BR, big, d->C, bwd, m);
+        linear(c, p, s, d->BR, small, d->C, bwd, d->G - m);
+    } else if (d->G == 1) {
         linear(c, p, s, d->BR, d->C, d->Ca + 2 * kv_width, bwd, 1);
     } else { /* head blocks (Ulysses): Q, K and V of each block */
         linear(c, p, s, d->BR, d->C, d->Ca / d->G, bwd, d->G);
         linear(c, p, s, d->BR, d->C, kv_width, bwd, 2 * d->G);
     }
-    linear(c, p, s, d->BR, d->Ca / d->G, d->C, bwd, d->G);
+    if (!d->uneven_heads) linear(c, p, s, d->BR, d->Ca / d->G, d->C, bwd, d->G);
     linear(c, p, s, d->BR, d->C, d->gated * d->Fl, bwd, 1);
     linear(c, p, s, d->BR, d->Fl, d->C, bwd, 1);
 }
@@ -798,7 +830,7 @@ static void layer_gemms(compute *c, const spb_profile *p, double s, const dims *
 static void ring_steps(const spb_profile *p, double s, const spb_perf_options *o, const dims *d, int bwd,
                        compute *first, compute *later)
 {
-    double BH = d->B * d->H / d->G; /* ring: all heads; hybrid: H/U on the head side */
+    double BH = d->B * d->Hp; /* ring: all heads; hybrid: H/U on the head side */
     memset(first, 0, sizeof *first);
     memset(later, 0, sizeof *later);
     if (!d->zigzag) {
@@ -829,7 +861,8 @@ static void acc(compute *a, const compute *b, double times)
 static double total(const compute *c) { return c->gemm + c->attn + c->other; }
 
 /* Attention of one layer, forward or backward, one micro-batch, without ring:
- * Ulysses' and Megatron-SP's calls hold H/P heads of every sequence. */
+ * Ulysses' and Megatron-SP's calls hold H/P heads of every sequence (uneven
+ * head groups: the busiest rank's ⌈H/P⌉, whose call the step waits for). */
 static void layer_attention(compute *c, const spb_profile *p, double s, const spb_perf_options *o, const dims *d,
                             int bwd)
 {
@@ -853,8 +886,7 @@ static void layer_attention(compute *c, const spb_profile *p, double s, const sp
         acc(c, &worst, 1);
         return;
     }
-    double heads = d->G > 1 ? d->H / d->P : d->Hl;
-    attn_call(c, p, s, o, d->B * heads, pairs_square(d->N, d->causal), d->hd, d->causal, d->N, bwd);
+    attn_call(c, p, s, o, d->B * d->Hp, pairs_square(d->N, d->causal), d->hd, d->causal, d->N, bwd);
 }
 
 /* Element-wise work of one layer (strategies' copies included). */

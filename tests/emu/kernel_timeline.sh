@@ -27,7 +27,15 @@
 #     and ring at P = 2, whose K/V transfers run on the communicator's
 #     stream beside the attention (the same checks; it frees its rotation
 #     buffers in every layer, which must not make the step wait: freed
-#     device blocks are kept for reuse, not returned through cudaFree).
+#     device blocks are kept for reuse, not returned through cudaFree);
+#     and Ulysses with --ulysses-overlap 2 (4 heads), whose head groups'
+#     all-to-alls run on the communicator's stream beside the previous
+#     group's attention: the NCCL time hidden behind compute,
+#     gpu_comm_hidden_<phase>_s (|NCCL ∩ compute| of the intervals,
+#     common/runtime/intervals.h), is >= 0, <= the phase's NCCL busy and <=
+#     its compute busy (busy − NCCL busy + hidden), and the summary prints
+#     the layer communication's measured exposed/hidden split.  (The
+#     interval arithmetic itself: tests/test_intervals.c.)
 # Usage: kernel_timeline.sh SPBENCH [MPIEXEC NCCL(0|1)]
 set -u
 spbench=$1
@@ -37,7 +45,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 export OMPI_MCA_rmaps_base_oversubscribe=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-base=(--device cuda --num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --vocab-size 64
+base=(--device cuda --num-layers 2 --hidden-size 64 --seq-length 32 --vocab-size 64
       --micro-batch-size 1 --global-batch-size 1 --train-iters 3 --timing-warmup 1 --clip-grad 0.5
       --log-interval 100)
 failed=0
@@ -45,7 +53,7 @@ run() { # label, [mpiexec -np 2,] options...
     local label=$1 launch=()
     shift
     [ "${1:-}" = "$mpiexec" ] && [ -n "$mpiexec" ] && { launch=("$1" -np 2); shift; }
-    if ! timeout 600 "${launch[@]}" "$spbench" "${base[@]}" "$@" --results "$tmp/$label.csv" --run-name "$label" \
+    if ! timeout 600 "${launch[@]}" "$spbench" "${base[@]}" --num-attention-heads "${heads:-2}" "$@" --results "$tmp/$label.csv" --run-name "$label" \
         --dump "$tmp/$label.dump" >"$tmp/$label.out" 2>"$tmp/$label.err"; then
         echo "FAIL $label: spbench exited non-zero"; tail -5 "$tmp/$label.err"; failed=1
     fi
@@ -62,6 +70,9 @@ if [ "$nccl" = 1 ]; then
     nccl_args=(--precision fp32 --strategy ring --sp-degree 2 --comm nccl)
     SPB_EMU_DEVICES=2 run nccl_ring-timeline "$mpiexec" "${nccl_args[@]}" --kernel-timeline
     SPB_EMU_DEVICES=2 run nccl_ring-plain "$mpiexec" "${nccl_args[@]}"
+    # Ulysses with its all-to-all cut into 2 head groups, each exchanged beside the previous group's attention
+    heads=4 SPB_EMU_DEVICES=2 run nccl_overlap-timeline "$mpiexec" --precision fp32 --strategy ulysses --sp-degree 2 \
+        --comm nccl --ulysses-overlap 2 --kernel-timeline
 else
     echo "NCCL case left out: the build has no NCCL stand-in (or no MPIEXEC given)"
 fi
@@ -119,5 +130,27 @@ for prec in ["fp32", "bf16"] + (["nccl", "nccl_ring"] if nccl else []):
     # the ring frees its rotation buffers in every layer: freed blocks are kept for reuse
     # (cuda_memory.cu), not returned by cudaFree, which would wait for the device each time
     check(waits <= 4, f"{prec}: {waits:g} host waits per iteration (at most 4)")
+for prec in (["nccl", "nccl_ring", "nccl_overlap"] if nccl else []):
+    # the NCCL time hidden behind compute: within the NCCL busy time and within the compute busy time
+    r = row(prec + "-timeline")
+    for p in phases + ["outside"]:
+        busy, comm_busy = float(r[f"gpu_busy_{p}_s"]), float(r[f"gpu_comm_busy_{p}_s"])
+        hidden = float(r[f"gpu_comm_hidden_{p}_s"])
+        compute_busy = busy - comm_busy + hidden  # |comm ∪ compute| = |comm| + |compute| − |comm ∩ compute|
+        check(-1e-9 <= hidden <= comm_busy + 1e-9 and hidden <= compute_busy + 1e-9,
+              f"{prec} {p}: NCCL hidden {hidden:.3g} s <= NCCL busy {comm_busy:.3g} s and <= compute busy "
+              f"{compute_busy:.3g} s")
+        # the emulation runs every stream operation when it is issued (emu_streams.cc): no NCCL
+        # interval overlaps a compute one, so nothing is hidden there (an overlap taken with the
+        # NCCL intervals themselves, or with busy, would read comm_busy)
+        check(hidden == 0, f"{prec} {p}: nothing hidden on the emulation (its streams complete at issue)")
+    out = open(os.path.join(tmp, prec + "-timeline.out")).read()
+    m = re.search(r"layer communication exposed vs hidden behind compute, measured on the kernel timeline "
+                  r"\(ms/iteration, rank 0[^)]*\): exposed ([0-9.]+), hidden ([0-9.]+) of ([0-9.]+)", out)
+    check(m is not None, f"{prec}: the measured exposed/hidden line is printed")
+    if m:
+        exposed, hidden, busy = map(float, m.groups())
+        check(abs(exposed + hidden - busy) <= 2e-3 and busy > 0,
+              f"{prec}: layer NCCL exposed {exposed} + hidden {hidden} = busy {busy} ms/iteration")
 sys.exit(1 if fails else 0)
 PY
