@@ -211,7 +211,7 @@ static void fake_sendrecv_wait(void *handle)
 
 /* The per-rank-count collectives of uneven shares, on host MPI; the
  * reduce-scatter adds rank by rank in fp32 and rounds once (comm.h). */
-static long v_calls;
+static long v_calls, alltoallv_calls;
 static int *int_copy(const long *v, int n)
 {
     int *c = SPB_CHECK_PTR(malloc(sizeof(int) * (size_t)n));
@@ -229,7 +229,7 @@ static void fake_alltoallv(const void *send, const long *send_counts, const long
                            const long *recv_counts, const long *recv_displs, spb_comm_dtype t, MPI_Comm comm,
                            long ticket)
 {
-    typed_calls[t]++, v_calls++;
+    typed_calls[t]++, v_calls++, alltoallv_calls++;
     int n = comm_size(comm);
     int *sc = int_copy(send_counts, n), *sd = int_copy(send_displs, n), *rc = int_copy(recv_counts, n),
         *rd = int_copy(recv_displs, n);
@@ -541,10 +541,15 @@ START_TEST(uneven_device_path_trains_like_mpi)
         sized_case_config(&c, &cases[k]);
         spb_grid grid;
         twin_runs r;
-        v_calls = 0;
+        v_calls = alltoallv_calls = 0;
         long fallbacks0 = spb_comm_device_fallbacks();
         train_twice(&c, &grid, NULL, &r);
         long fallbacks = spb_comm_device_fallbacks() - fallbacks0;
+        /* --compare-alltoall's replay: the run's per-rank-count exchanges
+         * again, each once, through the table */
+        long in_run = alltoallv_calls;
+        spb_comm_replay_alltoalls();
+        ck_assert_int_eq(alltoallv_calls - in_run, in_run);
         say("uneven %-12s N %d H %d ZeRO-%d P %d%s: %ld per-rank-count calls through the table, %ld sendrecv, %ld "
             "staged; losses %s\n",
             kc->strategy, c.seq_length, c.num_heads, kc->zero, kc->sp, kc->checkpoint ? " ckpt" : "", v_calls,
