@@ -346,8 +346,9 @@ void spb_alltoall_wait(spb_alltoall_req *r)
     spb_timer_add(SPB_T_COMM, r->blocked);
 }
 
-/* Tags of their own, apart from the shaped exchange's and the rings'. */
-enum { ALLTOALLV_TAG = 8, ALLGATHERV_TAG = 9, REDUCE_SCATTERV_TAG = 10 };
+/* A tag of its own, apart from the shaped exchange's and the rings' (the
+ * per-rank-count collectives are blocking: one tag serves all three). */
+enum { ALLTOALLV_TAG = 8 };
 
 /* Records a call whose link bytes are counted exactly (per-rank counts). */
 static void account_exact(spb_comm_op op, spb_comm_phase phase, double payload, double link)
@@ -408,7 +409,9 @@ static void stage_blocks_back(float *dev, const float *host, const long *counts,
 }
 
 /* The all-to-all with per-rank counts on host buffers: point-to-point
- * messages (any MPI, the built-in one included), this rank's block copied. */
+ * messages (any MPI, the built-in one included), this rank's block copied.
+ * The allgather and reduce-scatter with per-rank counts are this exchange
+ * with other counts (below). */
 static void alltoallv_host(const float *s, const long *send_counts, const long *send_displs, float *r,
                            const long *recv_counts, const long *recv_displs, MPI_Comm comm)
 {
@@ -489,18 +492,10 @@ void spb_allgatherv_f32(const float *send, float *recv, const long *counts, cons
     double t0 = start_time();
     const float *s = stage_out(send, counts[me]);
     float *r = staging ? stage_buffer(1, extent + 1) : recv;
-    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
-    int k = 0;
-    for (int j = 0; j < n; j++)
-        if (j != me)
-            SPB_MPI_CHECK(MPI_Irecv(r + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, ALLGATHERV_TAG, comm,
-                                    &req[k++]));
-    for (int j = 0; j < n; j++)
-        if (j != me)
-            SPB_MPI_CHECK(MPI_Isend(s, count_as_int(counts[me]), MPI_FLOAT, j, ALLGATHERV_TAG, comm, &req[k++]));
-    memcpy(r + displs[me], s, sizeof(float) * (size_t)counts[me]);
-    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
-    free(req);
+    long *mine = SPB_CHECK_PTR(calloc(2 * (size_t)n, sizeof(long))); /* counts[me] to every rank, from offset 0 */
+    for (int j = 0; j < n; j++) mine[j] = counts[me];
+    alltoallv_host(s, mine, mine + n, r, counts, displs, comm);
+    free(mine);
     stage_blocks_back(recv, r, counts, displs, n);
     record_exact(SPB_OP_ALLGATHER, phase, eb * total, eb * (double)counts[me] * (n - 1), spb_now() - t0);
 }
@@ -526,18 +521,10 @@ void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *
     double t0 = start_time();
     const float *s = stage_blocks_out(0, send, counts, displs, n, extent);
     float *parts = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine * n + 1))); /* part i: rank i's block me */
-    MPI_Request *req = SPB_CHECK_PTR(malloc(sizeof(MPI_Request) * (size_t)(2 * n)));
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (i != me)
-            SPB_MPI_CHECK(MPI_Irecv(parts + i * mine, count_as_int(mine), MPI_FLOAT, i, REDUCE_SCATTERV_TAG, comm,
-                                    &req[k++]));
-    for (int j = 0; j < n; j++)
-        if (j != me)
-            SPB_MPI_CHECK(MPI_Isend(s + displs[j], count_as_int(counts[j]), MPI_FLOAT, j, REDUCE_SCATTERV_TAG, comm,
-                                    &req[k++]));
-    memcpy(parts + me * mine, s + displs[me], sizeof(float) * (size_t)mine);
-    SPB_MPI_CHECK(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    long *part = SPB_CHECK_PTR(malloc(sizeof(long) * 2 * (size_t)n)); /* mine floats from each, at i·mine */
+    for (int i = 0; i < n; i++) part[i] = mine, part[n + i] = i * mine;
+    alltoallv_host(s, counts, displs, parts, part, part + n, comm);
+    free(part);
     float *r = staging ? stage_buffer(1, mine + 1) : recv;
     for (long x = 0; x < mine; x++) { /* in rank order: the same sum on every run and path */
         float sum = 0.0f;
@@ -546,7 +533,6 @@ void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *
     }
     stage_back(recv, r, mine);
     free(parts);
-    free(req);
     record_exact(SPB_OP_REDUCE_SCATTER, phase, eb * total, eb * (total - (double)mine), spb_now() - t0);
 }
 
