@@ -836,6 +836,30 @@ static spb_attn_desc gqa_desc(int B, int H, int G, int D, int T, int causal, lon
     return d;
 }
 
+/* A grouped-query check's inputs (gqa_desc's call; Q, K, V and dO random,
+ * bf16-exact where asked; d0 the gradients' nonzero start, onto which the
+ * backends add), the CPU forward (ro, rl) and, from an O as the device's
+ * forward stored it, the CPU gradients. */
+struct gqa_case {
+    spb_attn_desc d;
+    long nq, no, nl, qo, ko, vo;
+    std::vector<float> qkv, dout, d0, ro, rl;
+    gqa_case(int B, int H, int G, int D, int T, int causal, long k_offset, bool bf16_values)
+        : d(gqa_desc(B, H, G, D, T, causal, k_offset)), nq((long)B * T * (H + 2 * G) * D), no((long)B * T * H * D),
+          nl((long)B * H * T), qo(0), ko((long)H * D), vo((long)(H + G) * D), qkv(randv(nq, 1.0f, bf16_values)),
+          dout(randv(no, 1.0f, bf16_values)), d0(randv(nq, 0.1f, false)), ro((size_t)no), rl((size_t)nl)
+    {
+        spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+    }
+    std::vector<float> backward(const std::vector<float> &o) const
+    {
+        std::vector<float> rd = d0;
+        spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, o.data(), rl.data(),
+                                dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+        return rd;
+    }
+};
+
 #ifdef SPB_GPU_CHECK_HAVE_CORE
 /* Grouped-query attention in the fp32 CUDA table's kernels (cuda_backend.cu)
  * against attention_naive.c: a fused row [H query heads | G K heads | G V
@@ -849,15 +873,11 @@ static void check_gqa_attention_f32()
         for (int causal = 0; causal < 2; causal++) {
             const check_unit unit;
             if (!unit.taken) continue;
-            const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
-                       nl = (long)B * H * T;
-            spb_attn_desc d = gqa_desc(B, H, G, D, T, causal, T);
-            const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
-            auto qkv = randv(nq, 1.0f, false), dout = randv(no, 1.0f, false), d0 = randv(nq, 0.1f, false);
-            std::vector<float> ro((size_t)no), rl((size_t)nl), rd = d0;
-            spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
-            spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data(),
-                                    dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+            const gqa_case k(B, H, G, D, T, causal, T, false);
+            const spb_attn_desc &d = k.d;
+            const long nq = k.nq, no = k.no, nl = k.nl, qo = k.qo, ko = k.ko, vo = k.vo;
+            const std::vector<float> &qkv = k.qkv, &dout = k.dout, &d0 = k.d0, &ro = k.ro, &rl = k.rl;
+            const std::vector<float> rd = k.backward(ro);
             float *g = dev(qkv), *gdo = dev(dout), *gd = dev(d0);
             float *go = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * no), *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
             spb_attn_cuda_simple.forward(&d, g + qo, g + ko, g + vo, go, gl);
@@ -888,13 +908,10 @@ static void check_gqa_attention_half(spb_cuda_impl impl)
         for (int causal = 0; causal < 2; causal++) {
             const check_unit unit;
             if (!unit.taken) continue;
-            const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
-                       nl = (long)B * H * T;
-            spb_attn_desc d = gqa_desc(B, H, G, D, T, causal, T + 40);
-            const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
-            auto qkv = randv(nq, 1.0f, true), dout = randv(no, 1.0f, true), d0 = randv(nq, 0.1f, false);
-            std::vector<float> ro((size_t)no), rl((size_t)nl);
-            spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
+            const gqa_case k(B, H, G, D, T, causal, T + 40, true);
+            const spb_attn_desc &d = k.d;
+            const long nq = k.nq, no = k.no, nl = k.nl, qo = k.qo, ko = k.ko, vo = k.vo;
+            const std::vector<float> &qkv = k.qkv, &dout = k.dout, &d0 = k.d0, &ro = k.ro, &rl = k.rl;
             spb_bf16 *g = dev_bf16(qkv), *go = (spb_bf16 *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 2 * no);
             float *gl = (float *)spb_cuda_alloc(SPB_MEM_ACTIVATIONS, 4 * nl);
             char shape[96];
@@ -904,10 +921,9 @@ static void check_gqa_attention_half(spb_cuda_impl impl)
             if (ran_fast) report("gqa: fast path declined", impl, shape, 1.0, 0.0);
             check("gqa flash fwd O", impl, shape, host_bf16(go, no), ro, spb_tol_attn_forward());
             check("gqa flash fwd lse", impl, shape, host_f32(gl, nl), rl, spb_tol_f32_sum(T) * 8);
-            std::vector<float> ob = ro, rd = d0;
+            std::vector<float> ob = ro;
             rnd(ob);
-            spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
-                                    dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+            const std::vector<float> rd = k.backward(ob);
             spb_bf16 *gob = dev_bf16(ob), *gdo = dev_bf16(dout);
             float *glr = dev(rl), *gd = dev(d0), *ws = (float *)spb_cuda_alloc(SPB_MEM_WORKSPACE, 4 * nl);
             ran_fast = spb_cuda_attention_backward_half(&d, 0, g + qo, g + ko, g + vo, gob, glr, gdo, gd + qo, gd + ko,
@@ -1050,17 +1066,13 @@ static void check_gqa_expanded(bool cudnn, bool half)
         for (int causal = 0; causal < 2; causal++) {
             const check_unit unit;
             if (!unit.taken) continue;
-            const long width = (long)(H + 2 * G) * D, nq = (long)B * T * width, no = (long)B * T * H * D,
-                       nl = (long)B * H * T;
-            spb_attn_desc d = gqa_desc(B, H, G, D, T, causal, T + 8);
-            const long qo = 0, ko = (long)H * D, vo = (long)(H + G) * D;
-            auto qkv = randv(nq, 1.0f, bf16_values), dout = randv(no, 1.0f, bf16_values), d0 = randv(nq, 0.1f, false);
-            std::vector<float> ro((size_t)no), rl((size_t)nl);
-            spb_attn_naive.forward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ro.data(), rl.data());
-            std::vector<float> ob = ro, rd = d0;
+            const gqa_case k(B, H, G, D, T, causal, T + 8, bf16_values);
+            const spb_attn_desc &d = k.d;
+            const long nq = k.nq, no = k.no, nl = k.nl, qo = k.qo, ko = k.ko, vo = k.vo;
+            const std::vector<float> &qkv = k.qkv, &dout = k.dout, &d0 = k.d0, &ro = k.ro, &rl = k.rl;
+            std::vector<float> ob = ro;
             if (bf16_values) rnd(ob); /* the backward's O: what a 16-bit forward stored */
-            spb_attn_naive.backward(&d, qkv.data() + qo, qkv.data() + ko, qkv.data() + vo, ob.data(), rl.data(),
-                                    dout.data(), rd.data() + qo, rd.data() + ko, rd.data() + vo);
+            const std::vector<float> rd = k.backward(ob);
             char shape[96];
             snprintf(shape, sizeof shape, "%s %s D=%d B=%d H=%d G=%d T=%d", causal ? "ring block causal" : "full",
                      half ? "bf16" : "fp32", D, B, H, G, T);
