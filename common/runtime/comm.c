@@ -389,13 +389,13 @@ static int device_v_buffers(int has_entry, const void *send, long ns, void *recv
     return device_buffers(send, ns, recv, nr, s, r, t);
 }
 
-/* Host copies of device blocks for the staged path: block i of counts[i]
- * elements at displs[i], copied one by one (nothing between blocks is read
- * or written).  Without staging the buffer itself. */
-static float *stage_blocks_out(int which, const float *dev, const long *counts, const long *displs, int n, long extent)
+/* Host copies of device blocks for the staged path, in host buffer 0: block
+ * i of counts[i] elements at displs[i], copied one by one (nothing between
+ * blocks is read or written).  Without staging the buffer itself. */
+static const float *stage_blocks_out(const float *dev, const long *counts, const long *displs, int n, long extent)
 {
-    if (!staging) return (float *)dev;
-    float *h = stage_buffer(which, extent + 1);
+    if (!staging) return dev;
+    float *h = stage_buffer(0, extent + 1);
     for (int i = 0; i < n; i++)
         if (counts[i] > 0) staging->to_host(h + displs[i], dev + displs[i], sizeof(float) * (size_t)counts[i]);
     return h;
@@ -465,7 +465,7 @@ void spb_alltoallv_f32(const float *send, const long *send_counts, const long *s
         return;
     }
     double t0 = start_time();
-    const float *s = stage_blocks_out(0, send, send_counts, send_displs, n, send_extent);
+    const float *s = stage_blocks_out(send, send_counts, send_displs, n, send_extent);
     float *r = staging ? stage_buffer(1, recv_extent + 1) : recv;
     alltoallv_host(s, send_counts, send_displs, r, recv_counts, recv_displs, comm);
     stage_blocks_back(recv, r, recv_counts, recv_displs, n);
@@ -519,7 +519,7 @@ void spb_reduce_scatterv_f32(const float *send, const long *counts, const long *
         return;
     }
     double t0 = start_time();
-    const float *s = stage_blocks_out(0, send, counts, displs, n, extent);
+    const float *s = stage_blocks_out(send, counts, displs, n, extent);
     float *parts = SPB_CHECK_PTR(malloc(sizeof(float) * (size_t)(mine * n + 1))); /* part i: rank i's block me */
     long *part = SPB_CHECK_PTR(malloc(sizeof(long) * 2 * (size_t)n)); /* mine floats from each, at i·mine */
     for (int i = 0; i < n; i++) part[i] = mine, part[n + i] = i * mine;
